@@ -1,0 +1,393 @@
+//! Observability: every step of every run in a tree is an [`AgentEvent`] sent to one
+//! [`EventSink`]. Sinks fan out, write JSONL, print for humans, or collect in memory.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{ToolCall, Usage};
+
+/// Where a run sits in the run tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunIds {
+    /// This run's id.
+    pub run_id: String,
+    /// The run that started this one (none for the root).
+    pub parent_run_id: Option<String>,
+    /// The root of the tree.
+    pub root_run_id: String,
+    /// 0 for the root, parent + 1 for a child.
+    pub depth: u32,
+    /// Readable name, e.g. `researcher-d1`.
+    pub name: String,
+}
+
+/// One observable thing that happened in a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentEvent {
+    /// When it happened.
+    pub timestamp: DateTime<Utc>,
+    /// The run it happened in.
+    #[serde(flatten)]
+    pub ids: RunIds,
+    /// The run's step (model turn) when it happened; 0 before the first turn.
+    pub step: u32,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// A permission decision taken for one tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The call may run.
+    Allow,
+    /// The call is refused.
+    Deny,
+}
+
+/// What happened, with its data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A run began.
+    RunStarted {
+        /// The goal or question.
+        goal: String,
+    },
+    /// A piece of assistant text arrived while streaming.
+    PartialText {
+        /// The new text.
+        delta: String,
+    },
+    /// A complete assistant text.
+    AssistantText {
+        /// The text.
+        text: String,
+    },
+    /// The model asked for a tool.
+    ToolCall {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A tool call's result.
+    ToolResult {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// What the model sees.
+        output: String,
+        /// Whether it is an error.
+        is_error: bool,
+        /// How long the tool took.
+        duration_ms: u64,
+    },
+    /// A permission decision for a tool call.
+    Permission {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The decision.
+        decision: Decision,
+        /// Why (rule, user answer, default).
+        reason: String,
+    },
+    /// Tokens used by one model call.
+    Usage {
+        /// The tokens.
+        usage: Usage,
+        /// USD cost, where known.
+        cost_usd: Option<f64>,
+        /// The model.
+        model: String,
+    },
+    /// A model call is being retried.
+    Retry {
+        /// 1-based retry number.
+        attempt: u32,
+        /// Wait before it.
+        delay_ms: u64,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A fault or a problem worth reporting.
+    Error {
+        /// The message.
+        message: String,
+    },
+    /// A sub-agent run began.
+    SubAgentStarted {
+        /// The sub-agent's name.
+        agent: String,
+        /// Its input.
+        input: String,
+        /// The child run's id.
+        child_run_id: String,
+    },
+    /// A sub-agent run ended.
+    SubAgentCompleted {
+        /// The sub-agent's name.
+        agent: String,
+        /// The child run's id.
+        child_run_id: String,
+        /// Its finish reason.
+        finish_reason: String,
+        /// Its usage including descendants.
+        usage: Usage,
+        /// Its cost including descendants.
+        cost_usd: f64,
+    },
+    /// A sub-agent session continued with an earlier transcript.
+    SubAgentReused {
+        /// The sub-agent's name.
+        agent: String,
+        /// The turn number about to start (2 for the second invocation).
+        turn: u32,
+        /// Messages carried over.
+        messages: usize,
+    },
+    /// Anything a higher layer (RLM, goal pursuit, MCP) reports, with its own kind name.
+    Custom {
+        /// The event's name, e.g. `rlm_snippet`.
+        name: String,
+        /// Its data.
+        data: Value,
+    },
+    /// The run ended.
+    TurnFinished {
+        /// The finish reason.
+        finish_reason: String,
+        /// Usage including descendants.
+        usage: Usage,
+        /// Cost including descendants.
+        cost_usd: f64,
+    },
+}
+
+/// Receives events. Implementations must be cheap and must not block for long.
+pub trait EventSink: Send + Sync {
+    /// Handles one event.
+    fn emit(&self, event: &AgentEvent);
+}
+
+/// A sink that drops everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: &AgentEvent) {}
+}
+
+/// Sends every event to several sinks.
+#[derive(Default, Clone)]
+pub struct FanoutSink {
+    sinks: Vec<Arc<dyn EventSink>>,
+}
+
+impl FanoutSink {
+    /// An empty fan-out.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a sink.
+    pub fn with(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Adds a sink in place.
+    pub fn push(&mut self, sink: Arc<dyn EventSink>) {
+        self.sinks.push(sink);
+    }
+}
+
+impl EventSink for FanoutSink {
+    fn emit(&self, event: &AgentEvent) {
+        for s in &self.sinks {
+            s.emit(event);
+        }
+    }
+}
+
+/// Collects events in memory (tests, library callers that inspect a run afterwards).
+#[derive(Default, Clone)]
+pub struct MemorySink {
+    events: Arc<Mutex<Vec<AgentEvent>>>,
+}
+
+impl MemorySink {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of the events so far.
+    pub fn events(&self) -> Vec<AgentEvent> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+impl EventSink for MemorySink {
+    fn emit(&self, event: &AgentEvent) {
+        if let Ok(mut e) = self.events.lock() {
+            e.push(event.clone());
+        }
+    }
+}
+
+/// Appends each event as one JSON line, flushed at once (crash-safe).
+pub struct JsonlSink {
+    file: Mutex<File>,
+}
+
+impl JsonlSink {
+    /// Opens (creating, appending) the file, creating parent directories.
+    pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Self { file: Mutex::new(file) })
+    }
+}
+
+impl EventSink for JsonlSink {
+    fn emit(&self, event: &AgentEvent) {
+        let Ok(mut line) = serde_json::to_vec(event) else { return };
+        line.push(b'\n');
+        if let Ok(mut f) = self.file.lock()
+            && let Err(e) = f.write_all(&line).and_then(|()| f.flush())
+        {
+            tracing::warn!("event log write failed: {e}");
+        }
+    }
+}
+
+/// Prints a human-readable line per event on stderr, indented by depth. Streaming text is
+/// left to the caller (the CLI prints it on stdout).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StderrSink {
+    /// Also print assistant text (useful when stdout is not a terminal).
+    pub show_text: bool,
+}
+
+impl StderrSink {
+    /// Formats one event as a line, or `None` for events this sink leaves out.
+    pub fn format(&self, event: &AgentEvent) -> Option<String> {
+        let indent = "  ".repeat(event.ids.depth as usize);
+        let who = &event.ids.name;
+        let body = match &event.kind {
+            EventKind::RunStarted { goal } => format!("▶ {who}: {}", clip(goal, 120)),
+            EventKind::PartialText { .. } => return None,
+            EventKind::AssistantText { text } if self.show_text => format!("{who}: {}", clip(text, 400)),
+            EventKind::AssistantText { .. } => return None,
+            EventKind::ToolCall { call } => format!("→ {}({})", call.name, clip(&call.arguments.to_string(), 160)),
+            EventKind::ToolResult { name, output, is_error, duration_ms, .. } => {
+                let mark = if *is_error { "✗" } else { "✓" };
+                format!("{mark} {name} [{duration_ms} ms] {}", clip(output, 160))
+            }
+            EventKind::Permission { name, decision, reason, .. } => {
+                format!("permission {name}: {decision:?} ({reason})")
+            }
+            EventKind::Usage { usage, cost_usd, model } => format!(
+                "usage {model}: {} in / {} out{}",
+                usage.input_tokens,
+                usage.output_tokens,
+                cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+            ),
+            EventKind::Retry { attempt, delay_ms, reason } => {
+                format!("retry #{attempt} in {delay_ms} ms: {}", clip(reason, 160))
+            }
+            EventKind::Error { message } => format!("error: {message}"),
+            EventKind::SubAgentStarted { agent, input, .. } => format!("⇒ sub-agent {agent}: {}", clip(input, 120)),
+            EventKind::SubAgentCompleted { agent, finish_reason, .. } => {
+                format!("⇐ sub-agent {agent}: {finish_reason}")
+            }
+            EventKind::SubAgentReused { agent, turn, .. } => format!("↻ sub-agent {agent} turn {turn}"),
+            EventKind::Custom { name, data } => format!("{name}: {}", clip(&data.to_string(), 200)),
+            EventKind::TurnFinished { finish_reason, usage, cost_usd } => {
+                format!("■ {who}: {finish_reason} ({} tokens, ${cost_usd:.4})", usage.total())
+            }
+        };
+        Some(format!("{indent}{body}"))
+    }
+}
+
+impl EventSink for StderrSink {
+    fn emit(&self, event: &AgentEvent) {
+        if let Some(line) = self.format(event) {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Shortens text to at most `max` characters on one line, marking the cut.
+pub fn clip(text: &str, max: usize) -> String {
+    let one_line: String = text.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+    let count = one_line.chars().count();
+    if count <= max {
+        one_line
+    } else {
+        let head: String = one_line.chars().take(max).collect();
+        format!("{head}… (+{} chars)", count - max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> RunIds {
+        RunIds { run_id: "r".into(), parent_run_id: None, root_run_id: "r".into(), depth: 0, name: "main-d0".into() }
+    }
+
+    #[test]
+    fn event_serializes_flat_with_type_tag() {
+        let e = AgentEvent {
+            timestamp: Utc::now(),
+            ids: ids(),
+            step: 2,
+            kind: EventKind::AssistantText { text: "hi".into() },
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["type"], "assistant_text");
+        assert_eq!(v["run_id"], "r");
+        assert_eq!(v["step"], 2);
+        let back: AgentEvent = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn jsonl_sink_appends_one_line_per_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.jsonl");
+        let sink = JsonlSink::create(&path).unwrap();
+        for i in 0..3 {
+            sink.emit(&AgentEvent {
+                timestamp: Utc::now(),
+                ids: ids(),
+                step: i,
+                kind: EventKind::Error { message: "x".into() },
+            });
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3);
+    }
+
+    #[test]
+    fn clip_marks_how_much_was_cut() {
+        assert_eq!(clip("abcdef", 3), "abc… (+3 chars)");
+        assert_eq!(clip("a\nb", 10), "a⏎b");
+    }
+}

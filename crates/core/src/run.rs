@@ -1,0 +1,419 @@
+//! The run tree: a [`RunScope`] is one node (ids, depth, name) that shares its tree's event
+//! sink, [`Budget`] and cancellation token, and rolls usage and cost up to every ancestor.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{AgentEvent, EventKind, EventSink, NullSink, RunIds};
+use crate::message::Usage;
+
+/// Why a run ended. A limit is data, not an error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// The model answered without asking for tools.
+    NoMoreToolCalls,
+    /// The provider stopped for another reason (max tokens, content filter...).
+    ProviderStop(String),
+    /// The step limit was reached.
+    BudgetExceeded,
+    /// The same tool call with the same arguments repeated too many times in a row.
+    Stuck,
+    /// The transcript grew past its size limit.
+    TranscriptLimit,
+    /// Plan mode: the model proposed a plan, which waits for approval.
+    PlanPending,
+    /// The cancellation token fired.
+    Cancelled,
+    /// Too many tool calls were denied.
+    PermissionDenialLimit,
+    /// The wall-clock limit passed.
+    WallClockExceeded,
+    /// The tree's token budget is spent.
+    TokenBudgetExceeded,
+    /// The tree's USD budget is spent.
+    CostBudgetExceeded,
+}
+
+impl FinishReason {
+    /// Snake-case name, as printed and logged.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::NoMoreToolCalls => "no_more_tool_calls",
+            FinishReason::ProviderStop(_) => "provider_stop",
+            FinishReason::BudgetExceeded => "budget_exceeded",
+            FinishReason::Stuck => "stuck",
+            FinishReason::TranscriptLimit => "transcript_limit",
+            FinishReason::PlanPending => "plan_pending",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::PermissionDenialLimit => "permission_denial_limit",
+            FinishReason::WallClockExceeded => "wall_clock_exceeded",
+            FinishReason::TokenBudgetExceeded => "token_budget_exceeded",
+            FinishReason::CostBudgetExceeded => "cost_budget_exceeded",
+        }
+    }
+
+    /// The process exit status the CLI uses for this reason (0 only for a normal finish).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            FinishReason::NoMoreToolCalls => 0,
+            FinishReason::BudgetExceeded => 3,
+            FinishReason::ProviderStop(_) => 4,
+            FinishReason::Stuck => 5,
+            FinishReason::TranscriptLimit => 6,
+            FinishReason::PlanPending => 7,
+            FinishReason::Cancelled => 8,
+            FinishReason::PermissionDenialLimit => 9,
+            FinishReason::WallClockExceeded => 10,
+            FinishReason::TokenBudgetExceeded => 11,
+            FinishReason::CostBudgetExceeded => 12,
+        }
+    }
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FinishReason::ProviderStop(r) => write!(f, "provider_stop({r})"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// Limits of the budget shared by a whole run tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetLimits {
+    /// Total tokens over the tree.
+    pub max_tokens: Option<u64>,
+    /// Total USD over the tree.
+    pub max_cost_usd: Option<f64>,
+    /// Wall clock for the whole tree.
+    pub wall_clock: Option<Duration>,
+}
+
+/// The budget one run tree shares: tokens, USD and wall clock, checked before each model call.
+#[derive(Debug)]
+pub struct Budget {
+    limits: BudgetLimits,
+    started: Instant,
+    tokens: AtomicU64,
+    cost_micro_usd: AtomicU64,
+}
+
+impl Budget {
+    /// A budget starting now.
+    pub fn new(limits: BudgetLimits) -> Self {
+        Self { limits, started: Instant::now(), tokens: AtomicU64::new(0), cost_micro_usd: AtomicU64::new(0) }
+    }
+
+    /// A budget with no limits.
+    pub fn unlimited() -> Self {
+        Self::new(BudgetLimits::default())
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &BudgetLimits {
+        &self.limits
+    }
+
+    /// Records spending.
+    pub fn record(&self, usage: &Usage, cost_usd: Option<f64>) {
+        self.tokens.fetch_add(usage.total(), Ordering::SeqCst);
+        if let Some(c) = cost_usd {
+            self.cost_micro_usd.fetch_add((c * 1e6).round().max(0.0) as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Tokens spent by the tree.
+    pub fn tokens_used(&self) -> u64 {
+        self.tokens.load(Ordering::SeqCst)
+    }
+
+    /// USD spent by the tree.
+    pub fn cost_used(&self) -> f64 {
+        self.cost_micro_usd.load(Ordering::SeqCst) as f64 / 1e6
+    }
+
+    /// Time since the tree started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Time left on the wall clock, if it is limited.
+    pub fn remaining_time(&self) -> Option<Duration> {
+        self.limits.wall_clock.map(|w| w.saturating_sub(self.started.elapsed()))
+    }
+
+    /// The finish reason if any limit is reached, else `None`.
+    pub fn exhausted(&self) -> Option<FinishReason> {
+        if self.limits.wall_clock.is_some_and(|w| self.started.elapsed() >= w) {
+            return Some(FinishReason::WallClockExceeded);
+        }
+        if self.limits.max_tokens.is_some_and(|t| self.tokens_used() >= t) {
+            return Some(FinishReason::TokenBudgetExceeded);
+        }
+        if self.limits.max_cost_usd.is_some_and(|c| self.cost_used() >= c) {
+            return Some(FinishReason::CostBudgetExceeded);
+        }
+        None
+    }
+}
+
+/// Usage and cost of a run including all its descendants.
+#[derive(Debug, Default)]
+pub struct Totals {
+    inner: Mutex<(Usage, f64)>,
+}
+
+impl Totals {
+    fn add(&self, usage: &Usage, cost: f64) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.0.add(usage);
+            g.1 += cost;
+        }
+    }
+
+    /// Usage so far.
+    pub fn usage(&self) -> Usage {
+        self.inner.lock().map(|g| g.0).unwrap_or_default()
+    }
+
+    /// USD so far.
+    pub fn cost_usd(&self) -> f64 {
+        self.inner.lock().map(|g| g.1).unwrap_or_default()
+    }
+}
+
+/// A call would go deeper than the tree allows.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("depth limit reached: `{name}` would run at depth {depth}, beyond max_depth {max_depth}")]
+pub struct DepthError {
+    /// The child that was refused.
+    pub name: String,
+    /// The depth it would have had.
+    pub depth: u32,
+    /// The limit.
+    pub max_depth: u32,
+}
+
+/// One node of the run tree.
+#[derive(Clone)]
+pub struct RunScope {
+    ids: RunIds,
+    sink: Arc<dyn EventSink>,
+    budget: Arc<Budget>,
+    cancel: CancellationToken,
+    totals: Arc<Totals>,
+    parent: Option<Arc<RunScope>>,
+    max_depth: u32,
+}
+
+impl std::fmt::Debug for RunScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunScope").field("ids", &self.ids).field("max_depth", &self.max_depth).finish()
+    }
+}
+
+/// Default cap on run-tree depth.
+pub const DEFAULT_MAX_DEPTH: u32 = 8;
+
+impl RunScope {
+    /// A root run (depth 0) named `{name}-d0`.
+    pub fn root(name: &str, sink: Arc<dyn EventSink>, budget: Arc<Budget>) -> Self {
+        let id = new_run_id();
+        Self {
+            ids: RunIds {
+                run_id: id.clone(),
+                parent_run_id: None,
+                root_run_id: id,
+                depth: 0,
+                name: format!("{name}-d0"),
+            },
+            sink,
+            budget,
+            cancel: CancellationToken::new(),
+            totals: Arc::new(Totals::default()),
+            parent: None,
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
+
+    /// A root run with no sink and no limits (tests, quick library use).
+    pub fn detached(name: &str) -> Self {
+        Self::root(name, Arc::new(NullSink), Arc::new(Budget::unlimited()))
+    }
+
+    /// Sets the depth cap for this node and its descendants.
+    pub fn with_max_depth(mut self, max_depth: u32) -> Self {
+        self.max_depth = max_depth;
+        self
+    }
+
+    /// Uses this cancellation token (children get child tokens of it).
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// A child one level deeper, named `{name}-d{depth}`; fails before anything runs when the
+    /// depth cap would be passed.
+    pub fn child(&self, name: &str) -> Result<RunScope, DepthError> {
+        let depth = self.ids.depth + 1;
+        self.child_named(format!("{name}-d{depth}"))
+    }
+
+    /// A child with an exact readable name (e.g. `{name}-t{turn}-d{depth}`).
+    pub fn child_named(&self, full_name: String) -> Result<RunScope, DepthError> {
+        let depth = self.ids.depth + 1;
+        if depth > self.max_depth {
+            return Err(DepthError { name: full_name, depth, max_depth: self.max_depth });
+        }
+        Ok(RunScope {
+            ids: RunIds {
+                run_id: new_run_id(),
+                parent_run_id: Some(self.ids.run_id.clone()),
+                root_run_id: self.ids.root_run_id.clone(),
+                depth,
+                name: full_name,
+            },
+            sink: self.sink.clone(),
+            budget: self.budget.clone(),
+            cancel: self.cancel.child_token(),
+            totals: Arc::new(Totals::default()),
+            parent: Some(Arc::new(self.clone())),
+            max_depth: self.max_depth,
+        })
+    }
+
+    /// This node's ids.
+    pub fn ids(&self) -> &RunIds {
+        &self.ids
+    }
+
+    /// Depth of this node.
+    pub fn depth(&self) -> u32 {
+        self.ids.depth
+    }
+
+    /// The depth cap.
+    pub fn max_depth(&self) -> u32 {
+        self.max_depth
+    }
+
+    /// The tree's sink.
+    pub fn sink(&self) -> &Arc<dyn EventSink> {
+        &self.sink
+    }
+
+    /// The tree's budget.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
+    }
+
+    /// This node's cancellation token.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Emits an event tagged with this node's ids.
+    pub fn emit(&self, step: u32, kind: EventKind) {
+        self.sink.emit(&AgentEvent { timestamp: Utc::now(), ids: self.ids.clone(), step, kind });
+    }
+
+    /// Records usage of a model call made by this node: into the tree's budget and into the
+    /// totals of this node and every ancestor.
+    pub fn record_usage(&self, usage: &Usage, cost_usd: Option<f64>) {
+        self.budget.record(usage, cost_usd);
+        let cost = cost_usd.unwrap_or(0.0);
+        let mut node = Some(self);
+        while let Some(n) = node {
+            n.totals.add(usage, cost);
+            node = n.parent.as_deref();
+        }
+    }
+
+    /// Usage of this node including descendants.
+    pub fn usage(&self) -> Usage {
+        self.totals.usage()
+    }
+
+    /// USD cost of this node including descendants.
+    pub fn cost_usd(&self) -> f64 {
+        self.totals.cost_usd()
+    }
+
+    /// Why this node must stop now, if it must: cancellation or an exhausted tree budget.
+    pub fn stop_reason(&self) -> Option<FinishReason> {
+        if self.cancel.is_cancelled() {
+            return Some(FinishReason::Cancelled);
+        }
+        self.budget.exhausted()
+    }
+}
+
+/// A fresh unique run id.
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_is_one_level_deeper_and_shares_root() {
+        let root = RunScope::detached("main");
+        let child = root.child("helper").unwrap();
+        assert_eq!(child.ids().depth, 1);
+        assert_eq!(child.ids().name, "helper-d1");
+        assert_eq!(child.ids().root_run_id, root.ids().run_id);
+        assert_eq!(child.ids().parent_run_id.as_deref(), Some(root.ids().run_id.as_str()));
+    }
+
+    #[test]
+    fn child_past_max_depth_is_refused() {
+        let root = RunScope::detached("main").with_max_depth(1);
+        let child = root.child("a").unwrap();
+        let err = child.child("b").unwrap_err();
+        assert_eq!(err.depth, 2);
+        assert_eq!(err.max_depth, 1);
+    }
+
+    #[test]
+    fn usage_rolls_up_to_every_ancestor() {
+        let root = RunScope::detached("main");
+        let c1 = root.child("a").unwrap();
+        let c2 = c1.child("b").unwrap();
+        let u = Usage { input_tokens: 5, output_tokens: 7, ..Default::default() };
+        c2.record_usage(&u, Some(0.5));
+        root.record_usage(&u, Some(0.25));
+        assert_eq!(c2.usage().total(), 12);
+        assert_eq!(c1.usage().total(), 12);
+        assert_eq!(root.usage().total(), 24);
+        assert!((root.cost_usd() - 0.75).abs() < 1e-9);
+        assert_eq!(root.budget().tokens_used(), 24);
+    }
+
+    #[test]
+    fn exhausted_token_budget_is_reported() {
+        let budget = Arc::new(Budget::new(BudgetLimits { max_tokens: Some(10), ..Default::default() }));
+        let root = RunScope::root("m", Arc::new(NullSink), budget);
+        assert_eq!(root.stop_reason(), None);
+        root.record_usage(&Usage { input_tokens: 10, ..Default::default() }, None);
+        assert_eq!(root.stop_reason(), Some(FinishReason::TokenBudgetExceeded));
+    }
+
+    #[test]
+    fn cancelling_parent_cancels_child() {
+        let root = RunScope::detached("m");
+        let child = root.child("c").unwrap();
+        root.cancel_token().cancel();
+        assert_eq!(child.stop_reason(), Some(FinishReason::Cancelled));
+    }
+}

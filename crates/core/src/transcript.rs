@@ -1,0 +1,275 @@
+//! The transcript of a run: an ordered list of messages that enforces the pairing contract
+//! (every assistant tool call gets exactly one tool result, in call order), and an
+//! append-only JSONL file that mirrors it as the run goes.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::{Message, Role};
+
+/// A violation of the transcript's pairing contract.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum TranscriptError {
+    /// A tool result arrived while no tool call was waiting for one.
+    #[error("tool result for `{0}` answers no pending tool call")]
+    UnexpectedToolResult(String),
+    /// A tool result arrived out of call order.
+    #[error("tool result for `{got}` arrived while `{expected}` is the next call awaiting its result")]
+    OutOfOrder {
+        /// The call id that must be answered next.
+        expected: String,
+        /// The call id that was answered.
+        got: String,
+    },
+    /// A non-tool message arrived while tool calls still wait for results.
+    #[error("{count} tool call(s) still await results (next: `{next}`); a {role:?} message cannot come first")]
+    ResultsPending {
+        /// How many calls are unanswered.
+        count: usize,
+        /// The next unanswered call id.
+        next: String,
+        /// The role of the rejected message.
+        role: Role,
+    },
+    /// A tool message without a `tool_call_id`.
+    #[error("tool message without tool_call_id")]
+    MissingToolCallId,
+}
+
+/// Ordered messages of one conversation, kept consistent with the pairing contract.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    messages: Vec<Message>,
+    #[serde(skip)]
+    pending: VecDeque<String>,
+}
+
+impl Transcript {
+    /// An empty transcript.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds a transcript from messages, checking the pairing contract on each.
+    pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> Result<Self, TranscriptError> {
+        let mut t = Self::new();
+        for m in messages {
+            t.push(m)?;
+        }
+        Ok(t)
+    }
+
+    /// Appends a message if it keeps the pairing contract.
+    pub fn push(&mut self, message: Message) -> Result<(), TranscriptError> {
+        match message.role {
+            Role::Tool => {
+                let id = message.tool_call_id.clone().ok_or(TranscriptError::MissingToolCallId)?;
+                match self.pending.front() {
+                    None => return Err(TranscriptError::UnexpectedToolResult(id)),
+                    Some(expected) if *expected != id => {
+                        return Err(TranscriptError::OutOfOrder { expected: expected.clone(), got: id });
+                    }
+                    Some(_) => {
+                        self.pending.pop_front();
+                    }
+                }
+            }
+            role => {
+                if let Some(next) = self.pending.front() {
+                    return Err(TranscriptError::ResultsPending {
+                        count: self.pending.len(),
+                        next: next.clone(),
+                        role,
+                    });
+                }
+                if role == Role::Assistant {
+                    self.pending.extend(message.tool_calls.iter().map(|c| c.id.clone()));
+                }
+            }
+        }
+        self.messages.push(message);
+        Ok(())
+    }
+
+    /// The messages so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Consumes the transcript, returning its messages.
+    pub fn into_messages(self) -> Vec<Message> {
+        self.messages
+    }
+
+    /// Ids of tool calls that still await a result, in call order.
+    pub fn pending_calls(&self) -> impl Iterator<Item = &str> {
+        self.pending.iter().map(String::as_str)
+    }
+
+    /// Whether every tool call has its result.
+    pub fn is_balanced(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Total size of the transcript in characters.
+    pub fn size_chars(&self) -> usize {
+        self.messages.iter().map(Message::size_chars).sum()
+    }
+
+    /// The text of the last assistant message, if any.
+    pub fn last_assistant_text(&self) -> Option<&str> {
+        self.messages.iter().rev().find(|m| m.role == Role::Assistant).map(|m| m.content.as_str())
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
+/// An append-only JSONL file holding one message per line, flushed after every message so a
+/// crash loses at most the message in flight.
+#[derive(Debug)]
+pub struct TranscriptLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl TranscriptLog {
+    /// Opens (creating, appending) the log at `path`, creating parent directories.
+    pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self { path, file })
+    }
+
+    /// Appends one message as a JSON line and flushes it.
+    pub fn append(&mut self, message: &Message) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.flush()
+    }
+
+    /// Where the log is written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads a transcript log back, checking the pairing contract.
+    pub fn read(path: impl AsRef<Path>) -> Result<Transcript, TranscriptReadError> {
+        let file = File::open(path.as_ref())?;
+        let mut t = Transcript::new();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let m: Message =
+                serde_json::from_str(&line).map_err(|e| TranscriptReadError::Json { line: i + 1, source: e })?;
+            t.push(m).map_err(|e| TranscriptReadError::Pairing { line: i + 1, source: e })?;
+        }
+        Ok(t)
+    }
+}
+
+/// Failure reading a transcript log.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptReadError {
+    /// The file could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A line is not a message.
+    #[error("line {line}: {source}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A line breaks the pairing contract.
+    #[error("line {line}: {source}")]
+    Pairing {
+        /// 1-based line number.
+        line: usize,
+        /// The violation.
+        source: TranscriptError,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolCall;
+    use serde_json::json;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall { id: id.into(), name: "t".into(), arguments: json!({}) }
+    }
+
+    #[test]
+    fn accepts_results_in_call_order() {
+        let mut t = Transcript::new();
+        t.push(Message::user("go")).unwrap();
+        t.push(Message::assistant_with_tools("", vec![call("a"), call("b")])).unwrap();
+        assert!(!t.is_balanced());
+        t.push(Message::tool_result("a", "1", false)).unwrap();
+        t.push(Message::tool_result("b", "2", false)).unwrap();
+        assert!(t.is_balanced());
+    }
+
+    #[test]
+    fn rejects_result_out_of_order() {
+        let mut t = Transcript::new();
+        t.push(Message::assistant_with_tools("", vec![call("a"), call("b")])).unwrap();
+        let err = t.push(Message::tool_result("b", "2", false)).unwrap_err();
+        assert_eq!(err, TranscriptError::OutOfOrder { expected: "a".into(), got: "b".into() });
+    }
+
+    #[test]
+    fn rejects_user_message_while_results_pending() {
+        let mut t = Transcript::new();
+        t.push(Message::assistant_with_tools("", vec![call("a")])).unwrap();
+        assert!(matches!(t.push(Message::user("x")), Err(TranscriptError::ResultsPending { .. })));
+    }
+
+    #[test]
+    fn rejects_duplicate_result() {
+        let mut t = Transcript::new();
+        t.push(Message::assistant_with_tools("", vec![call("a")])).unwrap();
+        t.push(Message::tool_result("a", "1", false)).unwrap();
+        assert_eq!(
+            t.push(Message::tool_result("a", "1", false)).unwrap_err(),
+            TranscriptError::UnexpectedToolResult("a".into())
+        );
+    }
+
+    #[test]
+    fn log_round_trips_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/t.jsonl");
+        {
+            let mut log = TranscriptLog::open(&path).unwrap();
+            log.append(&Message::user("go")).unwrap();
+            log.append(&Message::assistant_with_tools("", vec![call("a")])).unwrap();
+        }
+        let mut log = TranscriptLog::open(&path).unwrap();
+        log.append(&Message::tool_result("a", "ok", false)).unwrap();
+        let t = TranscriptLog::read(&path).unwrap();
+        assert_eq!(t.len(), 3);
+        assert!(t.is_balanced());
+    }
+}

@@ -1,0 +1,1 @@
+//! recursive-goal (work in progress).

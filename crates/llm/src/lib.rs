@@ -1,0 +1,1 @@
+//! recursive-llm (work in progress).

@@ -1,0 +1,1 @@
+//! recursive-rlm (work in progress).

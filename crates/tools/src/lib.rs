@@ -1,0 +1,1 @@
+//! recursive-tools (work in progress).

@@ -150,6 +150,12 @@ impl Budget {
         self.limits.wall_clock.map(|w| w.saturating_sub(self.started.elapsed()))
     }
 
+    /// The instant the tree's wall clock runs out, if it is limited. Every node of the tree
+    /// computes the same instant, so nested runs time out together.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.limits.wall_clock.map(|w| self.started + w)
+    }
+
     /// The finish reason if any limit is reached, else `None`.
     pub fn exhausted(&self) -> Option<FinishReason> {
         if self.limits.wall_clock.is_some_and(|w| self.started.elapsed() >= w) {

@@ -250,7 +250,7 @@ impl Agent {
 
     fn deadline(&self, scope: &RunScope, started: Instant) -> Option<Instant> {
         let own = self.config.limits.wall_clock.map(|w| started + w);
-        let tree = scope.budget().remaining_time().map(|r| Instant::now() + r);
+        let tree = scope.budget().deadline();
         match (own, tree) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

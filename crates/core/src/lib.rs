@@ -10,6 +10,7 @@ pub mod mock;
 pub mod provider;
 pub mod run;
 pub mod runtime;
+pub mod subagent;
 pub mod tool;
 pub mod transcript;
 
@@ -24,6 +25,7 @@ pub use provider::{
 };
 pub use run::{Budget, BudgetLimits, DepthError, FinishReason, RunScope};
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, RunLimits, RunResult};
+pub use subagent::{SubAgent, SubAgentArgs, SubAgentError, SubAgentOutcome, SubAgentSession, SubAgentTool};
 pub use tool::{
     GateVerdict, Tool, ToolContext, ToolError, ToolGate, ToolRegistry, Typed, TypedTool, schema_for, typed,
 };

@@ -466,7 +466,9 @@ impl Agent {
     ) -> Result<Option<FinishReason>, AgentError> {
         let cancel = scope.cancel_token().clone();
         let tool_timeout = self.config.limits.tool_timeout;
-        let futures = calls.iter().map(|call| {
+        // Owned calls keep the per-call futures free of a borrowed closure argument, so a run
+        // nested inside a tool (a sub-agent) still yields a `Send` future.
+        let futures = calls.iter().cloned().map(|call| {
             let cancel = cancel.clone();
             let denial = denied.get(&call.id).cloned();
             async move {
@@ -480,7 +482,7 @@ impl Agent {
                     (Some(t), None) => Some(Instant::now() + t),
                     (None, d) => d,
                 };
-                let run = self.tools.call(call, &ctx);
+                let run = self.tools.call(&call, &ctx);
                 let outcome = tokio::select! {
                     biased;
                     _ = cancel.cancelled() => Err(FinishReason::Cancelled),

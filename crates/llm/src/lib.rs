@@ -1,1 +1,41 @@
-//! recursive-llm (work in progress).
+//! Model providers for Recursive.
+//!
+//! Every provider implements [`recursive_core::ChatProvider`]:
+//!
+//! - [`openai`] — OpenAI Chat Completions and every compatible server (Ollama, vLLM,
+//!   LM Studio, OpenRouter, DeepSeek...), streaming or not;
+//! - [`anthropic`] — the Anthropic Messages API, streaming or not;
+//! - [`mock`] — the scripted provider of `recursive-core`;
+//! - [`replay`] — record interactions to a cassette, and serve them offline;
+//!
+//! and wrappers that compose around any of them: [`retry`] (backoff with jitter,
+//! `Retry-After`), [`pricing`] (USD cost per call). [`config`] builds the whole stack from
+//! settings or from the environment.
+//!
+//! Each HTTP provider is a pair of pure transforms — a request to a wire body, and wire bytes
+//! (a complete JSON answer or an SSE stream, framed by [`sse`]) back to a response — around
+//! one HTTP call; the wire types live in each provider's `wire` module.
+
+pub mod anthropic;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod openai;
+pub mod pricing;
+pub mod replay;
+pub mod retry;
+pub mod sse;
+
+/// The scripted provider for tests and offline runs (defined in `recursive-core` so the core's
+/// own tests can use it).
+pub mod mock {
+    pub use recursive_core::{MockProvider, MockReply};
+}
+
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
+pub use config::{ProviderKind, ProviderSettings, build_provider, detect_from_env};
+pub use error::LlmError;
+pub use openai::{OpenAiConfig, OpenAiProvider};
+pub use pricing::{ModelPrice, PriceTable, PricedProvider};
+pub use replay::{RecordingProvider, ReplayProvider};
+pub use retry::{RetryPolicy, RetryProvider};

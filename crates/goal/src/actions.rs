@@ -1,0 +1,432 @@
+//! Action types an atomic goal can be executed with. Each is an [`ActionExecutor`] registered
+//! by name in an [`ActionRegistry`], so new types plug in without touching the pursuit loop.
+//! Built in: `tool` (one call through the [`ToolRegistry`]), `analyze` and `synthesize` (a
+//! model call over the evidence) and `delegate` (a task handed to a named [`Delegate`], e.g. a
+//! [`SubAgent`]; other crates add their own delegates, such as an RLM).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use recursive_core::{
+    ChatOptions, ChatProvider, ChatRequest, EventKind, FinishReason, Message, RunScope, SubAgent, SubAgentError,
+    ToolCall, ToolContext, ToolRegistry,
+};
+use serde_json::Value;
+
+use crate::context::GoalContext;
+use crate::model::{ModelCallError, call_model};
+use crate::structured::ActionPlan;
+
+/// Why an action produced no output.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActionError {
+    /// The action ran and failed, or its input was unusable.
+    #[error("{0}")]
+    Failed(String),
+    /// A limit (depth, budget, wall clock, cancellation) stopped it; the goal ends
+    /// `constrained`.
+    #[error("{0}")]
+    Constrained(String),
+}
+
+impl From<ModelCallError> for ActionError {
+    fn from(e: ModelCallError) -> Self {
+        match e {
+            ModelCallError::Stopped(r) => ActionError::Constrained(r.to_string()),
+            other => ActionError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// What an action is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct ActionRequest<'a> {
+    /// The goal being executed.
+    pub goal: &'a str,
+    /// The action the model chose.
+    pub plan: &'a ActionPlan,
+    /// The goal's context (objective, stack, evidence...).
+    pub context: &'a GoalContext,
+    /// The goal's run-tree node: nested runs attach here, model calls record usage here.
+    pub scope: &'a RunScope,
+}
+
+/// What an action produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionOutput {
+    /// The result text, which becomes the goal's summary and evidence.
+    pub content: String,
+    /// Structured data worth logging, if any.
+    pub data: Option<Value>,
+}
+
+impl ActionOutput {
+    /// Output with text only.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self { content: content.into(), data: None }
+    }
+}
+
+/// One action type.
+#[async_trait]
+pub trait ActionExecutor: Send + Sync {
+    /// The action type's name (what the model writes as `type`).
+    fn name(&self) -> &str;
+
+    /// What it does and how to fill `target` and `input`, for the model.
+    fn description(&self) -> String;
+
+    /// Checks a planned action before it is accepted (unknown tool, bad arguments...). The
+    /// message goes back to the model, which is asked once more.
+    fn check(&self, _plan: &ActionPlan) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Runs the action.
+    async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError>;
+}
+
+/// The action types available to a pursuit, by name.
+#[derive(Clone, Default)]
+pub struct ActionRegistry {
+    actions: BTreeMap<String, Arc<dyn ActionExecutor>>,
+}
+
+impl std::fmt::Debug for ActionRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.actions.keys()).finish()
+    }
+}
+
+impl ActionRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `tool` (when there are tools), `analyze` and `synthesize`.
+    pub fn standard(provider: Arc<dyn ChatProvider>, tools: ToolRegistry, options: ChatOptions) -> Self {
+        let mut r = Self::new();
+        if !tools.is_empty() {
+            r.register(Arc::new(ToolAction::new(tools)));
+        }
+        r.register(Arc::new(ModelAction::analyze(provider.clone(), options.clone())));
+        r.register(Arc::new(ModelAction::synthesize(provider, options)));
+        r
+    }
+
+    /// Adds (or replaces) an action type under its name.
+    pub fn register(&mut self, action: Arc<dyn ActionExecutor>) -> &mut Self {
+        self.actions.insert(action.name().to_string(), action);
+        self
+    }
+
+    /// Builder form of [`ActionRegistry::register`].
+    pub fn with(mut self, action: Arc<dyn ActionExecutor>) -> Self {
+        self.register(action);
+        self
+    }
+
+    /// The action type with this name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn ActionExecutor>> {
+        self.actions.get(name)
+    }
+
+    /// Names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.actions.keys().cloned().collect()
+    }
+
+    /// One line per action type, `name: description`, as shown to the model.
+    pub fn capabilities(&self) -> Vec<String> {
+        self.actions.iter().map(|(n, a)| format!("{n}: {}", a.description())).collect()
+    }
+
+    /// Checks a planned action: a known type whose own check passes.
+    pub fn check(&self, plan: &ActionPlan) -> Result<(), String> {
+        let action = self.actions.get(&plan.kind).ok_or_else(|| {
+            format!("unknown action type `{}`; available action types: {}", plan.kind, self.names().join(", "))
+        })?;
+        action.check(plan)
+    }
+
+    /// Number of action types.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
+/// `tool`: one call through a [`ToolRegistry`]; `target` is the tool name and `input` its JSON
+/// arguments object.
+pub struct ToolAction {
+    tools: ToolRegistry,
+    next_id: AtomicU64,
+}
+
+impl ToolAction {
+    /// An action over these tools.
+    pub fn new(tools: ToolRegistry) -> Self {
+        Self { tools, next_id: AtomicU64::new(1) }
+    }
+
+    fn arguments(plan: &ActionPlan) -> Result<Value, String> {
+        let text = plan.input.trim();
+        if text.is_empty() {
+            return Ok(Value::Object(Default::default()));
+        }
+        match serde_json::from_str::<Value>(text) {
+            Ok(v) if v.is_object() => Ok(v),
+            Ok(_) => Err(format!("input for tool `{}` must be a JSON object of arguments", plan.target)),
+            Err(e) => Err(format!("input for tool `{}` is not valid JSON: {e}", plan.target)),
+        }
+    }
+}
+
+#[async_trait]
+impl ActionExecutor for ToolAction {
+    fn name(&self) -> &str {
+        "tool"
+    }
+
+    fn description(&self) -> String {
+        let mut d =
+            String::from("call one tool. `target` = the tool name, `input` = its arguments as a JSON object. Tools:");
+        for spec in self.tools.specs() {
+            d.push_str(&format!("\n    - {}: {} Arguments schema: {}", spec.name, spec.description, spec.parameters));
+        }
+        d
+    }
+
+    fn check(&self, plan: &ActionPlan) -> Result<(), String> {
+        if self.tools.get(&plan.target).is_none() {
+            return Err(format!("unknown tool `{}`; available tools: {}", plan.target, self.tools.names().join(", ")));
+        }
+        Self::arguments(plan).map(|_| ())
+    }
+
+    async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
+        let plan = request.plan;
+        let arguments = Self::arguments(plan).map_err(ActionError::Failed)?;
+        if let Some(reason) = request.scope.stop_reason() {
+            return Err(ActionError::Constrained(reason.to_string()));
+        }
+        let call = ToolCall {
+            id: format!("goal_call_{}", self.next_id.fetch_add(1, Ordering::Relaxed)),
+            name: plan.target.clone(),
+            arguments,
+        };
+        let scope = request.scope;
+        scope.emit(0, EventKind::ToolCall { call: call.clone() });
+        let ctx = ToolContext { scope: scope.clone(), step: 0, call_id: call.id.clone() };
+        let t0 = Instant::now();
+        let result = self.tools.call(&call, &ctx).await;
+        let (output, is_error) = match &result {
+            Ok(out) => (out.clone(), false),
+            Err(e) => (format!("error: {e}"), true),
+        };
+        scope.emit(
+            0,
+            EventKind::ToolResult {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                output,
+                is_error,
+                duration_ms: t0.elapsed().as_millis() as u64,
+            },
+        );
+        result.map(ActionOutput::text).map_err(|e| ActionError::Failed(format!("tool `{}`: {e}", call.name)))
+    }
+}
+
+/// `analyze` or `synthesize`: one model call over the goal's context and evidence, following
+/// the instructions in `input`.
+pub struct ModelAction {
+    name: String,
+    description: String,
+    instruction: String,
+    provider: Arc<dyn ChatProvider>,
+    options: ChatOptions,
+    evidence_chars: usize,
+}
+
+impl ModelAction {
+    /// `analyze`: reason over the evidence to answer the goal.
+    pub fn analyze(provider: Arc<dyn ChatProvider>, options: ChatOptions) -> Self {
+        Self {
+            name: "analyze".into(),
+            description: "think it through with the model over the evidence so far; `input` = what to analyze and \
+                          how. Use when reasoning alone (no new data) accomplishes the goal."
+                .into(),
+            instruction:
+                "Action: analyze. Accomplish the current goal by careful analysis of the evidence and your own \
+                          knowledge. Answer with the result itself, concisely, stating any uncertainty."
+                    .into(),
+            provider,
+            options,
+            evidence_chars: 12_000,
+        }
+    }
+
+    /// `synthesize`: combine the evidence into a result.
+    pub fn synthesize(provider: Arc<dyn ChatProvider>, options: ChatOptions) -> Self {
+        Self {
+            name: "synthesize".into(),
+            description: "combine the evidence gathered so far into a result with the model; `input` = what to \
+                          produce. Use when the evidence already holds what the goal needs."
+                .into(),
+            instruction: "Action: synthesize. Accomplish the current goal by combining the evidence into one coherent \
+                          result. Do not invent facts the evidence does not support; say what is missing."
+                .into(),
+            provider,
+            options,
+            evidence_chars: 12_000,
+        }
+    }
+
+    /// Shows at most this many characters of evidence in the prompt.
+    pub fn with_evidence_chars(mut self, chars: usize) -> Self {
+        self.evidence_chars = chars;
+        self
+    }
+}
+
+#[async_trait]
+impl ActionExecutor for ModelAction {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
+        let mut user = request.context.render(request.goal, self.evidence_chars);
+        if !request.plan.input.trim().is_empty() {
+            user.push_str(&format!("\nInstructions: {}\n", request.plan.input));
+        }
+        let options = ChatOptions { response_format: None, ..self.options.clone() };
+        let req = ChatRequest {
+            messages: vec![Message::system(self.instruction.clone()), Message::user(user)],
+            tools: Vec::new(),
+            options,
+        };
+        let response = call_model(self.provider.as_ref(), req, request.scope).await?;
+        if response.message.content.trim().is_empty() {
+            return Err(ActionError::Failed(format!("{}: the model returned no text", self.name)));
+        }
+        Ok(ActionOutput::text(response.message.content))
+    }
+}
+
+/// Something a goal's task can be handed to whole (a sub-agent, an RLM...).
+#[async_trait]
+pub trait Delegate: Send + Sync {
+    /// What it is good at, for the model.
+    fn description(&self) -> String;
+
+    /// Runs the task as a child of `scope` and returns its answer.
+    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError>;
+}
+
+#[async_trait]
+impl Delegate for SubAgent {
+    fn description(&self) -> String {
+        SubAgent::description(self).to_string()
+    }
+
+    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError> {
+        match self.invoke(task, scope).await {
+            Ok(o) if o.is_complete() => Ok(o.output),
+            Ok(o) => match o.finish_reason {
+                FinishReason::TokenBudgetExceeded
+                | FinishReason::CostBudgetExceeded
+                | FinishReason::WallClockExceeded
+                | FinishReason::Cancelled => Err(ActionError::Constrained(o.to_tool_text())),
+                _ => Err(ActionError::Failed(o.to_tool_text())),
+            },
+            Err(SubAgentError::Depth(e)) => Err(ActionError::Constrained(e.to_string())),
+            Err(e) => Err(ActionError::Failed(e.to_string())),
+        }
+    }
+}
+
+/// `delegate`: hands the task in `input` to the delegate named in `target`.
+#[derive(Default, Clone)]
+pub struct DelegateAction {
+    delegates: BTreeMap<String, Arc<dyn Delegate>>,
+}
+
+impl DelegateAction {
+    /// No delegates yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a delegate under a name.
+    pub fn with(mut self, name: impl Into<String>, delegate: Arc<dyn Delegate>) -> Self {
+        self.delegates.insert(name.into(), delegate);
+        self
+    }
+
+    /// Adds a sub-agent under its own name.
+    pub fn with_sub_agent(self, agent: Arc<SubAgent>) -> Self {
+        let name = agent.name().to_string();
+        self.with(name, agent)
+    }
+
+    /// Delegate names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.delegates.keys().cloned().collect()
+    }
+
+    fn pick(&self, target: &str) -> Result<(&String, &Arc<dyn Delegate>), String> {
+        if target.trim().is_empty() && self.delegates.len() == 1 {
+            return self.delegates.iter().next().ok_or_else(|| "no delegates".to_string());
+        }
+        self.delegates
+            .get_key_value(target)
+            .ok_or_else(|| format!("unknown delegate `{target}`; available delegates: {}", self.names().join(", ")))
+    }
+}
+
+#[async_trait]
+impl ActionExecutor for DelegateAction {
+    fn name(&self) -> &str {
+        "delegate"
+    }
+
+    fn description(&self) -> String {
+        let mut d = String::from(
+            "hand the whole task to a delegate. `target` = its name, `input` = the task, with \
+                                  everything it needs to know. Delegates:",
+        );
+        for (n, del) in &self.delegates {
+            d.push_str(&format!("\n    - {n}: {}", del.description()));
+        }
+        d
+    }
+
+    fn check(&self, plan: &ActionPlan) -> Result<(), String> {
+        self.pick(&plan.target)?;
+        if plan.input.trim().is_empty() {
+            return Err("a delegate needs the task in `input`".into());
+        }
+        Ok(())
+    }
+
+    async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
+        let (_, delegate) = self.pick(&request.plan.target).map_err(ActionError::Failed)?;
+        let task = if request.plan.input.trim().is_empty() { request.goal } else { request.plan.input.as_str() };
+        delegate.run(task, request.scope).await.map(ActionOutput::text)
+    }
+}

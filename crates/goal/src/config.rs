@@ -1,0 +1,122 @@
+//! Configuration of goal pursuit: the constraints checked before each goal, the cycle
+//! detection thresholds, and the options of every model call.
+
+use std::time::Duration;
+
+use recursive_core::ChatOptions;
+use serde::{Deserialize, Serialize};
+
+/// Limits checked before each goal starts. A violation ends that goal with status
+/// `constrained`; the rest of the tree still synthesizes what it has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Constraints {
+    /// Deepest goal allowed (the objective is depth 0).
+    pub max_depth: u32,
+    /// Wall clock for the whole pursuit.
+    #[serde(with = "duration_secs")]
+    pub max_time: Duration,
+    /// USD the whole pursuit may spend.
+    pub max_cost_usd: f64,
+    /// Goals the whole pursuit may start (the objective counts as one).
+    pub max_goals: usize,
+}
+
+impl Default for Constraints {
+    fn default() -> Self {
+        Self { max_depth: 15, max_time: Duration::from_secs(3600), max_cost_usd: 10.0, max_goals: 100 }
+    }
+}
+
+/// Which text-similarity score detects a near-duplicate of an ancestor goal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SimilarityMetric {
+    /// Normalized Levenshtein similarity (strict; the default).
+    #[default]
+    Levenshtein,
+    /// Jaro-Winkler similarity (favours shared prefixes).
+    JaroWinkler,
+}
+
+/// How a [`crate::GoalPursuer`] behaves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GoalConfig {
+    /// Constraints checked before each goal.
+    pub constraints: Constraints,
+    /// A goal whose normalised text scores at least this against a goal on its stack is a
+    /// cycle.
+    pub similarity_threshold: f64,
+    /// The text-similarity score used.
+    pub similarity_metric: SimilarityMetric,
+    /// With an embedder configured, a cosine similarity at least this is a cycle.
+    pub semantic_threshold: f64,
+    /// Options of every model call (model name, temperature...). `response_format` is set
+    /// per phase when `native_structured_output` is on.
+    pub options: ChatOptions,
+    /// Ask providers for their native JSON-schema output mode.
+    pub native_structured_output: bool,
+    /// How many more times a phase asks the model after an unusable JSON reply.
+    pub json_retries: u32,
+    /// Most sub-goals one decomposition may have (extra ones are dropped and logged).
+    pub max_subgoals: usize,
+    /// Goals of one layer run at most this many at once.
+    pub layer_concurrency: usize,
+    /// Characters of evidence shown in a prompt (the newest items are kept).
+    pub evidence_chars: usize,
+}
+
+impl Default for GoalConfig {
+    fn default() -> Self {
+        Self {
+            constraints: Constraints::default(),
+            similarity_threshold: 0.9,
+            similarity_metric: SimilarityMetric::default(),
+            semantic_threshold: 0.95,
+            options: ChatOptions::default(),
+            native_structured_output: true,
+            json_retries: 1,
+            max_subgoals: 8,
+            layer_concurrency: 8,
+            evidence_chars: 12_000,
+        }
+    }
+}
+
+mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_limits() {
+        let c = Constraints::default();
+        assert_eq!((c.max_depth, c.max_time.as_secs(), c.max_goals), (15, 3600, 100));
+        assert!((c.max_cost_usd - 10.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn config_reads_partial_json_with_time_in_seconds() {
+        let c: GoalConfig = serde_json::from_str(r#"{"constraints": {"max_time": 1.5, "max_goals": 7}}"#).unwrap();
+        assert_eq!(c.constraints.max_time, Duration::from_millis(1500));
+        assert_eq!(c.constraints.max_goals, 7);
+        assert_eq!(c.constraints.max_depth, 15);
+        assert!((c.similarity_threshold - 0.9).abs() < f64::EPSILON);
+    }
+}

@@ -1,0 +1,244 @@
+//! The execution log of goal pursuit: every event (started, assessed, decomposed, executed,
+//! achieved, synthesized, constrained, cycle_detected...) with its goal, depth, parent and
+//! data, kept in memory and appended to a JSONL file as it happens (one flushed line per
+//! event), and [`trace`] to pull out a goal with all its descendants.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What happened to a goal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GoalEventKind {
+    /// Pursuit of the goal began.
+    Started,
+    /// The model decided whether it is directly executable.
+    Assessed,
+    /// It was split into sub-goals.
+    Decomposed,
+    /// Its action ran (data says whether it succeeded).
+    Executed,
+    /// After a layer, the model judged whether it is already achieved.
+    Achieved,
+    /// Its sub-results were merged into its result.
+    Synthesized,
+    /// A constraint ended it.
+    Constrained,
+    /// It repeats a goal on its stack.
+    CycleDetected,
+    /// A fault or an unusable reply ended it outside its action.
+    Failed,
+    /// It was not pursued because its parent was already achieved.
+    Skipped,
+}
+
+impl GoalEventKind {
+    /// Snake-case name, as logged (the run-tree event is `goal_<name>`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GoalEventKind::Started => "started",
+            GoalEventKind::Assessed => "assessed",
+            GoalEventKind::Decomposed => "decomposed",
+            GoalEventKind::Executed => "executed",
+            GoalEventKind::Achieved => "achieved",
+            GoalEventKind::Synthesized => "synthesized",
+            GoalEventKind::Constrained => "constrained",
+            GoalEventKind::CycleDetected => "cycle_detected",
+            GoalEventKind::Failed => "failed",
+            GoalEventKind::Skipped => "skipped",
+        }
+    }
+}
+
+/// One entry of the execution log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalEvent {
+    /// When it happened.
+    pub timestamp: DateTime<Utc>,
+    /// What happened.
+    pub event: GoalEventKind,
+    /// The goal's hierarchical id (`1.2.1`).
+    pub goal_id: String,
+    /// The goal.
+    pub goal: String,
+    /// Its depth.
+    pub depth: u32,
+    /// The parent goal's id.
+    #[serde(default)]
+    pub parent_goal_id: Option<String>,
+    /// The parent goal.
+    #[serde(default)]
+    pub parent_goal: Option<String>,
+    /// The goal's status when this event ends it (`completed`, `constrained`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// The run-tree node of the goal.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Event data (assessment, plan, result...).
+    #[serde(default)]
+    pub data: Value,
+}
+
+/// Failure reading a log back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogReadError {
+    /// The file could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A line is not an event.
+    #[error("line {line}: {source}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+}
+
+/// The execution log: in memory, and optionally mirrored to a JSONL file.
+#[derive(Debug, Default)]
+pub struct ExecutionLog {
+    path: Option<PathBuf>,
+    file: Option<Mutex<File>>,
+    events: Mutex<Vec<GoalEvent>>,
+}
+
+impl ExecutionLog {
+    /// A log kept in memory only.
+    pub fn in_memory() -> Self {
+        Self::default()
+    }
+
+    /// A log that also appends to `path` (created with its parent directories; an existing
+    /// file is appended to).
+    pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self { path: Some(path), file: Some(Mutex::new(file)), events: Mutex::new(Vec::new()) })
+    }
+
+    /// The JSONL file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Records an event: kept in memory, then appended to the file as one flushed line.
+    pub fn record(&self, event: &GoalEvent) -> std::io::Result<()> {
+        // The memory lock is held while writing so the file and memory keep the same order.
+        let mut events = self.events.lock().map_err(|_| std::io::Error::other("goal log lock poisoned"))?;
+        events.push(event.clone());
+        let Some(file) = &self.file else { return Ok(()) };
+        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut f = file.lock().map_err(|_| std::io::Error::other("goal log lock poisoned"))?;
+        f.write_all(&line)?;
+        f.flush()
+    }
+
+    /// Every event so far, in order.
+    pub fn events(&self) -> Vec<GoalEvent> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// The events of every goal with exactly this text and of all their descendants.
+    pub fn trace(&self, goal: &str) -> Vec<GoalEvent> {
+        trace(&self.events(), goal)
+    }
+
+    /// The events of the goal with this id and of all its descendants.
+    pub fn trace_id(&self, goal_id: &str) -> Vec<GoalEvent> {
+        trace_id(&self.events(), goal_id)
+    }
+
+    /// Reads a JSONL log back.
+    pub fn read(path: impl AsRef<Path>) -> Result<Vec<GoalEvent>, LogReadError> {
+        let file = File::open(path.as_ref())?;
+        let mut out = Vec::new();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            out.push(serde_json::from_str(&line).map_err(|e| LogReadError::Json { line: i + 1, source: e })?);
+        }
+        Ok(out)
+    }
+}
+
+/// The events of every goal with exactly this text and of all their descendants, in order.
+pub fn trace(events: &[GoalEvent], goal: &str) -> Vec<GoalEvent> {
+    let mut roots: Vec<&str> = events.iter().filter(|e| e.goal == goal).map(|e| e.goal_id.as_str()).collect();
+    roots.sort_unstable();
+    roots.dedup();
+    events.iter().filter(|e| roots.iter().any(|r| is_within(&e.goal_id, r))).cloned().collect()
+}
+
+/// The events of the goal with this id and of all its descendants, in order.
+pub fn trace_id(events: &[GoalEvent], goal_id: &str) -> Vec<GoalEvent> {
+    events.iter().filter(|e| is_within(&e.goal_id, goal_id)).cloned().collect()
+}
+
+fn is_within(id: &str, root: &str) -> bool {
+    id == root || id.strip_prefix(root).is_some_and(|rest| rest.starts_with('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: &str, goal: &str, kind: GoalEventKind) -> GoalEvent {
+        GoalEvent {
+            timestamp: Utc::now(),
+            event: kind,
+            goal_id: id.into(),
+            goal: goal.into(),
+            depth: id.matches('.').count() as u32,
+            parent_goal_id: None,
+            parent_goal: None,
+            status: None,
+            run_id: None,
+            data: Value::Null,
+        }
+    }
+
+    #[test]
+    fn trace_takes_the_goal_and_its_descendants_only() {
+        let events = vec![
+            ev("1", "root", GoalEventKind::Started),
+            ev("1.1", "a", GoalEventKind::Started),
+            ev("1.1.1", "a1", GoalEventKind::Started),
+            ev("1.10", "j", GoalEventKind::Started),
+            ev("1.2", "b", GoalEventKind::Started),
+            ev("1.1", "a", GoalEventKind::Synthesized),
+        ];
+        let ids: Vec<_> = trace(&events, "a").iter().map(|e| e.goal_id.clone()).collect();
+        assert_eq!(ids, vec!["1.1", "1.1.1", "1.1"]);
+        assert_eq!(trace_id(&events, "1").len(), 6);
+        assert!(trace(&events, "missing").is_empty());
+    }
+
+    #[test]
+    fn file_log_survives_reopen_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs/goals.jsonl");
+        ExecutionLog::create(&path).unwrap().record(&ev("1", "root", GoalEventKind::Started)).unwrap();
+        ExecutionLog::create(&path).unwrap().record(&ev("1", "root", GoalEventKind::Synthesized)).unwrap();
+        let back = ExecutionLog::read(&path).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].event, GoalEventKind::Synthesized);
+        let line = std::fs::read_to_string(&path).unwrap();
+        assert!(line.lines().next().unwrap().contains(r#""event":"started""#));
+    }
+}

@@ -1,0 +1,356 @@
+//! Structured model outputs: the JSON each phase asks for (assessment, decomposition,
+//! achievement check, synthesis), their schemas, and a lenient parser that repairs the
+//! common, safe-to-fix defects (code fences, prose around the object, trailing commas).
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// The assess phase: is the goal directly executable, and with which action?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Assessment {
+    /// True when one action can accomplish the goal directly.
+    pub executable: bool,
+    /// Why.
+    #[serde(default)]
+    pub reasoning: String,
+    /// The action, when executable.
+    #[serde(default)]
+    pub action: Option<ActionPlan>,
+}
+
+/// One action chosen for an executable goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ActionPlan {
+    /// Action type, e.g. `tool`, `analyze`, `synthesize`, `delegate`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The tool or delegate to use; empty when the action type needs none.
+    #[serde(default)]
+    pub target: String,
+    /// For `tool`: the arguments as a JSON object (text). Otherwise: instructions or the task.
+    #[serde(default, deserialize_with = "text_or_json")]
+    pub input: String,
+}
+
+/// The decompose phase: sub-goals of a goal that is not directly executable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Decomposition {
+    /// How the goal was split.
+    #[serde(default)]
+    pub reasoning: String,
+    /// The sub-goals, in a sensible order.
+    pub sub_goals: Vec<SubGoalPlan>,
+}
+
+/// One planned sub-goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SubGoalPlan {
+    /// The sub-goal, stated so it can be pursued on its own.
+    pub goal: String,
+    /// Why it is needed.
+    #[serde(default)]
+    pub rationale: String,
+    /// 0-based indices of the sibling sub-goals whose results it needs.
+    #[serde(default)]
+    pub depends_on: Vec<i64>,
+    /// Estimated complexity.
+    #[serde(default)]
+    pub complexity: Complexity,
+}
+
+/// Estimated complexity of a sub-goal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Complexity {
+    /// A single simple step.
+    Low,
+    /// A few steps.
+    #[default]
+    Medium,
+    /// Many steps or much uncertainty.
+    High,
+}
+
+impl<'de> Deserialize<'de> for Complexity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Models write "Low", "HIGH", 2 or 7 as often as "low"; all are unambiguous.
+        let v = Value::deserialize(d)?;
+        let parsed = match &v {
+            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+                "low" | "simple" | "easy" => Some(Complexity::Low),
+                "medium" | "moderate" => Some(Complexity::Medium),
+                "high" | "complex" | "hard" => Some(Complexity::High),
+                _ => None,
+            },
+            Value::Number(n) => n.as_f64().map(|x| match x {
+                x if x <= 3.0 => Complexity::Low,
+                x if x <= 6.0 => Complexity::Medium,
+                _ => Complexity::High,
+            }),
+            Value::Null => Some(Complexity::Medium),
+            _ => None,
+        };
+        parsed.ok_or_else(|| serde::de::Error::custom(format!("complexity must be low, medium or high, got {v}")))
+    }
+}
+
+/// The check after a layer: is the parent goal already achieved?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AchievedCheck {
+    /// True when the goal is achieved with the results so far.
+    pub achieved: bool,
+    /// Confidence in that judgement, 0 to 1.
+    #[serde(default, deserialize_with = "confidence")]
+    pub confidence: f64,
+    /// What is still missing.
+    #[serde(default)]
+    pub gaps: Vec<String>,
+    /// Why.
+    #[serde(default)]
+    pub reasoning: String,
+}
+
+/// The synthesize phase: the sub-results merged into the parent's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SynthesisOutput {
+    /// The answer to the goal.
+    pub summary: String,
+    /// The key findings.
+    #[serde(default)]
+    pub key_findings: Vec<String>,
+    /// Confidence in the result, 0 to 1.
+    #[serde(default, deserialize_with = "confidence")]
+    pub confidence: f64,
+    /// What the result does not cover or may get wrong.
+    #[serde(default)]
+    pub limitations: Vec<String>,
+}
+
+fn text_or_json<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s,
+        Value::Null => String::new(),
+        other => other.to_string(),
+    })
+}
+
+fn confidence<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = Value::deserialize(d)?;
+    let x = match &v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().trim_end_matches('%').trim().parse::<f64>().ok(),
+        Value::Null => Some(0.0),
+        _ => None,
+    }
+    .ok_or_else(|| serde::de::Error::custom(format!("confidence must be a number from 0 to 1, got {v}")))?;
+    // A percentage (e.g. 85) is read as 0.85.
+    let x = if x > 1.0 && x <= 100.0 { x / 100.0 } else { x };
+    Ok(x.clamp(0.0, 1.0))
+}
+
+/// A reply that could not be turned into the expected structure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ParseError {
+    /// What was wrong, worded for the model that has to fix it.
+    pub message: String,
+}
+
+/// Parses a model reply into `T`, repairing what is safe to repair: code fences, prose around
+/// the JSON object, and trailing commas. Nothing is guessed: a reply with other defects, or
+/// with valid JSON of the wrong shape, is an error naming the problem.
+pub fn parse_lenient<T: DeserializeOwned>(raw: &str) -> Result<T, ParseError> {
+    let trimmed = raw.trim();
+    if let Ok(v) = serde_json::from_str::<T>(trimmed) {
+        return Ok(v);
+    }
+    let Some(candidate) = extract_json(trimmed) else {
+        return Err(ParseError { message: format!("the reply contains no JSON object: {}", preview(trimmed)) });
+    };
+    let repaired = remove_trailing_commas(&candidate);
+    match serde_json::from_str::<Value>(&repaired) {
+        Err(e) => Err(ParseError { message: format!("invalid JSON: {e}") }),
+        Ok(value) => serde_json::from_value::<T>(value)
+            .map_err(|e| ParseError { message: format!("JSON does not match the schema: {e}") }),
+    }
+}
+
+fn preview(text: &str) -> String {
+    let mut p: String = text.chars().take(80).collect();
+    if text.chars().count() > 80 {
+        p.push('…');
+    }
+    format!("{p:?}")
+}
+
+/// The JSON object (or array) in a reply: inside a code fence if there is one, from the first
+/// opening bracket to its balanced close (or to the end when it never closes).
+fn extract_json(text: &str) -> Option<String> {
+    let body = strip_fence(text).unwrap_or(text);
+    let start = body.find(['{', '['])?;
+    let bytes = body.as_bytes();
+    let mut depth = 0i32;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, &b) in bytes.iter().enumerate().skip(start) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(body[start..=i].to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(body[start..].to_string())
+}
+
+fn strip_fence(text: &str) -> Option<&str> {
+    let open = text.find("```")?;
+    let after = &text[open + 3..];
+    // Skip the language tag (`json`) up to the end of the fence line.
+    let body_start = after.find('\n').map(|n| n + 1).unwrap_or(0);
+    let body = &after[body_start..];
+    let close = body.find("```").unwrap_or(body.len());
+    Some(&body[..close])
+}
+
+/// Drops commas that directly precede a closing bracket, outside strings.
+fn remove_trailing_commas(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, &c) in chars.iter().enumerate() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            out.push(c);
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+        } else if c == ',' {
+            let next = chars[i + 1..].iter().find(|n| !n.is_whitespace());
+            if matches!(next, Some('}') | Some(']')) {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The JSON Schema of `T` shaped for providers' strict structured-output modes: every object
+/// lists all its properties as required and allows no others, and keywords those modes reject
+/// (`format`, `default`, `$schema`) are removed. Parsing stays lenient either way.
+pub fn output_schema<T: JsonSchema>() -> Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| serde_json::json!({}));
+    strictify(&mut v);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+    }
+    v
+}
+
+fn strictify(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            o.remove("format");
+            o.remove("default");
+            if let Some(Value::Object(props)) = o.get("properties") {
+                let names: Vec<Value> = props.keys().cloned().map(Value::String).collect();
+                o.insert("required".into(), Value::Array(names));
+                o.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (key, child) in o.iter_mut() {
+                // Property maps hold names, not keywords: recurse into their values only.
+                if key == "properties" || key == "$defs" {
+                    if let Value::Object(m) = child {
+                        m.values_mut().for_each(strictify);
+                    }
+                } else {
+                    strictify(child);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strictify),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repairs_code_fence_prose_and_trailing_commas() {
+        let raw = "Here is the plan:\n```json\n{\"reasoning\": \"r\", \"sub_goals\": [\n  {\"goal\": \"a\", \
+                   \"depends_on\": [],},\n  {\"goal\": \"b, c\", \"depends_on\": [0,]},\n],}\n```\nHope it helps.";
+        let d: Decomposition = parse_lenient(raw).unwrap();
+        assert_eq!(d.sub_goals.len(), 2);
+        assert_eq!(d.sub_goals[1].goal, "b, c");
+        assert_eq!(d.sub_goals[1].depends_on, vec![0]);
+    }
+
+    #[test]
+    fn keeps_commas_and_brackets_inside_strings() {
+        let raw = r#"{"summary": "a,} b,]", "key_findings": ["x, }"]}"#;
+        let s: SynthesisOutput = parse_lenient(raw).unwrap();
+        assert_eq!(s.summary, "a,} b,]");
+        assert_eq!(s.key_findings, vec!["x, }"]);
+    }
+
+    #[test]
+    fn wrong_shape_is_reported_not_guessed() {
+        let err = parse_lenient::<Decomposition>(r#"{"steps": ["a"]}"#).unwrap_err();
+        assert!(err.message.contains("sub_goals"), "{err}");
+        let err = parse_lenient::<Decomposition>("I cannot do that.").unwrap_err();
+        assert!(err.message.contains("no JSON object"), "{err}");
+        let err = parse_lenient::<Decomposition>(r#"{"sub_goals": [{"goal": 'a'}]}"#).unwrap_err();
+        assert!(err.message.starts_with("invalid JSON"), "{err}");
+    }
+
+    #[test]
+    fn lenient_fields_accept_common_model_spellings() {
+        let a: AchievedCheck = parse_lenient(r#"{"achieved": true, "confidence": 85}"#).unwrap();
+        assert!((a.confidence - 0.85).abs() < 1e-9);
+        let p: SubGoalPlan = parse_lenient(r#"{"goal": "g", "complexity": "HIGH"}"#).unwrap();
+        assert_eq!(p.complexity, Complexity::High);
+        let a: Assessment = parse_lenient(
+            r#"{"executable": true, "action": {"type": "tool", "target": "read", "input": {"path": "a"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(a.action.unwrap().input, r#"{"path":"a"}"#);
+    }
+
+    #[test]
+    fn output_schema_requires_every_property_and_forbids_others() {
+        let s = output_schema::<Decomposition>();
+        assert_eq!(s["additionalProperties"], false);
+        let mut required: Vec<&str> = s["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        required.sort_unstable();
+        assert_eq!(required, vec!["reasoning", "sub_goals"]);
+        let item = &s["$defs"]["SubGoalPlan"];
+        assert_eq!(item["required"].as_array().unwrap().len(), 4);
+        assert!(!s.to_string().contains("\"format\""));
+    }
+}

@@ -1,0 +1,669 @@
+//! Anthropic Messages API.
+//!
+//! Two pure transforms around one HTTP call: [`AnthropicConfig::request_body`] (core request →
+//! wire body: system prompt at the top level, tool calls as `tool_use` blocks, consecutive tool
+//! results merged into one user message of `tool_result` blocks) and, back,
+//! [`MessageAccumulator`] (stream events → response) or [`parse_response`] (a complete JSON
+//! answer → response).
+
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use recursive_core::provider::response_stream;
+use recursive_core::{
+    ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
+    ToolCall, Usage,
+};
+use serde_json::{Value, json};
+
+use crate::error::LlmError;
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::sse::{self, Decoder, SseFrame};
+
+/// Default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Default model.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// The API version sent in `anthropic-version`.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// Token cap used when neither the request nor the configuration sets one (the API requires
+/// a value).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// How to reach the Messages API.
+#[derive(Clone, PartialEq)]
+pub struct AnthropicConfig {
+    /// Name in messages and events.
+    pub name: String,
+    /// Base URL without the version path, e.g. `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Sent as `x-api-key`; `None` sends no key (for local test servers).
+    pub api_key: Option<String>,
+    /// Model used when a request names none.
+    pub model: String,
+    /// Stream the answer (SSE) or ask for one JSON response.
+    pub stream: bool,
+    /// Token cap used when a request sets none.
+    pub default_max_tokens: u32,
+    /// Limit on a whole call, streaming included.
+    pub timeout: Duration,
+    /// Limit on connecting.
+    pub connect_timeout: Duration,
+    /// Extra headers sent with every request (e.g. `anthropic-beta`).
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("stream", &self.stream)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> Self {
+        Self {
+            name: "anthropic".into(),
+            base_url: DEFAULT_BASE_URL.into(),
+            api_key: None,
+            model: DEFAULT_MODEL.into(),
+            stream: true,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+impl AnthropicConfig {
+    /// A configuration for this base URL, with defaults for the rest.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self { base_url: base_url.into(), ..Self::default() }
+    }
+
+    /// The wire body for a request.
+    ///
+    /// The Messages API has no JSON mode; a requested [`ResponseFormat`] becomes an instruction
+    /// at the end of the system prompt.
+    pub fn request_body(&self, request: &ChatRequest) -> Result<wire::MessagesRequest, ProviderError> {
+        let opts = &request.options;
+        let model = if opts.model.is_empty() { self.model.clone() } else { opts.model.clone() };
+        if model.is_empty() {
+            return Err(ProviderError::Invalid(format!(
+                "{}: no model given and no default model configured",
+                self.name
+            )));
+        }
+        let mut system: Vec<String> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System && !m.content.is_empty())
+            .map(|m| m.content.clone())
+            .collect();
+        if let Some(instruction) = opts.response_format.as_ref().and_then(format_instruction) {
+            system.push(instruction);
+        }
+        Ok(wire::MessagesRequest {
+            model,
+            max_tokens: opts.max_tokens.unwrap_or(self.default_max_tokens),
+            system: (!system.is_empty()).then(|| system.join("\n\n")),
+            messages: request_messages(&request.messages),
+            tools: request
+                .tools
+                .iter()
+                .map(|t| wire::ToolDefinition {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.parameters.clone(),
+                })
+                .collect(),
+            temperature: opts.temperature,
+            stop_sequences: opts.stop.clone(),
+            stream: self.stream.then_some(true),
+        })
+    }
+}
+
+fn format_instruction(format: &ResponseFormat) -> Option<String> {
+    match format {
+        ResponseFormat::JsonObject => Some("Answer with a single JSON object and nothing else.".into()),
+        ResponseFormat::JsonSchema { name, schema } => Some(format!(
+            "Answer with a single JSON object (`{name}`) that matches this JSON Schema, and nothing else:\n{schema}"
+        )),
+        _ => None,
+    }
+}
+
+/// Converts the non-system messages: user and tool-result messages become user turns,
+/// adjacent turns of one role are merged (so consecutive tool results share one user message).
+fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
+    let mut turns: Vec<(&'static str, Vec<wire::RequestBlock>)> = Vec::new();
+    for m in messages {
+        let (role, blocks) = match m.role {
+            Role::System => continue,
+            Role::User => ("user", text_block(&m.content).into_iter().collect::<Vec<_>>()),
+            Role::Tool => (
+                "user",
+                vec![wire::RequestBlock::ToolResult {
+                    tool_use_id: m.tool_call_id.clone().unwrap_or_default(),
+                    content: m.content.clone(),
+                    is_error: m.is_error,
+                }],
+            ),
+            Role::Assistant => {
+                let mut blocks: Vec<_> = text_block(&m.content).into_iter().collect();
+                blocks.extend(m.tool_calls.iter().map(|c| wire::RequestBlock::ToolUse {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    input: input_object(&c.arguments),
+                }));
+                ("assistant", blocks)
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, mut blocks)| {
+            let content = match blocks.as_slice() {
+                [wire::RequestBlock::Text { .. }] => match blocks.remove(0) {
+                    wire::RequestBlock::Text { text } => wire::RequestContent::Text(text),
+                    other => wire::RequestContent::Blocks(vec![other]),
+                },
+                _ => wire::RequestContent::Blocks(blocks),
+            };
+            wire::RequestMessage { role, content }
+        })
+        .collect()
+}
+
+/// A text block, or none for empty text (the API rejects empty text blocks).
+fn text_block(text: &str) -> Option<wire::RequestBlock> {
+    (!text.is_empty()).then(|| wire::RequestBlock::Text { text: text.to_string() })
+}
+
+/// `tool_use.input` must be an object: objects pass, text holding an object is parsed, and
+/// anything else (arguments the model sent as broken JSON) is wrapped as `{"_raw": ...}`.
+fn input_object(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(_) => arguments.clone(),
+        Value::Null => json!({}),
+        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({ "_raw": raw }),
+        },
+        other => json!({ "_raw": other }),
+    }
+}
+
+/// Maps a `stop_reason`.
+pub fn stop_reason(reason: &str) -> StopReason {
+    match reason {
+        "end_turn" => StopReason::EndTurn,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" => StopReason::MaxTokens,
+        "stop_sequence" => StopReason::StopSequence,
+        "refusal" => StopReason::Refusal,
+        other => StopReason::Other(other.to_string()),
+    }
+}
+
+/// Maps wire usage (Anthropic's `input_tokens` already excludes cache reads and writes).
+pub fn usage(u: &wire::WireUsage) -> Usage {
+    Usage {
+        input_tokens: u.input_tokens.unwrap_or(0),
+        output_tokens: u.output_tokens.unwrap_or(0),
+        cache_read_tokens: u.cache_read_input_tokens.unwrap_or(0),
+        cache_write_tokens: u.cache_creation_input_tokens.unwrap_or(0),
+    }
+}
+
+/// The HTTP status Anthropic uses for an error type, so errors sent inside a stream retry
+/// like their HTTP equivalents.
+fn status_of_error_type(kind: &str) -> u16 {
+    match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
+}
+
+/// Parses a complete (non-streamed) JSON answer.
+pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, ProviderError> {
+    let text = String::from_utf8_lossy(body);
+    let message: wire::MessageResponse =
+        serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "message", &text, &e))?;
+    let mut acc = MessageAccumulator::new();
+    acc.model = message.model;
+    acc.usage = message.usage;
+    acc.stop_reason = message.stop_reason;
+    for (i, block) in message.content.into_iter().enumerate() {
+        let index = i as u32;
+        acc.blocks.insert(
+            index,
+            match block {
+                wire::ContentBlock::Text { text } => Block::Text(text),
+                wire::ContentBlock::ToolUse { id, name, input } => {
+                    Block::ToolUse { id, name, json: String::new(), start_input: input }
+                }
+                wire::ContentBlock::Other => Block::Other,
+            },
+        );
+    }
+    Ok(acc.finish())
+}
+
+#[derive(Debug, Clone)]
+enum Block {
+    Text(String),
+    ToolUse { id: String, name: String, json: String, start_input: Value },
+    Other,
+}
+
+/// Assembles a streamed message from its events: text blocks, tool-use input JSON pieces per
+/// block index, stop reason and usage. A plain struct, fed with parsed events, so it can be
+/// tested without HTTP.
+#[derive(Debug, Default, Clone)]
+pub struct MessageAccumulator {
+    model: String,
+    blocks: BTreeMap<u32, Block>,
+    stop_reason: Option<String>,
+    usage: wire::WireUsage,
+    stopped: bool,
+}
+
+impl MessageAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one event; returns the text that arrived with it. An `error` event becomes the
+    /// server's error.
+    pub fn push(&mut self, provider: &str, event: wire::StreamEvent) -> Result<Vec<String>, ProviderError> {
+        use wire::StreamEvent as E;
+        match event {
+            E::MessageStart { message } => {
+                self.model = message.model;
+                self.usage = message.usage;
+                Ok(Vec::new())
+            }
+            E::ContentBlockStart { index, content_block } => {
+                let (block, text) = match content_block {
+                    wire::ContentBlock::Text { text } => (Block::Text(text.clone()), vec![text]),
+                    wire::ContentBlock::ToolUse { id, name, input } => {
+                        (Block::ToolUse { id, name, json: String::new(), start_input: input }, Vec::new())
+                    }
+                    wire::ContentBlock::Other => (Block::Other, Vec::new()),
+                };
+                self.blocks.insert(index, block);
+                Ok(text)
+            }
+            E::ContentBlockDelta { index, delta } => match delta {
+                wire::BlockDelta::TextDelta { text } => {
+                    match self.blocks.entry(index).or_insert_with(|| Block::Text(String::new())) {
+                        Block::Text(t) => t.push_str(&text),
+                        _ => return Err(mismatch(provider, index, "text_delta")),
+                    }
+                    Ok(vec![text])
+                }
+                wire::BlockDelta::InputJsonDelta { partial_json } => {
+                    match self.blocks.get_mut(&index) {
+                        Some(Block::ToolUse { json, .. }) => json.push_str(&partial_json),
+                        _ => return Err(mismatch(provider, index, "input_json_delta")),
+                    }
+                    Ok(Vec::new())
+                }
+                wire::BlockDelta::Other => Ok(Vec::new()),
+            },
+            E::MessageDelta { delta, usage } => {
+                if delta.stop_reason.is_some() {
+                    self.stop_reason = delta.stop_reason;
+                }
+                if let Some(u) = usage {
+                    let merge = |new: Option<u64>, old: Option<u64>| new.or(old);
+                    self.usage = wire::WireUsage {
+                        input_tokens: merge(u.input_tokens, self.usage.input_tokens),
+                        output_tokens: merge(u.output_tokens, self.usage.output_tokens),
+                        cache_creation_input_tokens: merge(
+                            u.cache_creation_input_tokens,
+                            self.usage.cache_creation_input_tokens,
+                        ),
+                        cache_read_input_tokens: merge(u.cache_read_input_tokens, self.usage.cache_read_input_tokens),
+                    };
+                }
+                Ok(Vec::new())
+            }
+            E::MessageStop => {
+                self.stopped = true;
+                Ok(Vec::new())
+            }
+            E::Error { error } => Err(ProviderError::Http {
+                provider: provider.to_string(),
+                status: status_of_error_type(&error.kind),
+                message: format!("{}: {} (error event in the stream)", error.kind, error.message),
+                retry_after_secs: None,
+            }),
+            E::ContentBlockStop { .. } | E::Ping | E::Unknown => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether `message_stop` arrived.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether a stop reason arrived (the message is whole even if `message_stop` is missing).
+    pub fn has_stop_reason(&self) -> bool {
+        self.stop_reason.is_some()
+    }
+
+    /// The assembled response. Tool input JSON that does not parse (e.g. cut off by
+    /// `max_tokens`) is kept as a JSON string.
+    pub fn finish(&self) -> ChatResponse {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for (index, block) in &self.blocks {
+            match block {
+                Block::Text(t) => text.push_str(t),
+                Block::ToolUse { id, name, json, start_input } => {
+                    let arguments = if json.trim().is_empty() {
+                        if start_input.is_null() { json!({}) } else { start_input.clone() }
+                    } else {
+                        serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.clone()))
+                    };
+                    calls.push(ToolCall {
+                        id: if id.is_empty() { format!("toolu_{index}") } else { id.clone() },
+                        name: name.clone(),
+                        arguments,
+                    });
+                }
+                Block::Other => {}
+            }
+        }
+        let stop_reason = match &self.stop_reason {
+            Some(r) => stop_reason(r),
+            None if !calls.is_empty() => StopReason::ToolUse,
+            None => StopReason::EndTurn,
+        };
+        ChatResponse {
+            message: Message::assistant_with_tools(text, calls),
+            stop_reason,
+            usage: usage(&self.usage),
+            cost_usd: None,
+            model: self.model.clone(),
+        }
+    }
+}
+
+fn mismatch(provider: &str, index: u32, delta: &str) -> ProviderError {
+    ProviderError::Malformed {
+        provider: provider.to_string(),
+        message: format!("{delta} for content block {index}, which is not a block of that kind"),
+    }
+}
+
+struct EventDecoder {
+    provider: String,
+    acc: MessageAccumulator,
+    fallback_model: String,
+}
+
+impl Decoder for EventDecoder {
+    fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
+        let data = frame.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let what =
+            if frame.event == "message" { "stream event".to_string() } else { format!("`{}` event", frame.event) };
+        let event: wire::StreamEvent =
+            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, &what, data, &e))?;
+        self.acc.push(&self.provider, event)
+    }
+
+    fn is_done(&self) -> bool {
+        self.acc.is_stopped()
+    }
+
+    fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
+        if !self.acc.is_stopped() && !self.acc.has_stop_reason() {
+            return Err(ProviderError::Truncated {
+                provider: self.provider.clone(),
+                message: "the stream ended before message_delta / message_stop arrived".into(),
+            });
+        }
+        let mut response = self.acc.finish();
+        if response.model.is_empty() {
+            response.model = self.fallback_model.clone();
+        }
+        Ok(response)
+    }
+}
+
+/// Decodes a Messages API SSE byte stream into text deltas and a final response.
+pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    stream_with_model(provider, bytes, String::new())
+}
+
+fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let decoder = EventDecoder { provider: provider.to_string(), acc: MessageAccumulator::new(), fallback_model };
+    sse::drive(provider, sse::frames(provider, bytes), decoder)
+}
+
+/// A client of the Anthropic Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicProvider {
+    config: AnthropicConfig,
+    http: HttpClient,
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+impl AnthropicProvider {
+    /// A client for this configuration.
+    pub fn new(config: AnthropicConfig) -> Result<Self, LlmError> {
+        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
+        let base = config.base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") { join_url(base, "messages") } else { join_url(base, "v1/messages") };
+        let mut headers = vec![("anthropic-version".to_string(), API_VERSION.to_string())];
+        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
+            headers.push(("x-api-key".into(), key.clone()));
+        }
+        if config.stream {
+            headers.push(("accept".into(), "text/event-stream".into()));
+        }
+        headers.extend(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(Self { config, http, url, headers })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl ChatProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let body = self.config.request_body(&request)?;
+        let model = body.model.clone();
+        let response = self.http.post_json(&self.url, &self.headers, &body).await?;
+        // A server that ignored `stream: true` answers with plain JSON.
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if self.config.stream && !is_json {
+            return Ok(stream_with_model(&self.config.name, self.http.byte_stream(response), model));
+        }
+        let bytes = self.http.body(response).await?;
+        let mut parsed = parse_response(&self.config.name, &bytes)?;
+        if parsed.model.is_empty() {
+            parsed.model = model;
+        }
+        Ok(response_stream(parsed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recursive_core::ChatOptions;
+
+    fn event(v: Value) -> wire::StreamEvent {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall { id: id.into(), name: "f".into(), arguments: json!({"x": 1}) }
+    }
+
+    #[test]
+    fn consecutive_tool_results_merge_into_one_user_message() {
+        let req = ChatRequest {
+            messages: vec![
+                Message::system("sys"),
+                Message::user("go"),
+                Message::assistant_with_tools("calling", vec![call("a"), call("b")]),
+                Message::tool_result("a", "one", false),
+                Message::tool_result("b", "boom", true),
+            ],
+            ..Default::default()
+        };
+        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        assert_eq!(body["system"], "sys");
+        assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[0], json!({"role": "user", "content": "go"}));
+        assert_eq!(messages[1]["content"][1], json!({"type": "tool_use", "id": "a", "name": "f", "input": {"x": 1}}));
+        assert_eq!(
+            messages[2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "one"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "boom", "is_error": true}]})
+        );
+    }
+
+    #[test]
+    fn unparseable_arguments_still_send_an_object() {
+        assert_eq!(input_object(&Value::String("{\"a\":1}".into())), json!({"a": 1}));
+        assert_eq!(input_object(&Value::String("{oops".into())), json!({"_raw": "{oops"}));
+        assert_eq!(input_object(&Value::Null), json!({}));
+    }
+
+    #[test]
+    fn a_json_format_becomes_a_system_instruction() {
+        let req = ChatRequest {
+            messages: vec![Message::user("x")],
+            options: ChatOptions { response_format: Some(ResponseFormat::JsonObject), ..Default::default() },
+            ..Default::default()
+        };
+        let body = AnthropicConfig::default().request_body(&req).unwrap();
+        assert!(body.system.unwrap().contains("JSON object"));
+    }
+
+    #[test]
+    fn tool_input_pieces_assemble_per_block() {
+        let mut acc = MessageAccumulator::new();
+        let events = [
+            json!({"type": "message_start", "message": {"model": "m", "content": [], "usage":
+                {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 4, "cache_creation_input_tokens": 2}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"x\":"}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": " 2}"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        let mut text = Vec::new();
+        for e in events {
+            text.extend(acc.push("anthropic", event(e)).unwrap());
+        }
+        let r = acc.finish();
+        assert_eq!(text.concat(), "Hi");
+        assert_eq!(
+            r.message.tool_calls,
+            vec![ToolCall { id: "t1".into(), name: "f".into(), arguments: json!({"x": 2}) }]
+        );
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+        assert_eq!(r.usage, Usage { input_tokens: 10, output_tokens: 9, cache_read_tokens: 4, cache_write_tokens: 2 });
+    }
+
+    #[test]
+    fn an_error_event_carries_the_server_message() {
+        let mut acc = MessageAccumulator::new();
+        let err = acc
+            .push(
+                "anthropic",
+                event(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("Overloaded"), "{err}");
+        assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn stop_reasons_map() {
+        assert_eq!(stop_reason("stop_sequence"), StopReason::StopSequence);
+        assert_eq!(stop_reason("refusal"), StopReason::Refusal);
+        assert_eq!(stop_reason("pause_turn"), StopReason::Other("pause_turn".into()));
+    }
+
+    #[test]
+    fn a_complete_response_parses() {
+        let body = json!({"model": "m", "content": [{"type": "text", "text": "ok"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}], "stop_reason": "tool_use",
+            "usage": {"input_tokens": 3, "output_tokens": 4}});
+        let r = parse_response("anthropic", body.to_string().as_bytes()).unwrap();
+        assert_eq!(r.message.content, "ok");
+        assert_eq!(r.message.tool_calls[0].arguments, json!({"a": 1}));
+        assert_eq!(r.usage.output_tokens, 4);
+    }
+}

@@ -1,0 +1,241 @@
+//! Wire types of the Anthropic Messages API (request body, response, stream events), as plain
+//! serde structs with no behaviour. Unknown block, delta and event types are accepted and
+//! ignored.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The body of `POST /v1/messages`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessagesRequest {
+    /// Model id.
+    pub model: String,
+    /// Token cap (required by the API).
+    pub max_tokens: u32,
+    /// System prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The conversation, alternating user and assistant.
+    pub messages: Vec<RequestMessage>,
+    /// Tools offered to the model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Stop sequences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+    /// `true` for a streamed answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+}
+
+/// One message of a request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestMessage {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    /// Plain text or content blocks.
+    pub content: RequestContent,
+}
+
+/// The content of a request message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum RequestContent {
+    /// A single text.
+    Text(String),
+    /// Content blocks.
+    Blocks(Vec<RequestBlock>),
+}
+
+/// A content block of a request message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RequestBlock {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A tool call made by the assistant.
+    ToolUse {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments object.
+        input: Value,
+    },
+    /// The result of a tool call, sent by the user side.
+    ToolResult {
+        /// The call it answers.
+        tool_use_id: String,
+        /// The output text.
+        content: String,
+        /// Whether the tool failed.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    /// Tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the input.
+    pub input_schema: Value,
+}
+
+/// A complete (non-streamed) response, also the `message` of `message_start`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MessageResponse {
+    /// Model that answered.
+    #[serde(default)]
+    pub model: String,
+    /// Content blocks.
+    #[serde(default)]
+    pub content: Vec<ContentBlock>,
+    /// Why it stopped (`null` in `message_start`).
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// Token counts.
+    #[serde(default)]
+    pub usage: WireUsage,
+}
+
+/// A content block of a response.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Text.
+    Text {
+        /// The text.
+        #[serde(default)]
+        text: String,
+    },
+    /// A tool call.
+    ToolUse {
+        /// Call id.
+        #[serde(default)]
+        id: String,
+        /// Tool name.
+        #[serde(default)]
+        name: String,
+        /// Arguments (empty in a stream's `content_block_start`).
+        #[serde(default)]
+        input: Value,
+    },
+    /// Anything else (thinking, server tools...).
+    #[serde(other)]
+    Other,
+}
+
+/// Token counts. In `message_delta` every field is optional and cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct WireUsage {
+    /// Input tokens not read from or written to the cache.
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    /// Input tokens written to the cache.
+    #[serde(default)]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Input tokens read from the cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+/// One event of a stream (the `data:` JSON, tagged by `type`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// The message begins (model and input usage).
+    MessageStart {
+        /// The empty message.
+        message: MessageResponse,
+    },
+    /// A content block begins.
+    ContentBlockStart {
+        /// Block index.
+        index: u32,
+        /// The block's start.
+        content_block: ContentBlock,
+    },
+    /// A piece of a content block.
+    ContentBlockDelta {
+        /// Block index.
+        index: u32,
+        /// The piece.
+        delta: BlockDelta,
+    },
+    /// A content block ends.
+    ContentBlockStop {
+        /// Block index.
+        index: u32,
+    },
+    /// Top-level changes: stop reason and final usage.
+    MessageDelta {
+        /// Stop reason.
+        delta: MessageDeltaBody,
+        /// Cumulative usage.
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    /// The message ends.
+    MessageStop,
+    /// Keep-alive.
+    Ping,
+    /// The server failed mid-stream.
+    Error {
+        /// What went wrong.
+        error: ApiError,
+    },
+    /// Anything else.
+    #[serde(other)]
+    Unknown,
+}
+
+/// A piece of a content block.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BlockDelta {
+    /// Text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A piece of a tool call's input JSON.
+    InputJsonDelta {
+        /// The piece.
+        partial_json: String,
+    },
+    /// Anything else (thinking, signatures, citations...).
+    #[serde(other)]
+    Other,
+}
+
+/// The `delta` of `message_delta`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct MessageDeltaBody {
+    /// Why generation stopped.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+}
+
+/// An error object (`{"type": "...", "message": "..."}`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ApiError {
+    /// Error type, e.g. `overloaded_error`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The message.
+    #[serde(default)]
+    pub message: String,
+}

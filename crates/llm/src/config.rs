@@ -1,0 +1,545 @@
+//! Building a provider from settings (the `[provider]` table of `recursive.toml`, or flags),
+//! and picking one from the environment when nothing is configured.
+//!
+//! [`build_provider`] wires the layers: the base provider (OpenAI-compatible, Anthropic,
+//! Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
+//! pricing — so a cassette holds what the caller saw after retries, and costs are computed
+//! from current prices even on replay.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, Role, StopReason, Usage};
+use serde::{Deserialize, Serialize};
+
+use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
+use crate::error::LlmError;
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
+use crate::openai::{self, OpenAiConfig, OpenAiProvider};
+use crate::pricing::{PriceTable, PricedProvider};
+use crate::replay::{RecordingProvider, ReplayProvider};
+use crate::retry::{RetryPolicy, RetryProvider};
+
+/// Default model of Ollama.
+pub const OLLAMA_DEFAULT_MODEL: &str = "llama3.2";
+
+/// Default address of a local Ollama server.
+pub const OLLAMA_DEFAULT_HOST: &str = "http://127.0.0.1:11434";
+
+/// Which backend to talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ProviderKind {
+    /// OpenAI Chat Completions or any compatible server (set `base_url`).
+    #[serde(rename = "openai", alias = "open_ai", alias = "openai-compatible")]
+    OpenAi,
+    /// Anthropic Messages API.
+    Anthropic,
+    /// A local Ollama server through its OpenAI-compatible endpoint.
+    Ollama,
+    /// The scripted provider; with no script it echoes the last user message.
+    Mock,
+    /// Answers from a cassette (`replay` path).
+    Replay,
+}
+
+impl ProviderKind {
+    /// Every kind, for help texts.
+    pub const ALL: [ProviderKind; 5] =
+        [ProviderKind::OpenAi, ProviderKind::Anthropic, ProviderKind::Ollama, ProviderKind::Mock, ProviderKind::Replay];
+
+    /// The name used in settings and on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Mock => "mock",
+            ProviderKind::Replay => "replay",
+        }
+    }
+
+    /// The model used when the settings name none.
+    pub fn default_model(&self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => openai::DEFAULT_MODEL,
+            ProviderKind::Anthropic => anthropic::DEFAULT_MODEL,
+            ProviderKind::Ollama => OLLAMA_DEFAULT_MODEL,
+            ProviderKind::Mock => "mock",
+            ProviderKind::Replay => "",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ProviderKind {
+    type Err = LlmError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "openai" | "open_ai" | "openai-compatible" => Ok(ProviderKind::OpenAi),
+            "anthropic" => Ok(ProviderKind::Anthropic),
+            "ollama" => Ok(ProviderKind::Ollama),
+            "mock" => Ok(ProviderKind::Mock),
+            "replay" => Ok(ProviderKind::Replay),
+            other => Err(LlmError::InvalidSetting(format!(
+                "unknown provider `{other}` (known: {})",
+                ProviderKind::ALL.map(|k| k.as_str()).join(", ")
+            ))),
+        }
+    }
+}
+
+/// How to build a provider; the `[provider]` table of `recursive.toml`.
+///
+/// ```toml
+/// [provider]
+/// kind = "openai"
+/// model = "gpt-4o-mini"
+/// base_url = "http://127.0.0.1:11434/v1"   # any OpenAI-compatible server
+/// timeout = "120s"                          # or a number of seconds
+/// max_retries = 3
+/// stream = true
+/// record = "cassettes/run.jsonl"
+/// ```
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// The backend.
+    pub kind: ProviderKind,
+    /// Model id; `None` means the kind's default.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Base URL; `None` means the kind's default (or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
+    /// `OLLAMA_HOST`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// API key; `None` reads `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`. Never serialized.
+    #[serde(default, skip_serializing)]
+    pub api_key: Option<String>,
+    /// Limit on a whole call, streaming included (default 600 s).
+    #[serde(default, with = "duration_opt")]
+    pub timeout: Option<Duration>,
+    /// Limit on connecting (default 10 s).
+    #[serde(default, with = "duration_opt")]
+    pub connect_timeout: Option<Duration>,
+    /// Retries of transient failures (default 3; 0 disables).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// Stream answers (default) or ask for one JSON response per call.
+    #[serde(default = "yes")]
+    pub stream: bool,
+    /// Token cap used when a request sets none (Anthropic requires one; default 4096 there).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// OpenAI: send the cap as `max_completion_tokens` (newer models) instead of `max_tokens`.
+    #[serde(default)]
+    pub max_completion_tokens: bool,
+    /// Extra HTTP headers sent with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Append every interaction to this cassette.
+    #[serde(default)]
+    pub record: Option<PathBuf>,
+    /// Answer from this cassette instead of calling a model (implies kind `replay`).
+    #[serde(default)]
+    pub replay: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("kind", &self.kind)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("stream", &self.stream)
+            .field("max_tokens", &self.max_tokens)
+            .field("max_completion_tokens", &self.max_completion_tokens)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("record", &self.record)
+            .field("replay", &self.replay)
+            .finish()
+    }
+}
+
+/// OpenAI-compatible settings with every default (programmatic use; in TOML `kind` is
+/// required).
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self::new(ProviderKind::OpenAi)
+    }
+}
+
+impl ProviderSettings {
+    /// Settings for a kind with every default.
+    pub fn new(kind: ProviderKind) -> Self {
+        Self {
+            kind,
+            model: None,
+            base_url: None,
+            api_key: None,
+            timeout: None,
+            connect_timeout: None,
+            max_retries: None,
+            stream: true,
+            max_tokens: None,
+            max_completion_tokens: false,
+            headers: BTreeMap::new(),
+            record: None,
+            replay: None,
+        }
+    }
+
+    /// Sets the model.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets the base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = Some(base_url.into());
+        self
+    }
+
+    /// Sets the API key.
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// The model these settings resolve to.
+    pub fn resolved_model(&self) -> String {
+        self.model.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| self.kind.default_model().to_string())
+    }
+
+    /// Reads the `[provider]` table of a TOML document (`None` when there is none).
+    pub fn from_toml(text: &str) -> Result<Option<Self>, LlmError> {
+        #[derive(Deserialize)]
+        struct Doc {
+            provider: Option<ProviderSettings>,
+        }
+        let doc: Doc = toml::from_str(text).map_err(|e| LlmError::InvalidSetting(e.to_string()))?;
+        Ok(doc.provider)
+    }
+}
+
+/// Builds the provider the settings describe, reading API keys and base URLs from the process
+/// environment where the settings leave them out.
+pub fn build_provider(settings: &ProviderSettings, prices: &PriceTable) -> Result<Arc<dyn ChatProvider>, LlmError> {
+    build_provider_with_env(settings, prices, &|name| std::env::var(name).ok())
+}
+
+/// [`build_provider`] with an explicit environment lookup.
+pub fn build_provider_with_env(
+    settings: &ProviderSettings,
+    prices: &PriceTable,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatProvider>, LlmError> {
+    let env_nonempty = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let timeout = settings.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let connect_timeout = settings.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    let model = settings.resolved_model();
+
+    let (base, is_http): (Arc<dyn ChatProvider>, bool) = match (settings.kind, &settings.replay) {
+        (_, Some(path)) => {
+            if settings.record.is_some() {
+                return Err(LlmError::InvalidSetting("`record` and `replay` cannot both be set".into()));
+            }
+            (Arc::new(ReplayProvider::open(path)?), false)
+        }
+        (ProviderKind::Replay, None) => {
+            return Err(LlmError::InvalidSetting("provider `replay` needs a cassette path in `replay`".into()));
+        }
+        (ProviderKind::Mock, None) => (Arc::new(echo_mock(&model)), false),
+        (ProviderKind::OpenAi, None) => {
+            let base_url = settings
+                .base_url
+                .clone()
+                .or_else(|| env_nonempty("OPENAI_BASE_URL"))
+                .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string());
+            let api_key = settings.api_key.clone().or_else(|| env_nonempty("OPENAI_API_KEY"));
+            if api_key.is_none() && base_url.contains("api.openai.com") {
+                return Err(LlmError::MissingApiKey { provider: "openai".into(), env_var: "OPENAI_API_KEY".into() });
+            }
+            let config = OpenAiConfig {
+                name: "openai".into(),
+                base_url,
+                api_key,
+                model,
+                stream: settings.stream,
+                use_max_completion_tokens: settings.max_completion_tokens,
+                default_max_tokens: settings.max_tokens,
+                timeout,
+                connect_timeout,
+                headers: settings.headers.clone(),
+            };
+            (Arc::new(OpenAiProvider::new(config)?), true)
+        }
+        (ProviderKind::Ollama, None) => {
+            let base_url = settings.base_url.clone().unwrap_or_else(|| {
+                let host =
+                    env_nonempty("OLLAMA_HOST").map(|h| ollama_url(&h)).unwrap_or_else(|| OLLAMA_DEFAULT_HOST.into());
+                format!("{host}/v1")
+            });
+            let config = OpenAiConfig {
+                name: "ollama".into(),
+                base_url,
+                api_key: settings.api_key.clone(),
+                model,
+                stream: settings.stream,
+                use_max_completion_tokens: settings.max_completion_tokens,
+                default_max_tokens: settings.max_tokens,
+                timeout,
+                connect_timeout,
+                headers: settings.headers.clone(),
+            };
+            (Arc::new(OpenAiProvider::new(config)?), true)
+        }
+        (ProviderKind::Anthropic, None) => {
+            let base_url = settings
+                .base_url
+                .clone()
+                .or_else(|| env_nonempty("ANTHROPIC_BASE_URL"))
+                .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string());
+            let api_key = settings.api_key.clone().or_else(|| env_nonempty("ANTHROPIC_API_KEY"));
+            if api_key.is_none() && base_url.contains("api.anthropic.com") {
+                return Err(LlmError::MissingApiKey {
+                    provider: "anthropic".into(),
+                    env_var: "ANTHROPIC_API_KEY".into(),
+                });
+            }
+            let config = AnthropicConfig {
+                name: "anthropic".into(),
+                base_url,
+                api_key,
+                model,
+                stream: settings.stream,
+                default_max_tokens: settings.max_tokens.unwrap_or(anthropic::DEFAULT_MAX_TOKENS),
+                timeout,
+                connect_timeout,
+                headers: settings.headers.clone(),
+            };
+            (Arc::new(AnthropicProvider::new(config)?), true)
+        }
+    };
+
+    let mut provider = base;
+    let retries = settings.max_retries.unwrap_or(3);
+    if is_http && retries > 0 {
+        provider =
+            Arc::new(RetryProvider::new(provider, RetryPolicy { max_retries: retries, ..RetryPolicy::default() }));
+    }
+    if let Some(path) = &settings.record {
+        provider = Arc::new(RecordingProvider::new(provider, path)?);
+    }
+    Ok(Arc::new(PricedProvider::new(provider, prices.clone())))
+}
+
+/// A mock that answers every request with the last user message, echoed.
+fn echo_mock(model: &str) -> MockProvider {
+    let model = model.to_string();
+    let reply_model = model.clone();
+    MockProvider::with_handler(move |request| {
+        let last = request.messages.iter().rev().find(|m| m.role == Role::User).map(|m| m.content.as_str());
+        Ok(ChatResponse {
+            message: Message::assistant(format!("(mock) {}", last.unwrap_or_default())),
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+            cost_usd: None,
+            model: reply_model.clone(),
+        })
+    })
+    .with_model(model)
+}
+
+/// `OLLAMA_HOST` as a URL: a scheme and the default port are added, and a listen-everywhere
+/// address is replaced by the loopback address.
+pub fn ollama_url(host: &str) -> String {
+    let host = host.trim().trim_end_matches('/');
+    let (scheme, rest) = match host.split_once("://") {
+        Some((s, r)) => (s, r),
+        None => ("http", host),
+    };
+    let (name, port) = match rest.rsplit_once(':') {
+        Some((n, p)) if p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty() => (n, p),
+        _ => (rest, "11434"),
+    };
+    let name = if name.is_empty() || name == "0.0.0.0" { "127.0.0.1" } else { name };
+    format!("{scheme}://{name}:{port}")
+}
+
+/// Picks a provider from the environment: `ANTHROPIC_API_KEY` → Anthropic, else
+/// `OPENAI_API_KEY` → OpenAI (honouring `OPENAI_BASE_URL`), else an Ollama server answering on
+/// `OLLAMA_HOST` or 127.0.0.1:11434 → Ollama. `None` when there is none of these.
+pub async fn detect_from_env() -> Option<ProviderSettings> {
+    detect_from(&|name| std::env::var(name).ok()).await
+}
+
+/// [`detect_from_env`] with an explicit environment lookup.
+pub async fn detect_from(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Option<ProviderSettings> {
+    let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    if get("ANTHROPIC_API_KEY").is_some() {
+        let mut s = ProviderSettings::new(ProviderKind::Anthropic);
+        s.base_url = get("ANTHROPIC_BASE_URL");
+        return Some(s);
+    }
+    if get("OPENAI_API_KEY").is_some() {
+        let mut s = ProviderSettings::new(ProviderKind::OpenAi);
+        s.base_url = get("OPENAI_BASE_URL");
+        return Some(s);
+    }
+    let host = get("OLLAMA_HOST").map(|h| ollama_url(&h)).unwrap_or_else(|| OLLAMA_DEFAULT_HOST.to_string());
+    let models = probe_ollama(&host).await?;
+    let mut s = ProviderSettings::new(ProviderKind::Ollama).with_base_url(format!("{host}/v1"));
+    // Use the default model if it is installed, else the first installed one.
+    let has_default =
+        models.iter().any(|m| m == OLLAMA_DEFAULT_MODEL || m.starts_with(&format!("{OLLAMA_DEFAULT_MODEL}:")));
+    if !has_default && let Some(first) = models.first() {
+        s.model = Some(first.clone());
+    }
+    Some(s)
+}
+
+/// Asks an Ollama server for its models (`GET /api/tags`), with a short timeout.
+async fn probe_ollama(host: &str) -> Option<Vec<String>> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(1500))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .ok()?;
+    let response = client.get(format!("{host}/api/tags")).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    Some(
+        body["models"]
+            .as_array()
+            .map(|list| list.iter().filter_map(|m| m["name"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+    )
+}
+
+/// Durations in settings: a number of seconds or a string with a unit (`500ms`, `30s`, `2m`,
+/// `1h`).
+mod duration_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(f64),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_f64(d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let raw = Option::<Raw>::deserialize(d)?;
+        raw.map(|r| match r {
+            Raw::Secs(s) => Duration::try_from_secs_f64(s).map_err(serde::de::Error::custom),
+            Raw::Text(t) => parse(&t).ok_or_else(|| {
+                serde::de::Error::custom(format!("invalid duration `{t}` (use e.g. 500ms, 30s, 2m, 1h)"))
+            }),
+        })
+        .transpose()
+    }
+
+    pub fn parse(text: &str) -> Option<Duration> {
+        let t = text.trim();
+        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num.parse().ok()?;
+        let secs = match unit.trim() {
+            "" | "s" | "sec" | "secs" => n,
+            "ms" => n / 1000.0,
+            "m" | "min" | "mins" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => return None,
+        };
+        Duration::try_from_secs_f64(secs).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_read_from_a_provider_table() {
+        let text = r#"
+            [provider]
+            kind = "ollama"
+            model = "qwen3"
+            timeout = "2m"
+            connect_timeout = 3
+            stream = false
+            headers = { "x-test" = "1" }
+        "#;
+        let s = ProviderSettings::from_toml(text).unwrap().unwrap();
+        assert_eq!(s.kind, ProviderKind::Ollama);
+        assert_eq!(s.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(s.connect_timeout, Some(Duration::from_secs(3)));
+        assert!(!s.stream);
+        assert_eq!(s.headers["x-test"], "1");
+    }
+
+    #[test]
+    fn unknown_settings_are_rejected() {
+        let err = ProviderSettings::from_toml("[provider]\nkind = \"openai\"\nmodle = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn kinds_parse_from_their_names() {
+        assert_eq!("OpenAI".parse::<ProviderKind>().unwrap(), ProviderKind::OpenAi);
+        let err = "gemini".parse::<ProviderKind>().unwrap_err();
+        assert!(err.to_string().contains("known: openai, anthropic"), "{err}");
+    }
+
+    #[test]
+    fn the_api_key_is_redacted_in_debug_output() {
+        let s = ProviderSettings::new(ProviderKind::OpenAi).with_api_key("sk-secret");
+        assert!(!format!("{s:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn ollama_host_becomes_a_url() {
+        assert_eq!(ollama_url("0.0.0.0:11434"), "http://127.0.0.1:11434");
+        assert_eq!(ollama_url("http://gpu-box:8080/"), "http://gpu-box:8080");
+        assert_eq!(ollama_url("gpu-box"), "http://gpu-box:11434");
+    }
+
+    #[test]
+    fn durations_accept_units() {
+        assert_eq!(duration_opt::parse("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(duration_opt::parse("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(duration_opt::parse("3 weeks"), None);
+    }
+}

@@ -1,0 +1,223 @@
+//! HTTP plumbing shared by the HTTP providers: a client with its timeouts, posting a JSON body,
+//! turning an error status into [`ProviderError::Http`] with the provider's own message and its
+//! `Retry-After`, and classifying transport failures (timeout, refused, dropped).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use recursive_core::ProviderError;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use serde::Serialize;
+
+use crate::error::LlmError;
+
+/// Default limit on a whole call, streaming included.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default limit on establishing the connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest error body quoted in an error message.
+const MAX_ERROR_BODY: usize = 600;
+
+/// A reqwest client bound to one provider name and its timeouts.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    provider: String,
+    timeout: Duration,
+}
+
+impl HttpClient {
+    /// A client for `provider` with a total and a connect timeout.
+    pub(crate) fn new(provider: &str, timeout: Duration, connect_timeout: Duration) -> Result<Self, LlmError> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(connect_timeout)
+            .user_agent(concat!("recursive/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| LlmError::HttpClient { provider: provider.to_string(), message: e.to_string() })?;
+        Ok(Self { client, provider: provider.to_string(), timeout })
+    }
+
+    /// Posts `body` as JSON with extra headers; an error status becomes [`ProviderError::Http`].
+    pub(crate) async fn post_json(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: &impl Serialize,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let payload = serde_json::to_vec(body)
+            .map_err(|e| ProviderError::Invalid(format!("{}: cannot encode the request: {e}", self.provider)))?;
+        let mut builder = self.client.post(url).header(CONTENT_TYPE, "application/json").body(payload);
+        for (name, value) in headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        tracing::debug!(provider = %self.provider, url, "sending request");
+        let response = builder.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after_secs = retry_after(response.headers());
+        let text = response.text().await.unwrap_or_default();
+        Err(ProviderError::Http {
+            provider: self.provider.clone(),
+            status: status.as_u16(),
+            message: error_message(&text, status.canonical_reason().unwrap_or("error")),
+            retry_after_secs,
+        })
+    }
+
+    /// Reads a whole (non-streamed) body.
+    pub(crate) async fn body(&self, response: reqwest::Response) -> Result<Bytes, ProviderError> {
+        response.bytes().await.map_err(|e| self.body_error(e))
+    }
+
+    /// The body as a stream of chunks, transport failures classified.
+    pub(crate) fn byte_stream(&self, response: reqwest::Response) -> BoxStream<'static, Result<Bytes, ProviderError>> {
+        let this = self.clone();
+        response.bytes_stream().map_err(move |e| this.body_error(e)).boxed()
+    }
+
+    /// Classifies a failure before any response arrived.
+    pub(crate) fn transport_error(&self, e: reqwest::Error) -> ProviderError {
+        if e.is_timeout() {
+            ProviderError::Timeout { provider: self.provider.clone(), secs: self.timeout.as_secs_f64() }
+        } else {
+            ProviderError::Connection { provider: self.provider.clone(), message: error_chain(&e) }
+        }
+    }
+
+    /// Classifies a failure while the body was being read.
+    fn body_error(&self, e: reqwest::Error) -> ProviderError {
+        if e.is_timeout() {
+            ProviderError::Timeout { provider: self.provider.clone(), secs: self.timeout.as_secs_f64() }
+        } else {
+            ProviderError::Truncated {
+                provider: self.provider.clone(),
+                message: format!("the connection dropped while the response was being read: {}", error_chain(&e)),
+            }
+        }
+    }
+}
+
+/// `e` and its sources, joined with `: `.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// The provider's own message from an error body: `{"error":{"message":..}}` (OpenAI and
+/// Anthropic), `{"error":"..."}` (Ollama), `{"message":..}` or `{"detail":..}`; otherwise the
+/// body itself, clipped, or `fallback` when it is empty.
+pub fn error_message(body: &str, fallback: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+        let error = &v["error"];
+        let candidates = [&error["message"], error, &v["message"], &v["detail"]];
+        for c in candidates {
+            if let Some(s) = c.as_str().filter(|s| !s.trim().is_empty()) {
+                return s.to_string();
+            }
+        }
+        if let Some(detail) = v.get("detail").filter(|d| !d.is_null()) {
+            return clip(&detail.to_string(), MAX_ERROR_BODY);
+        }
+    }
+    let trimmed = body.trim();
+    if trimmed.is_empty() { fallback.to_string() } else { clip(trimmed, MAX_ERROR_BODY) }
+}
+
+/// Seconds to wait from `retry-after-ms`, or `retry-after` as seconds or an HTTP date.
+pub fn retry_after(headers: &HeaderMap) -> Option<f64> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite()) {
+        return Some((ms / 1000.0).max(0.0));
+    }
+    parse_retry_after(text("retry-after")?)
+}
+
+/// Parses a `Retry-After` value: delay seconds (`"2"`, `"1.5"`) or an HTTP date, giving the
+/// seconds from now until then (0 when it is past).
+pub fn parse_retry_after(value: &str) -> Option<f64> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return secs.is_finite().then_some(secs.max(0.0));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some((wait.num_milliseconds() as f64 / 1000.0).max(0.0))
+}
+
+/// Shortens `text` to at most `max` characters, marking the cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(max).collect();
+        format!("{head}… (+{} chars)", count - max)
+    }
+}
+
+/// Joins a base URL and a path with exactly one slash.
+pub(crate) fn join_url(base: &str, path: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn error_message_reads_openai_and_anthropic_shapes() {
+        let openai = r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#;
+        assert_eq!(error_message(openai, "x"), "Incorrect API key provided");
+        let anthropic = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+        assert_eq!(error_message(anthropic, "x"), "invalid x-api-key");
+        assert_eq!(error_message(r#"{"error":"model 'x' not found"}"#, "x"), "model 'x' not found");
+    }
+
+    #[test]
+    fn error_message_falls_back_to_the_body_or_the_reason() {
+        assert_eq!(error_message("Bad gateway from proxy", "x"), "Bad gateway from proxy");
+        assert_eq!(error_message("  ", "Service Unavailable"), "Service Unavailable");
+    }
+
+    #[test]
+    fn retry_after_accepts_seconds_and_milliseconds() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(3.0));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(0.25));
+    }
+
+    #[test]
+    fn retry_after_accepts_an_http_date() {
+        let future = chrono::Utc::now() + chrono::Duration::seconds(120);
+        let text = future.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        let secs = parse_retry_after(&text).unwrap();
+        assert!(secs > 100.0 && secs <= 120.0, "{secs}");
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0.0));
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn join_url_keeps_one_slash() {
+        assert_eq!(join_url("http://h/v1/", "/chat/completions"), "http://h/v1/chat/completions");
+        assert_eq!(join_url("http://h/v1", "chat/completions"), "http://h/v1/chat/completions");
+    }
+}

@@ -1,0 +1,264 @@
+//! Model prices and call costs: a [`PriceTable`] (USD per million tokens: input, output,
+//! cache read, cache write) with built-in list prices of well-known models, extendable from
+//! TOML, and [`PricedProvider`], which fills `ChatResponse::cost_usd` where the price is known.
+//!
+//! Lookup is exact first, then the longest table key that is a prefix of the model id at a
+//! `-`, `:`, `@` or `.` boundary, so dated ids (`gpt-4o-2024-08-06`) find `gpt-4o`. A vendor
+//! prefix as routers write it (`openai/gpt-4o`) is also tried without the vendor.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use recursive_core::{ChatProvider, ChatRequest, ChatStream, ProviderError, StreamEvent, Usage};
+use serde::{Deserialize, Serialize};
+
+use crate::error::LlmError;
+
+/// Prices of one model in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModelPrice {
+    /// Uncached input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Input tokens read from the cache.
+    pub cache_read: f64,
+    /// Input tokens written to the cache.
+    pub cache_write: f64,
+}
+
+impl ModelPrice {
+    /// A price with cache reads and writes at the given rates.
+    pub const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
+        Self { input, output, cache_read, cache_write }
+    }
+
+    /// The cost of a call in USD.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input
+            + usage.output_tokens as f64 * self.output
+            + usage.cache_read_tokens as f64 * self.cache_read
+            + usage.cache_write_tokens as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+}
+
+/// List prices of well-known models, USD per million tokens, as published by OpenAI and
+/// Anthropic on 2025-11-25 (standard tier; Anthropic cache writes at the 5-minute rate).
+const BUILTIN: &[(&str, ModelPrice)] = &[
+    // OpenAI: cache writes are free; cached input is billed at the cached rate.
+    ("gpt-5", ModelPrice::new(1.25, 10.0, 0.125, 0.0)),
+    ("gpt-5-mini", ModelPrice::new(0.25, 2.0, 0.025, 0.0)),
+    ("gpt-5-nano", ModelPrice::new(0.05, 0.40, 0.005, 0.0)),
+    ("gpt-4.1", ModelPrice::new(2.0, 8.0, 0.50, 0.0)),
+    ("gpt-4.1-mini", ModelPrice::new(0.40, 1.60, 0.10, 0.0)),
+    ("gpt-4.1-nano", ModelPrice::new(0.10, 0.40, 0.025, 0.0)),
+    ("gpt-4o", ModelPrice::new(2.50, 10.0, 1.25, 0.0)),
+    ("gpt-4o-mini", ModelPrice::new(0.15, 0.60, 0.075, 0.0)),
+    ("o3", ModelPrice::new(2.0, 8.0, 0.50, 0.0)),
+    ("o3-mini", ModelPrice::new(1.10, 4.40, 0.55, 0.0)),
+    ("o4-mini", ModelPrice::new(1.10, 4.40, 0.275, 0.0)),
+    // Anthropic.
+    ("claude-opus-4-5", ModelPrice::new(5.0, 25.0, 0.50, 6.25)),
+    ("claude-opus-4-1", ModelPrice::new(15.0, 75.0, 1.50, 18.75)),
+    ("claude-opus-4", ModelPrice::new(15.0, 75.0, 1.50, 18.75)),
+    ("claude-sonnet-4-5", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("claude-sonnet-4", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("claude-3-7-sonnet", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("claude-haiku-4-5", ModelPrice::new(1.0, 5.0, 0.10, 1.25)),
+    ("claude-3-5-haiku", ModelPrice::new(0.80, 4.0, 0.08, 1.0)),
+];
+
+/// One `[pricing."model"]` entry in TOML; cache prices default to the input price.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlPrice {
+    input: f64,
+    output: f64,
+    cache_read: Option<f64>,
+    cache_write: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TomlDoc {
+    #[serde(default)]
+    pricing: BTreeMap<String, TomlPrice>,
+}
+
+/// Prices by model id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PriceTable {
+    prices: BTreeMap<String, ModelPrice>,
+}
+
+impl PriceTable {
+    /// A table with no prices.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The built-in list prices.
+    pub fn builtin() -> Self {
+        let mut t = Self::empty();
+        for (model, price) in BUILTIN {
+            t.insert(*model, *price);
+        }
+        t
+    }
+
+    /// Adds or replaces a model's price.
+    pub fn insert(&mut self, model: impl Into<String>, price: ModelPrice) -> &mut Self {
+        self.prices.insert(model.into(), price);
+        self
+    }
+
+    /// Adds the `[pricing."model"]` tables of a TOML document (other keys are ignored, so a
+    /// whole `recursive.toml` can be passed). `input` and `output` are required; `cache_read`
+    /// and `cache_write` default to the input price.
+    pub fn extend_from_toml(&mut self, text: &str) -> Result<&mut Self, LlmError> {
+        let doc: TomlDoc = toml::from_str(text).map_err(|e| LlmError::Pricing(e.to_string()))?;
+        for (model, p) in doc.pricing {
+            for (field, v) in [("input", Some(p.input)), ("output", Some(p.output)), ("cache_read", p.cache_read)]
+                .into_iter()
+                .chain([("cache_write", p.cache_write)])
+            {
+                if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                    return Err(LlmError::Pricing(format!("{model}: `{field}` must be a price >= 0")));
+                }
+            }
+            let price = ModelPrice {
+                input: p.input,
+                output: p.output,
+                cache_read: p.cache_read.unwrap_or(p.input),
+                cache_write: p.cache_write.unwrap_or(p.input),
+            };
+            self.insert(model, price);
+        }
+        Ok(self)
+    }
+
+    /// Reads a TOML file and adds its `[pricing]` tables.
+    pub fn extend_from_toml_file(&mut self, path: impl AsRef<Path>) -> Result<&mut Self, LlmError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
+        self.extend_from_toml(&text).map_err(|e| match e {
+            LlmError::Pricing(m) => LlmError::Pricing(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// The price of a model: exact id, else the longest key that prefixes it at a boundary,
+    /// else the same without a `vendor/` prefix.
+    pub fn lookup(&self, model: &str) -> Option<&ModelPrice> {
+        self.lookup_exact_or_prefix(model)
+            .or_else(|| model.rsplit_once('/').and_then(|(_, bare)| self.lookup_exact_or_prefix(bare)))
+    }
+
+    fn lookup_exact_or_prefix(&self, model: &str) -> Option<&ModelPrice> {
+        if let Some(p) = self.prices.get(model) {
+            return Some(p);
+        }
+        self.prices
+            .iter()
+            .filter(|(key, _)| {
+                model.len() > key.len()
+                    && model.starts_with(key.as_str())
+                    && matches!(model.as_bytes()[key.len()], b'-' | b':' | b'@' | b'.')
+            })
+            .max_by_key(|(key, _)| key.len())
+            .map(|(_, p)| p)
+    }
+
+    /// The cost of a call, where the model's price is known.
+    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+        self.lookup(model).map(|p| p.cost(usage))
+    }
+
+    /// Number of priced models.
+    pub fn len(&self) -> usize {
+        self.prices.len()
+    }
+
+    /// Whether no model is priced.
+    pub fn is_empty(&self) -> bool {
+        self.prices.is_empty()
+    }
+}
+
+/// A provider that fills `cost_usd` of each response from a [`PriceTable`], using the model
+/// the response reports (or the requested or default model when it reports none). A cost the
+/// inner provider already set is kept.
+#[derive(Clone)]
+pub struct PricedProvider {
+    inner: Arc<dyn ChatProvider>,
+    table: Arc<PriceTable>,
+}
+
+impl PricedProvider {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ChatProvider>, table: PriceTable) -> Self {
+        Self { inner, table: Arc::new(table) }
+    }
+}
+
+#[async_trait]
+impl ChatProvider for PricedProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn default_model(&self) -> &str {
+        self.inner.default_model()
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let requested = if request.options.model.is_empty() {
+            self.inner.default_model().to_string()
+        } else {
+            request.options.model.clone()
+        };
+        let table = self.table.clone();
+        let stream = self.inner.stream(request).await?;
+        Ok(stream
+            .map(move |item| match item {
+                Ok(StreamEvent::Completed(mut r)) => {
+                    if r.cost_usd.is_none() {
+                        let model = if r.model.is_empty() { requested.as_str() } else { r.model.as_str() };
+                        r.cost_usd = table.cost(model, &r.usage);
+                    }
+                    Ok(StreamEvent::Completed(r))
+                }
+                other => other,
+            })
+            .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins_at_a_boundary() {
+        let t = PriceTable::builtin();
+        assert_eq!(t.lookup("gpt-4o-mini-2024-07-18"), t.lookup("gpt-4o-mini"));
+        assert_ne!(t.lookup("gpt-4o-mini-2024-07-18"), t.lookup("gpt-4o"));
+        assert_eq!(t.lookup("claude-sonnet-4-5-20250929"), t.lookup("claude-sonnet-4-5"));
+        assert!(t.lookup("gpt-4oz").is_none());
+    }
+
+    #[test]
+    fn a_vendor_prefix_is_ignored() {
+        let t = PriceTable::builtin();
+        assert_eq!(t.lookup("openai/gpt-4o"), t.lookup("gpt-4o"));
+    }
+
+    #[test]
+    fn negative_prices_are_rejected() {
+        let err = PriceTable::empty().extend_from_toml("[pricing.m]\ninput = -1\noutput = 1\n").unwrap_err();
+        assert!(err.to_string().contains("`input`"), "{err}");
+    }
+}

@@ -1,0 +1,229 @@
+//! Retries with exponential backoff and jitter around any provider.
+//!
+//! A call is retried when it fails with a retryable error ([`ProviderError::is_retryable`]:
+//! 429, 408, 5xx, timeouts, dropped connections, truncated streams) **before any of its text
+//! was delivered**. Once a text delta has reached the caller, a later failure is surfaced as
+//! is: re-running the call would repeat text the caller has already shown. A `Retry-After`
+//! the server sent is honoured; each retry is announced with [`StreamEvent::Retry`] before the
+//! wait, so the agent loop can report it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use rand::Rng;
+use recursive_core::{ChatProvider, ChatRequest, ChatStream, ProviderError, StreamEvent};
+
+/// When and how long to wait before trying again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retrying).
+    pub max_retries: u32,
+    /// Wait before the first retry; doubled for each further one.
+    pub base_delay: Duration,
+    /// Cap on the computed wait.
+    pub max_delay: Duration,
+    /// Fraction (0.0–1.0) of each computed wait that is randomised: the wait is drawn from
+    /// `[delay × (1 − jitter), delay]`. A server's `Retry-After` is used as is.
+    pub jitter: f64,
+    /// A `Retry-After` longer than this is not waited for: the error is returned at once.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            jitter: 0.5,
+            max_retry_after: Duration::from_secs(120),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        Self { max_retries: 0, ..Self::default() }
+    }
+
+    /// The wait before retry number `attempt` (1-based) after `error`, or `None` if the error
+    /// must not be retried (not retryable, attempts used up, or `Retry-After` too long).
+    pub fn delay_for(&self, attempt: u32, error: &ProviderError) -> Option<Duration> {
+        if attempt > self.max_retries || !error.is_retryable() {
+            return None;
+        }
+        if let ProviderError::Http { retry_after_secs: Some(secs), .. } = error {
+            let wait = Duration::try_from_secs_f64(*secs).ok()?;
+            return (wait <= self.max_retry_after).then_some(wait);
+        }
+        let exp = self.base_delay.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
+        let capped = exp.min(self.max_delay);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        if jitter == 0.0 {
+            return Some(capped);
+        }
+        let factor = 1.0 - jitter * rand::rng().random::<f64>();
+        Some(capped.mul_f64(factor))
+    }
+}
+
+/// A provider that retries another one according to a [`RetryPolicy`].
+#[derive(Clone)]
+pub struct RetryProvider {
+    inner: Arc<dyn ChatProvider>,
+    policy: RetryPolicy,
+}
+
+impl RetryProvider {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ChatProvider>, policy: RetryPolicy) -> Self {
+        Self { inner, policy }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+}
+
+struct State {
+    inner: Arc<dyn ChatProvider>,
+    policy: RetryPolicy,
+    request: ChatRequest,
+    current: Option<ChatStream>,
+    /// Retries announced so far.
+    retries: u32,
+    /// Wait before the next attempt.
+    wait: Option<Duration>,
+    /// Whether text has reached the caller (no retry after that).
+    delivered: bool,
+    done: bool,
+}
+
+impl State {
+    /// Decides what to do with a failure: announce a retry, or give up with the error.
+    fn on_error(&mut self, error: ProviderError) -> Result<StreamEvent, ProviderError> {
+        self.current = None;
+        let next = self.retries + 1;
+        match (!self.delivered).then(|| self.policy.delay_for(next, &error)).flatten() {
+            Some(delay) => {
+                self.retries = next;
+                self.wait = Some(delay);
+                tracing::warn!(provider = self.inner.name(), attempt = next, ?delay, "retrying: {error}");
+                Ok(StreamEvent::Retry { attempt: next, delay_ms: delay.as_millis() as u64, reason: error.to_string() })
+            }
+            None => {
+                self.done = true;
+                Err(error)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ChatProvider for RetryProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn default_model(&self) -> &str {
+        self.inner.default_model()
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let state = State {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+            request,
+            current: None,
+            retries: 0,
+            wait: None,
+            delivered: false,
+            done: false,
+        };
+        let stream = futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if st.done {
+                    return None;
+                }
+                if let Some(wait) = st.wait.take() {
+                    tokio::time::sleep(wait).await;
+                }
+                let Some(current) = st.current.as_mut() else {
+                    match st.inner.stream(st.request.clone()).await {
+                        Ok(s) => st.current = Some(s),
+                        Err(e) => {
+                            let item = st.on_error(e);
+                            return Some((item, st));
+                        }
+                    }
+                    continue;
+                };
+                match current.next().await {
+                    Some(Ok(event)) => {
+                        match &event {
+                            StreamEvent::TextDelta(_) => st.delivered = true,
+                            StreamEvent::Completed(_) => st.done = true,
+                            _ => {}
+                        }
+                        return Some((Ok(event), st));
+                    }
+                    Some(Err(e)) => {
+                        let item = st.on_error(e);
+                        return Some((item, st));
+                    }
+                    None => return None,
+                }
+            }
+        });
+        Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, retry_after_secs: Option<f64>) -> ProviderError {
+        ProviderError::Http { provider: "p".into(), status, message: "m".into(), retry_after_secs }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy { base_delay: Duration::from_millis(100), jitter: 0.0, ..Default::default() }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let p = RetryPolicy { max_retries: 10, max_delay: Duration::from_millis(350), ..policy() };
+        let delays: Vec<_> = (1..=4).map(|a| p.delay_for(a, &http(500, None)).unwrap().as_millis()).collect();
+        assert_eq!(delays, vec![100, 200, 350, 350]);
+    }
+
+    #[test]
+    fn retry_after_wins_over_backoff() {
+        assert_eq!(policy().delay_for(1, &http(429, Some(2.5))), Some(Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn a_retry_after_beyond_the_cap_is_not_waited_for() {
+        assert_eq!(policy().delay_for(1, &http(429, Some(3600.0))), None);
+    }
+
+    #[test]
+    fn client_errors_and_spent_attempts_are_not_retried() {
+        assert_eq!(policy().delay_for(1, &http(401, None)), None);
+        assert_eq!(policy().delay_for(4, &http(500, None)), None);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_band() {
+        let p = RetryPolicy { jitter: 0.5, ..policy() };
+        for _ in 0..50 {
+            let d = p.delay_for(1, &http(503, None)).unwrap().as_millis();
+            assert!((50..=100).contains(&d), "{d}");
+        }
+    }
+}

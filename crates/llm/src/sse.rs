@@ -1,0 +1,188 @@
+//! Server-sent events for the streaming providers: response bytes, as they arrive, become
+//! [`SseFrame`]s (framing and UTF-8 reassembly by `eventsource-stream`), and a decoder
+//! turns frames into text deltas and one final response.
+//!
+//! The end of the byte stream is made explicit: when the body ends, a blank line is fed to the
+//! parser so a last event without its terminating blank line is still delivered, marked
+//! `at_eof`. If such a tail event does not decode, the stream was cut off mid-event and the
+//! caller gets [`ProviderError::Truncated`] rather than a parse error.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, EventStreamError};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use recursive_core::{ChatResponse, ChatStream, ProviderError, StreamEvent};
+
+use crate::http::clip;
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseFrame {
+    /// The `event:` name (`message` when the server sent none).
+    pub event: String,
+    /// The `data:` lines, joined with newlines.
+    pub data: String,
+    /// Whether the event was only completed by the end of the stream (no blank line after it).
+    pub at_eof: bool,
+}
+
+/// Frames a byte stream into server-sent events.
+pub fn frames<S>(provider: &str, body: S) -> BoxStream<'static, Result<SseFrame, ProviderError>>
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let ended = Arc::new(AtomicBool::new(false));
+    let mark = ended.clone();
+    let tail = futures::stream::once(async move {
+        mark.store(true, Ordering::SeqCst);
+        Ok::<Bytes, ProviderError>(Bytes::from_static(b"\n\n"))
+    });
+    let provider = provider.to_string();
+    EventStream::new(body.chain(tail))
+        .map(move |item| match item {
+            Ok(event) => Ok(SseFrame { event: event.event, data: event.data, at_eof: ended.load(Ordering::SeqCst) }),
+            Err(EventStreamError::Transport(e)) => Err(e),
+            Err(EventStreamError::Utf8(e)) => Err(ProviderError::Malformed {
+                provider: provider.clone(),
+                message: format!("the event stream is not valid UTF-8: {e}"),
+            }),
+            Err(EventStreamError::Parser(e)) => Err(ProviderError::Malformed {
+                provider: provider.clone(),
+                message: format!("not a server-sent event stream: {e}"),
+            }),
+        })
+        .boxed()
+}
+
+/// Turns the frames of one protocol into text deltas and a final response.
+pub(crate) trait Decoder: Send + 'static {
+    /// Handles one frame and returns the text that arrived with it.
+    fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError>;
+
+    /// Whether the protocol's last event has arrived (nothing more to read).
+    fn is_done(&self) -> bool;
+
+    /// The assembled response, or [`ProviderError::Truncated`] if the protocol did not finish.
+    fn finish(&mut self) -> Result<ChatResponse, ProviderError>;
+}
+
+struct Drive<D> {
+    provider: String,
+    frames: BoxStream<'static, Result<SseFrame, ProviderError>>,
+    decoder: D,
+    queue: VecDeque<StreamEvent>,
+    finished: bool,
+}
+
+/// Runs a decoder over a framed stream: text deltas as they arrive, then `Completed`.
+pub(crate) fn drive<D: Decoder>(
+    provider: &str,
+    frames: BoxStream<'static, Result<SseFrame, ProviderError>>,
+    decoder: D,
+) -> ChatStream {
+    let state = Drive { provider: provider.to_string(), frames, decoder, queue: VecDeque::new(), finished: false };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.queue.pop_front() {
+                return Some((Ok(event), st));
+            }
+            if st.finished {
+                return None;
+            }
+            if st.decoder.is_done() {
+                st.finished = true;
+                match st.decoder.finish() {
+                    Ok(response) => st.queue.push_back(StreamEvent::Completed(response)),
+                    Err(e) => return Some((Err(e), st)),
+                }
+                continue;
+            }
+            match st.frames.next().await {
+                Some(Ok(frame)) => match st.decoder.feed(&frame) {
+                    Ok(deltas) => {
+                        st.queue.extend(deltas.into_iter().filter(|d| !d.is_empty()).map(StreamEvent::TextDelta));
+                    }
+                    Err(e) => {
+                        st.finished = true;
+                        let e = match e {
+                            ProviderError::Malformed { .. } if frame.at_eof => ProviderError::Truncated {
+                                provider: st.provider.clone(),
+                                message: format!(
+                                    "the stream was cut off in the middle of an event: {}",
+                                    clip(&frame.data, 200)
+                                ),
+                            },
+                            other => other,
+                        };
+                        return Some((Err(e), st));
+                    }
+                },
+                Some(Err(e)) => {
+                    st.finished = true;
+                    return Some((Err(e), st));
+                }
+                None => {
+                    st.finished = true;
+                    match st.decoder.finish() {
+                        Ok(response) => st.queue.push_back(StreamEvent::Completed(response)),
+                        Err(e) => return Some((Err(e), st)),
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// A [`ProviderError::Malformed`] for a frame whose JSON did not parse.
+pub(crate) fn bad_json(provider: &str, what: &str, data: &str, e: &serde_json::Error) -> ProviderError {
+    ProviderError::Malformed {
+        provider: provider.to_string(),
+        message: format!("invalid JSON in {what}: {e}; data: {}", clip(data, 200)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(parts: &[&[u8]]) -> impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static {
+        let owned: Vec<Result<Bytes, ProviderError>> = parts.iter().map(|p| Ok(Bytes::copy_from_slice(p))).collect();
+        futures::stream::iter(owned)
+    }
+
+    async fn collect(parts: &[&[u8]]) -> Vec<SseFrame> {
+        frames("t", chunks(parts)).map(|f| f.unwrap()).collect().await
+    }
+
+    #[tokio::test]
+    async fn an_event_split_across_reads_is_reassembled() {
+        let got = collect(&[b"event: a\nda", b"ta: {\"x\"", b":1}\n", b"\ndata: 2\n\n"]).await;
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].event.as_str(), got[0].data.as_str(), got[0].at_eof), ("a", "{\"x\":1}", false));
+        assert_eq!((got[1].event.as_str(), got[1].data.as_str()), ("message", "2"));
+    }
+
+    #[tokio::test]
+    async fn a_multibyte_character_split_across_reads_survives() {
+        let text = "data: caf\u{e9} \u{1f600}\n\n".as_bytes();
+        // Cut inside the two-byte é and inside the four-byte emoji.
+        let e_acute = text.iter().position(|b| *b == 0xc3).unwrap();
+        let emoji = text.iter().position(|b| *b == 0xf0).unwrap();
+        let got = collect(&[&text[..e_acute + 1], &text[e_acute + 1..emoji + 2], &text[emoji + 2..]]).await;
+        assert_eq!(got[0].data, "caf\u{e9} \u{1f600}");
+    }
+
+    #[tokio::test]
+    async fn a_last_event_without_blank_line_is_marked_at_eof() {
+        let got = collect(&[b"data: 1\n\ndata: 2"]).await;
+        assert_eq!(got.len(), 2);
+        assert!(!got[0].at_eof);
+        assert!(got[1].at_eof);
+        assert_eq!(got[1].data, "2");
+    }
+}

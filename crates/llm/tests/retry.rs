@@ -1,0 +1,215 @@
+//! Retries end to end against local HTTP servers: `Retry-After` honoured and announced,
+//! 5xx retried with backoff, 4xx failing at once with the provider's message, timeouts
+//! retried, and failures after text was delivered surfaced instead of retried.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{RawServer, Script, collect};
+use recursive_core::{
+    Agent, Budget, ChatProvider, ChatRequest, EventKind, MemorySink, Message, ProviderError, RunScope,
+};
+use recursive_llm::{AnthropicConfig, AnthropicProvider, OpenAiConfig, OpenAiProvider, RetryPolicy, RetryProvider};
+use serde_json::json;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn fast_policy(max_retries: u32) -> RetryPolicy {
+    RetryPolicy { max_retries, base_delay: Duration::from_millis(5), jitter: 0.0, ..RetryPolicy::default() }
+}
+
+fn openai_at(server: &MockServer) -> Arc<dyn ChatProvider> {
+    Arc::new(
+        OpenAiProvider::new(OpenAiConfig {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: Some("sk-test".into()),
+            stream: false,
+            ..Default::default()
+        })
+        .unwrap(),
+    )
+}
+
+fn completion(text: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2}
+    }))
+}
+
+fn request() -> ChatRequest {
+    ChatRequest { messages: vec![Message::user("hi")], ..Default::default() }
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_announced_waited_for_and_retried() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("retry-after", "1")
+                .set_body_json(json!({"error": {"message": "Rate limit reached for gpt-4o-mini", "type": "requests"}})),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(completion("ok")).mount(&server).await;
+
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(got.response.unwrap().message.content, "ok");
+    assert_eq!(got.retries.len(), 1, "{:?}", got.retries);
+    let (attempt, delay_ms, reason) = &got.retries[0];
+    assert_eq!((*attempt, *delay_ms), (1, 1000));
+    assert!(reason.contains("429") && reason.contains("Rate limit reached"), "{reason}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_with_backoff_until_success() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "The server had an error"}})),
+        )
+        .up_to_n_times(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(completion("third time"))
+        .mount(&server)
+        .await;
+
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(got.response.unwrap().message.content, "third time");
+    let attempts: Vec<_> = got.retries.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(attempts, vec![(1, 5), (2, 10)]);
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn retries_give_up_after_the_limit_with_the_last_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})))
+        .mount(&server)
+        .await;
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(2));
+    let err = provider.complete(request()).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Http { status: 503, .. }), "{err:?}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_401_fails_at_once_with_the_provider_message() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({"error": {
+            "message": "Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.",
+            "type": "invalid_request_error", "code": "invalid_api_key"}})))
+        .mount(&server)
+        .await;
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert!(got.retries.is_empty());
+    let err = got.error.unwrap();
+    assert!(matches!(err, ProviderError::Http { status: 401, .. }), "{err:?}");
+    assert!(err.to_string().contains("Incorrect API key provided"), "{err}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn anthropic_errors_carry_the_provider_message() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"type": "error", "error": {
+            "type": "not_found_error", "message": "model: claude-nope"}})))
+        .mount(&server)
+        .await;
+    let inner = AnthropicProvider::new(AnthropicConfig { base_url: server.uri(), ..Default::default() }).unwrap();
+    let provider = RetryProvider::new(Arc::new(inner), fast_policy(3));
+    let err = provider.complete(request()).await.unwrap_err();
+    assert_eq!(err.to_string(), "anthropic returned HTTP 404: model: claude-nope");
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out_and_the_call_is_retried() {
+    let server = RawServer::start(Script { hang: true, ..Script::sse_pieces(Vec::new()) }).await;
+    let inner = OpenAiProvider::new(OpenAiConfig {
+        base_url: format!("{}/v1", server.url),
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .unwrap();
+    let provider = RetryProvider::new(Arc::new(inner), fast_policy(1));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(got.retries.len(), 1);
+    assert!(matches!(got.error, Some(ProviderError::Timeout { .. })), "{:?}", got.error);
+    assert_eq!(server.captured().len(), 2);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_then_reported() {
+    // Bind and drop a listener to get a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let inner = OpenAiProvider::new(OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"))).unwrap();
+    let provider = RetryProvider::new(Arc::new(inner), fast_policy(2));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(got.retries.len(), 2);
+    assert!(matches!(got.error, Some(ProviderError::Connection { .. })), "{:?}", got.error);
+}
+
+#[tokio::test]
+async fn a_failure_after_text_was_delivered_is_surfaced_not_retried() {
+    // Text arrives, then the stream is cut off before it finishes.
+    let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial\"}}]}\n\ndata: {\"choices\":[{\"ind";
+    let server = RawServer::start(Script::sse(body.as_bytes(), 16)).await;
+    let inner = OpenAiProvider::new(OpenAiConfig::new(format!("{}/v1", server.url))).unwrap();
+    let provider = RetryProvider::new(Arc::new(inner), fast_policy(3));
+    let got = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(got.deltas, vec!["Partial"]);
+    assert!(got.retries.is_empty());
+    assert!(matches!(got.error, Some(ProviderError::Truncated { .. })), "{:?}", got.error);
+    assert_eq!(server.captured().len(), 1);
+}
+
+#[tokio::test]
+async fn the_agent_loop_reports_each_retry_as_an_event() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(502).set_body_string("Bad Gateway"))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(completion("done")).mount(&server).await;
+    let provider = Arc::new(RetryProvider::new(openai_at(&server), fast_policy(3)));
+    let sink = MemorySink::new();
+    let scope = RunScope::root("agent", Arc::new(sink.clone()), Arc::new(Budget::unlimited()));
+    let result = Agent::new(provider).run_in("hi", &scope).await.unwrap();
+    assert_eq!(result.output, "done");
+    let retries: Vec<_> = sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Retry { attempt, reason, .. } => Some((attempt, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!(retries[0].0, 1);
+    assert!(retries[0].1.contains("502") && retries[0].1.contains("Bad Gateway"), "{}", retries[0].1);
+}

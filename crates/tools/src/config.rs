@@ -1,0 +1,156 @@
+//! Settings of the built-in tools (timeouts and output caps), readable from the `[tools]`
+//! table of `recursive.toml`. Every field has a default, so an empty table is valid.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Settings of every built-in tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// `read_file`.
+    pub read: ReadConfig,
+    /// `list_dir`.
+    pub list: ListConfig,
+    /// `run_shell`.
+    pub shell: ShellConfig,
+    /// `search_files`.
+    pub search: SearchConfig,
+    /// `web_fetch`.
+    pub web: WebConfig,
+    /// The memory database of `remember`/`recall`; relative paths are taken from the
+    /// workspace root. Default: `.recursive/memory.db`.
+    pub memory_path: Option<PathBuf>,
+}
+
+/// Settings of `read_file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReadConfig {
+    /// Lines returned when the call gives no `limit`.
+    pub default_lines: usize,
+    /// Most bytes of numbered text one call returns.
+    pub max_bytes: usize,
+    /// Lines longer than this many characters are cut.
+    pub max_line_chars: usize,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        Self { default_lines: 2000, max_bytes: 64 * 1024, max_line_chars: 2000 }
+    }
+}
+
+/// Settings of `list_dir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListConfig {
+    /// Depth when the call gives none (1 = the directory's own entries).
+    pub default_depth: usize,
+    /// Deepest listing a call may ask for.
+    pub max_depth: usize,
+    /// Most entries one listing shows.
+    pub max_entries: usize,
+}
+
+impl Default for ListConfig {
+    fn default() -> Self {
+        Self { default_depth: 2, max_depth: 10, max_entries: 500 }
+    }
+}
+
+/// Settings of `run_shell`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShellConfig {
+    /// The shell, run as `<shell> -c <command>`.
+    pub shell: String,
+    /// Seconds a command may run when the call gives no timeout.
+    pub default_timeout_secs: u64,
+    /// Longest timeout a call may ask for (longer requests are lowered to this).
+    pub max_timeout_secs: u64,
+    /// Most bytes kept of each of stdout and stderr (half from the start, half from the end).
+    pub max_output_bytes: usize,
+    /// Environment variables not passed to commands: case-insensitive globs over names. The
+    /// default keeps credentials (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`) away from
+    /// commands a model writes; set it to `[]` to pass the whole environment.
+    pub env_exclude: Vec<String>,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        Self {
+            shell: "sh".into(),
+            default_timeout_secs: 120,
+            max_timeout_secs: 600,
+            max_output_bytes: 32 * 1024,
+            env_exclude: ["*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*"].map(String::from).to_vec(),
+        }
+    }
+}
+
+/// Settings of `search_files`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// Most matches one search returns.
+    pub max_results: usize,
+    /// Matched lines longer than this many characters are cut.
+    pub max_line_chars: usize,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self { max_results: 200, max_line_chars: 300 }
+    }
+}
+
+/// Settings of `web_fetch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    /// Seconds allowed for the whole request.
+    pub timeout_secs: u64,
+    /// Most bytes downloaded; the rest of the body is not read.
+    pub max_bytes: usize,
+    /// Most characters of text returned.
+    pub max_chars: usize,
+    /// The `User-Agent` header.
+    pub user_agent: String,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            timeout_secs: 30,
+            max_bytes: 5 * 1024 * 1024,
+            max_chars: 50_000,
+            user_agent: concat!("recursive/", env!("CARGO_PKG_VERSION")).into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_table_gives_defaults() {
+        let c: ToolsConfig = toml::from_str("").unwrap();
+        assert_eq!(c, ToolsConfig::default());
+    }
+
+    #[test]
+    fn partial_tables_override_only_their_fields() {
+        let c: ToolsConfig = toml::from_str("[shell]\ndefault_timeout_secs = 5\n[read]\nmax_bytes = 10\n").unwrap();
+        assert_eq!(c.shell.default_timeout_secs, 5);
+        assert_eq!(c.shell.max_timeout_secs, 600);
+        assert_eq!(c.read.max_bytes, 10);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        assert!(toml::from_str::<ToolsConfig>("[shell]\ntimeout = 5\n").is_err());
+    }
+}

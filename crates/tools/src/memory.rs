@@ -1,0 +1,401 @@
+//! Persistent memory: `remember` stores a value under a key and `recall` finds it again, by
+//! exact key or by a substring of keys and values. Entries live in an embedded SQLite database
+//! (by default `<workspace>/.recursive/memory.db`), so they survive restarts and are shared by
+//! every run in the workspace.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recursive_core::{ToolContext, ToolError, TypedTool};
+use rusqlite::{Connection, OptionalExtension, params};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::fs::blocking;
+use crate::truncate::clip_chars;
+
+/// A memory database fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// SQLite failed.
+    #[error("memory database `{path}`: {source}")]
+    Sqlite {
+        /// The database file.
+        path: String,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database's directory could not be created.
+    #[error("memory database `{path}`: {source}")]
+    Io {
+        /// The database file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The lock around the connection was poisoned by a panic.
+    #[error("memory database lock poisoned")]
+    Poisoned,
+}
+
+/// One remembered entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryEntry {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+    /// When it was last written (UTC, RFC 3339).
+    pub updated_at: String,
+}
+
+/// The key-value store behind `remember` and `recall`. The database is opened on first use;
+/// reads of a database that does not exist yet find nothing and create nothing.
+#[derive(Debug)]
+pub struct MemoryStore {
+    path: PathBuf,
+    conn: Mutex<Option<Connection>>,
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS memories (
+    key TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);";
+
+impl MemoryStore {
+    /// A store backed by the database file at `path` (created on the first write).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into(), conn: Mutex::new(None) }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sqlite(&self, source: rusqlite::Error) -> MemoryError {
+        MemoryError::Sqlite { path: self.path.display().to_string(), source }
+    }
+
+    /// Runs `f` with an open connection; `None` when the database does not exist and
+    /// `create` is false.
+    fn with_conn<T>(
+        &self,
+        create: bool,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<Option<T>, MemoryError> {
+        let mut guard = self.conn.lock().map_err(|_| MemoryError::Poisoned)?;
+        if guard.is_none() {
+            if !create && !self.path.exists() {
+                return Ok(None);
+            }
+            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .map_err(|source| MemoryError::Io { path: self.path.display().to_string(), source })?;
+            }
+            let conn = Connection::open(&self.path).map_err(|e| self.sqlite(e))?;
+            conn.busy_timeout(Duration::from_secs(5)).map_err(|e| self.sqlite(e))?;
+            conn.execute_batch(SCHEMA).map_err(|e| self.sqlite(e))?;
+            *guard = Some(conn);
+        }
+        match guard.as_ref() {
+            Some(conn) => f(conn).map(Some).map_err(|e| self.sqlite(e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores `value` under `key`, replacing an earlier value; returns whether one was replaced.
+    pub fn remember(&self, key: &str, value: &str) -> Result<bool, MemoryError> {
+        let replaced = self.with_conn(true, |c| {
+            let existed: bool =
+                c.query_row("SELECT EXISTS(SELECT 1 FROM memories WHERE key = ?1)", [key], |r| r.get(0))?;
+            c.execute(
+                "INSERT INTO memories (key, value, updated_at)
+                 VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                params![key, value],
+            )?;
+            Ok(existed)
+        })?;
+        Ok(replaced.unwrap_or(false))
+    }
+
+    /// The entry stored under exactly `key`.
+    pub fn get(&self, key: &str) -> Result<Option<MemoryEntry>, MemoryError> {
+        Ok(self
+            .with_conn(false, |c| {
+                c.query_row("SELECT key, value, updated_at FROM memories WHERE key = ?1", [key], entry).optional()
+            })?
+            .flatten())
+    }
+
+    /// Entries whose key or value contains `query` (ASCII case-insensitive), newest first.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<MemoryEntry>, MemoryError> {
+        Ok(self
+            .with_conn(false, |c| {
+                let mut stmt = c.prepare(
+                    "SELECT key, value, updated_at FROM memories
+                     WHERE instr(lower(key), lower(?1)) > 0 OR instr(lower(value), lower(?1)) > 0
+                     ORDER BY updated_at DESC, key LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(params![query, limit as i64], entry)?;
+                rows.collect::<Result<Vec<_>, _>>()
+            })?
+            .unwrap_or_default())
+    }
+
+    /// The most recently written entries.
+    pub fn recent(&self, limit: usize) -> Result<Vec<MemoryEntry>, MemoryError> {
+        self.search("", limit)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> Result<usize, MemoryError> {
+        Ok(self
+            .with_conn(false, |c| c.query_row("SELECT COUNT(*) FROM memories", [], |r| r.get::<_, i64>(0)))?
+            .map(|n| n.max(0) as usize)
+            .unwrap_or(0))
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> Result<bool, MemoryError> {
+        Ok(self.len()? == 0)
+    }
+}
+
+fn entry(row: &rusqlite::Row<'_>) -> Result<MemoryEntry, rusqlite::Error> {
+    Ok(MemoryEntry { key: row.get(0)?, value: row.get(1)?, updated_at: row.get(2)? })
+}
+
+fn failed(e: MemoryError) -> ToolError {
+    ToolError::failed(e.to_string())
+}
+
+/// Arguments of `remember`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RememberArgs {
+    /// A short, stable key, e.g. `build-command` or `user-preference/tests`.
+    pub key: String,
+    /// What to remember. Replaces any earlier value under the same key.
+    pub value: String,
+}
+
+/// Stores a memory.
+#[derive(Debug, Clone)]
+pub struct Remember {
+    store: Arc<MemoryStore>,
+}
+
+impl Remember {
+    /// The tool writing to this store.
+    pub fn new(store: Arc<MemoryStore>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl TypedTool for Remember {
+    type Args = RememberArgs;
+
+    fn name(&self) -> &str {
+        "remember"
+    }
+
+    fn description(&self) -> String {
+        "Save a fact for later runs in this workspace under a key (persistent memory). Saving under an existing \
+         key replaces its value. Use recall to read memories back."
+            .into()
+    }
+
+    async fn run(&self, args: RememberArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let key = args.key.trim().to_string();
+        if key.is_empty() {
+            return Err(ToolError::InvalidArguments { tool: "remember".into(), message: "`key` is empty".into() });
+        }
+        let store = self.store.clone();
+        let k = key.clone();
+        let replaced = blocking(move || store.remember(&k, &args.value).map_err(failed)).await?;
+        Ok(if replaced {
+            format!("updated `{key}` (the previous value was replaced)")
+        } else {
+            format!("remembered `{key}`")
+        })
+    }
+}
+
+/// Arguments of `recall`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecallArgs {
+    /// Exact key to look up.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Text to search for in keys and values (case-insensitive). Ignored when `key` is given.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Most entries to return for a search or listing. Default: 20.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Reads memories.
+#[derive(Debug, Clone)]
+pub struct Recall {
+    store: Arc<MemoryStore>,
+}
+
+impl Recall {
+    /// The tool reading from this store.
+    pub fn new(store: Arc<MemoryStore>) -> Self {
+        Self { store }
+    }
+}
+
+/// Characters of each value shown in a search or listing.
+const LISTED_VALUE_CHARS: usize = 500;
+
+fn render(entries: &[MemoryEntry]) -> String {
+    entries
+        .iter()
+        .map(|e| format!("{} ({}): {}", e.key, e.updated_at, clip_chars(&e.value, LISTED_VALUE_CHARS)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[async_trait]
+impl TypedTool for Recall {
+    type Args = RecallArgs;
+
+    fn name(&self) -> &str {
+        "recall"
+    }
+
+    fn description(&self) -> String {
+        "Read persistent memories saved with remember. Give `key` for one exact entry, `query` to search keys \
+         and values for a piece of text, or neither to list the most recent entries."
+            .into()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, args: RecallArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let store = self.store.clone();
+        let limit = args.limit.unwrap_or(20).clamp(1, 1000);
+        blocking(move || {
+            if let Some(key) = args.key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
+                return Ok(match store.get(key).map_err(failed)? {
+                    Some(e) => format!("{} ({}): {}", e.key, e.updated_at, e.value),
+                    None => format!("nothing is remembered under `{key}`"),
+                });
+            }
+            match args.query.as_deref().filter(|q| !q.is_empty()) {
+                Some(q) => {
+                    let found = store.search(q, limit).map_err(failed)?;
+                    Ok(if found.is_empty() { format!("no memories match `{q}`") } else { render(&found) })
+                }
+                None => {
+                    let found = store.recent(limit).map_err(failed)?;
+                    Ok(if found.is_empty() { "no memories are stored yet".to_string() } else { render(&found) })
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recursive_core::typed;
+    use serde_json::json;
+
+    fn tools(path: &Path) -> (Arc<dyn recursive_core::Tool>, Arc<dyn recursive_core::Tool>) {
+        let store = Arc::new(MemoryStore::new(path));
+        (typed(Remember::new(store.clone())), typed(Recall::new(store)))
+    }
+
+    #[tokio::test]
+    async fn remembers_and_recalls_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (remember, recall) = tools(&dir.path().join("m.db"));
+        let ctx = ToolContext::detached();
+        let out = remember.call(json!({"key": "build", "value": "cargo build --locked"}), &ctx).await.unwrap();
+        assert_eq!(out, "remembered `build`");
+        let out = recall.call(json!({"key": "build"}), &ctx).await.unwrap();
+        assert!(out.starts_with("build ("), "{out}");
+        assert!(out.ends_with("): cargo build --locked"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn remembering_again_replaces_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let (remember, recall) = tools(&dir.path().join("m.db"));
+        let ctx = ToolContext::detached();
+        remember.call(json!({"key": "k", "value": "old"}), &ctx).await.unwrap();
+        let out = remember.call(json!({"key": "k", "value": "new"}), &ctx).await.unwrap();
+        assert!(out.contains("replaced"), "{out}");
+        let out = recall.call(json!({"key": "k"}), &ctx).await.unwrap();
+        assert!(out.ends_with(": new"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn recall_searches_keys_and_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let (remember, recall) = tools(&dir.path().join("m.db"));
+        let ctx = ToolContext::detached();
+        remember.call(json!({"key": "db-url", "value": "postgres://localhost"}), &ctx).await.unwrap();
+        remember.call(json!({"key": "editor", "value": "prefers Helix"}), &ctx).await.unwrap();
+        remember.call(json!({"key": "tests", "value": "run with nextest"}), &ctx).await.unwrap();
+        let out = recall.call(json!({"query": "HELIX"}), &ctx).await.unwrap();
+        assert!(out.starts_with("editor ("), "{out}");
+        assert_eq!(out.lines().count(), 1, "{out}");
+        let out = recall.call(json!({"query": "db-"}), &ctx).await.unwrap();
+        assert!(out.starts_with("db-url ("), "{out}");
+        let out = recall.call(json!({}), &ctx).await.unwrap();
+        assert_eq!(out.lines().count(), 3, "{out}");
+        let out = recall.call(json!({"query": "nothing like this"}), &ctx).await.unwrap();
+        assert_eq!(out, "no memories match `nothing like this`");
+    }
+
+    #[tokio::test]
+    async fn memories_survive_reopening_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".recursive/memory.db");
+        {
+            let (remember, _) = tools(&path);
+            remember.call(json!({"key": "k", "value": "kept"}), &ToolContext::detached()).await.unwrap();
+        }
+        let store = MemoryStore::new(&path);
+        assert_eq!(store.get("k").unwrap().map(|e| e.value), Some("kept".to_string()));
+        assert_eq!(store.len().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn recall_without_a_database_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".recursive/memory.db");
+        let (_, recall) = tools(&path);
+        let out = recall.call(json!({"key": "k"}), &ToolContext::detached()).await.unwrap();
+        assert_eq!(out, "nothing is remembered under `k`");
+        let out = recall.call(json!({}), &ToolContext::detached()).await.unwrap();
+        assert_eq!(out, "no memories are stored yet");
+        assert!(!dir.path().join(".recursive").exists());
+    }
+
+    #[tokio::test]
+    async fn empty_key_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let (remember, _) = tools(&dir.path().join("m.db"));
+        let err = remember.call(json!({"key": "  ", "value": "x"}), &ToolContext::detached()).await.unwrap_err();
+        assert!(err.to_string().contains("`key` is empty"), "{err}");
+    }
+}

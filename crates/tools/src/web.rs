@@ -1,0 +1,355 @@
+//! `web_fetch`: an HTTP GET that returns readable text — HTML converted to plain text,
+//! JSON/XML/other text as it is — with a timeout and caps on bytes downloaded and characters
+//! returned. Binary content is refused without reading its body.
+//!
+//! The tool is read-only with respect to the workspace, so the default permission policy
+//! allows it like the other read-only tools; add a rule (`tool = "web_fetch"`,
+//! `action = "ask"` or `"deny"`) where network access needs a human's approval.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recursive_core::{ToolContext, ToolError, TypedTool};
+use reqwest::header::CONTENT_TYPE;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::config::WebConfig;
+use crate::truncate::clip_chars;
+
+/// Width HTML is laid out at when converted to text.
+const TEXT_WIDTH: usize = 100;
+
+/// Arguments of `web_fetch`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebFetchArgs {
+    /// The `http://` or `https://` URL to fetch.
+    pub url: String,
+}
+
+/// Fetches a URL as text.
+#[derive(Debug, Clone)]
+pub struct WebFetch {
+    config: WebConfig,
+}
+
+impl WebFetch {
+    /// The tool with these limits.
+    pub fn new(config: WebConfig) -> Self {
+        Self { config }
+    }
+}
+
+/// What a response body is, judged by its content type (and its bytes when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    Html,
+    Text,
+    Binary,
+}
+
+fn kind_of(content_type: Option<&str>) -> Option<BodyKind> {
+    let ct = content_type?.split(';').next()?.trim().to_ascii_lowercase();
+    if ct.is_empty() {
+        return None;
+    }
+    if ct == "text/html" || ct == "application/xhtml+xml" {
+        return Some(BodyKind::Html);
+    }
+    let (top, sub) = ct.split_once('/').unwrap_or((ct.as_str(), ""));
+    let texty_sub = sub.ends_with("+json")
+        || sub.ends_with("+xml")
+        || matches!(
+            sub,
+            "json"
+                | "xml"
+                | "javascript"
+                | "ecmascript"
+                | "x-javascript"
+                | "yaml"
+                | "x-yaml"
+                | "toml"
+                | "x-sh"
+                | "sql"
+                | "graphql"
+                | "x-ndjson"
+                | "ndjson"
+                | "csv"
+        );
+    Some(if top == "text" || texty_sub { BodyKind::Text } else { BodyKind::Binary })
+}
+
+fn sniff(bytes: &[u8]) -> BodyKind {
+    let head = &bytes[..bytes.len().min(8192)];
+    let valid = match std::str::from_utf8(head) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(),
+    };
+    if head.contains(&0) || !valid {
+        return BodyKind::Binary;
+    }
+    let start = String::from_utf8_lossy(&head[..head.len().min(512)]).trim_start().to_ascii_lowercase();
+    if start.starts_with("<!doctype html") || start.starts_with("<html") { BodyKind::Html } else { BodyKind::Text }
+}
+
+/// An error with its chain of causes, which is where reqwest keeps the useful part.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[async_trait]
+impl TypedTool for WebFetch {
+    type Args = WebFetchArgs;
+
+    fn name(&self) -> &str {
+        "web_fetch"
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "Fetch a web page or other text resource with HTTP GET. HTML is converted to readable plain text; \
+             JSON, XML and other text is returned as it is; binary content (images, archives, PDFs) is \
+             refused. At most {} characters are returned and at most {} bytes downloaded; the request times \
+             out after {}s.",
+            self.config.max_chars, self.config.max_bytes, self.config.timeout_secs
+        )
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, args: WebFetchArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let url = reqwest::Url::parse(args.url.trim())
+            .map_err(|e| ToolError::failed(format!("invalid URL `{}`: {e}", args.url)))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ToolError::failed(format!("only http and https URLs can be fetched, not `{}`", url.scheme())));
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(self.config.timeout_secs.max(1)))
+            .user_agent(&self.config.user_agent)
+            .build()
+            .map_err(|e| ToolError::failed(format!("could not set up the HTTP client: {}", with_causes(&e))))?;
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                ToolError::failed(format!("fetching {url} timed out after {}s", self.config.timeout_secs))
+            } else {
+                ToolError::failed(format!("could not fetch {url}: {}", with_causes(&e)))
+            }
+        };
+        let mut response = client.get(url.clone()).send().await.map_err(failed)?;
+        let status = response.status();
+        let final_url = response.url().to_string();
+        let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let declared = kind_of(content_type.as_deref());
+        if declared == Some(BodyKind::Binary) && status.is_success() {
+            let size = response.content_length().map(|n| format!(", {n} bytes")).unwrap_or_default();
+            return Err(ToolError::failed(format!(
+                "{final_url} is binary content ({}{size}); web_fetch only returns text",
+                content_type.as_deref().unwrap_or("unknown type")
+            )));
+        }
+        let mut body = Vec::new();
+        let mut truncated_download = false;
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            let room = self.config.max_bytes.saturating_sub(body.len());
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated_download = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let kind = declared.unwrap_or_else(|| sniff(&body));
+        if !status.is_success() {
+            let snippet = String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string();
+            let snippet = if snippet.is_empty() { String::new() } else { format!(": {}", clip_chars(&snippet, 300)) };
+            return Err(ToolError::failed(format!("HTTP {status} from {final_url}{snippet}")));
+        }
+        if kind == BodyKind::Binary {
+            return Err(ToolError::failed(format!(
+                "{final_url} is binary content ({}, {} bytes read); web_fetch only returns text",
+                content_type.as_deref().unwrap_or("no content type"),
+                body.len()
+            )));
+        }
+        let text = match kind {
+            BodyKind::Html => html2text::from_read(body.as_slice(), TEXT_WIDTH)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned()),
+            _ => String::from_utf8_lossy(&body).into_owned(),
+        };
+        let text = text.trim();
+        let total_chars = text.chars().count();
+        let mut out = format!(
+            "URL: {final_url}\nStatus: {status}\nContent-Type: {}\n\n",
+            content_type.as_deref().unwrap_or("(none)")
+        );
+        if total_chars > self.config.max_chars {
+            let kept: String = text.chars().take(self.config.max_chars).collect();
+            out.push_str(&kept);
+            out.push_str(&format!("\n[cut at {} of {total_chars} characters]", self.config.max_chars));
+        } else {
+            out.push_str(text);
+        }
+        if truncated_download {
+            out.push_str(&format!(
+                "\n[download stopped at {} bytes; the rest of the response was not read]",
+                self.config.max_bytes
+            ));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::http::header;
+    use axum::routing::get;
+    use recursive_core::typed;
+    use serde_json::json;
+
+    async fn serve() -> String {
+        let app = Router::new()
+            .route(
+                "/page",
+                get(|| async {
+                    (
+                        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                        "<html><head><title>T</title><style>p{color:red}</style></head><body>\
+                         <h1>Main Title</h1><p>First <b>bold</b> paragraph.</p>\
+                         <ul><li>one</li><li>two</li></ul></body></html>",
+                    )
+                }),
+            )
+            .route("/data.json", get(|| async { axum::Json(json!({"answer": 42})) }))
+            .route("/plain", get(|| async { "just text" }))
+            .route(
+                "/image.png",
+                get(|| async { ([(header::CONTENT_TYPE, "image/png")], vec![0x89u8, b'P', b'N', b'G', 0, 0]) }),
+            )
+            .route("/untyped", get(|| async { ([(header::CONTENT_TYPE, "")], vec![1u8, 0, 2, 0, 3]) }))
+            .route("/missing", get(|| async { (axum::http::StatusCode::NOT_FOUND, "no such page here") }))
+            .route("/big", get(|| async { "abcdefghij".repeat(1000) }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    "late"
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    async fn fetch(config: WebConfig, url: String) -> Result<String, ToolError> {
+        typed(WebFetch::new(config)).call(json!({"url": url}), &ToolContext::detached()).await
+    }
+
+    #[tokio::test]
+    async fn html_becomes_readable_text() {
+        let base = serve().await;
+        let out = fetch(WebConfig::default(), format!("{base}/page")).await.unwrap();
+        assert!(out.contains("Status: 200 OK"), "{out}");
+        assert!(out.contains("Main Title"), "{out}");
+        assert!(out.contains("First bold paragraph."), "{out}");
+        assert!(out.contains("one") && out.contains("two"), "{out}");
+        assert!(!out.contains("<p>"), "{out}");
+        assert!(!out.contains("color:red"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn json_is_returned_as_text() {
+        let base = serve().await;
+        let out = fetch(WebConfig::default(), format!("{base}/data.json")).await.unwrap();
+        assert!(out.contains("Content-Type: application/json"), "{out}");
+        assert!(out.ends_with("{\"answer\":42}"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn plain_text_is_returned() {
+        let base = serve().await;
+        let out = fetch(WebConfig::default(), format!("{base}/plain")).await.unwrap();
+        assert!(out.ends_with("\n\njust text"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn binary_is_refused() {
+        let base = serve().await;
+        let err = fetch(WebConfig::default(), format!("{base}/image.png")).await.unwrap_err();
+        assert!(err.to_string().contains("binary content (image/png"), "{err}");
+        let err = fetch(WebConfig::default(), format!("{base}/untyped")).await.unwrap_err();
+        assert!(err.to_string().contains("binary content"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn http_status_errors_are_clear() {
+        let base = serve().await;
+        let err = fetch(WebConfig::default(), format!("{base}/missing")).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("HTTP 404 Not Found"), "{text}");
+        assert!(text.contains("no such page here"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn connection_errors_are_clear() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = fetch(WebConfig::default(), format!("http://127.0.0.1:{port}/")).await.unwrap_err();
+        assert!(err.to_string().contains(&format!("could not fetch http://127.0.0.1:{port}/")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn timeouts_are_reported() {
+        let base = serve().await;
+        let config = WebConfig { timeout_secs: 1, ..Default::default() };
+        let err = fetch(config, format!("{base}/slow")).await.unwrap_err();
+        assert!(err.to_string().contains("timed out after 1s"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_by_characters_and_bytes() {
+        let base = serve().await;
+        let out = fetch(WebConfig { max_chars: 25, ..Default::default() }, format!("{base}/big")).await.unwrap();
+        assert!(out.contains("\n\nabcdefghijabcdefghijabcde\n[cut at 25 of 10000 characters]"), "{out}");
+        let out = fetch(WebConfig { max_bytes: 15, ..Default::default() }, format!("{base}/big")).await.unwrap();
+        assert!(out.contains("\n\nabcdefghijabcde\n[download stopped at 15 bytes"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn other_schemes_are_refused() {
+        let err = fetch(WebConfig::default(), "file:///etc/passwd".into()).await.unwrap_err();
+        assert!(err.to_string().contains("only http and https"), "{err}");
+        let err = fetch(WebConfig::default(), "not a url".into()).await.unwrap_err();
+        assert!(err.to_string().contains("invalid URL"), "{err}");
+    }
+
+    #[test]
+    fn content_types_are_classified() {
+        assert_eq!(kind_of(Some("text/html; charset=utf-8")), Some(BodyKind::Html));
+        assert_eq!(kind_of(Some("application/ld+json")), Some(BodyKind::Text));
+        assert_eq!(kind_of(Some("image/svg+xml")), Some(BodyKind::Text));
+        assert_eq!(kind_of(Some("text/csv")), Some(BodyKind::Text));
+        assert_eq!(kind_of(Some("application/pdf")), Some(BodyKind::Binary));
+        assert_eq!(kind_of(Some("application/octet-stream")), Some(BodyKind::Binary));
+        assert_eq!(kind_of(None), None);
+        assert_eq!(sniff(b"<!DOCTYPE html><p>x</p>"), BodyKind::Html);
+        assert_eq!(sniff(b"plain"), BodyKind::Text);
+        assert_eq!(sniff(&[0xff, 0xfe, 0x00]), BodyKind::Binary);
+    }
+}

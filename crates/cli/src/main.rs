@@ -1,1 +1,93 @@
-fn main() {}
+//! The `recursive` command: parses arguments, wires providers, tools and sinks from the
+//! library crates, runs, prints, and maps the outcome to an exit status.
+
+mod commands;
+mod config;
+mod output;
+mod provider;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit status for a fault (provider unreachable after retries, I/O, bad input file).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status for a usage or configuration error (including "no provider configured").
+pub const EXIT_CONFIG: u8 = 2;
+
+/// Recursive: an agent harness where agents call tools, agents call agents, goals decompose
+/// into goals, and models read huge inputs through a sandboxed Python REPL.
+#[derive(Debug, Parser)]
+#[command(name = "recursive", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent loop on a goal, with the built-in tools scoped to the workspace.
+    Run(commands::run::RunArgs),
+    /// Pursue an objective by recursive goal decomposition.
+    Goal(commands::goal::GoalArgs),
+    /// Answer a question over long inputs with a Recursive Language Model (Python sandbox).
+    Rlm(commands::rlm::RlmArgs),
+    /// Print the tree of a run from its JSONL events (`--events`) or a goal log (`--log`).
+    Trace(commands::trace::TraceArgs),
+    /// Apply a V4A patch in the current directory (patch as argument, or on stdin).
+    ApplyPatch(commands::patch::PatchArgs),
+}
+
+/// Options shared by every command that talks to a model.
+#[derive(Debug, Clone, Args)]
+pub struct ProviderArgs {
+    /// Model API: openai, anthropic, ollama, mock or replay (default: config file, then
+    /// auto-detection from ANTHROPIC_API_KEY, OPENAI_API_KEY, a local Ollama).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model name.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Base URL of the API (any OpenAI-compatible server with `--provider openai`).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Per-request timeout in seconds.
+    #[arg(long)]
+    pub request_timeout: Option<f64>,
+    /// Record every model call to this cassette file.
+    #[arg(long, value_name = "PATH")]
+    pub record: Option<PathBuf>,
+    /// Replay model calls from this cassette file (no network).
+    #[arg(long, value_name = "PATH", conflicts_with = "record")]
+    pub replay: Option<PathBuf>,
+    /// Configuration file (default: ./recursive.toml, then the user config dir).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Write every event as JSONL to this file.
+    #[arg(long, value_name = "PATH")]
+    pub events: Option<PathBuf>,
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => commands::run::execute(args).await,
+        Command::Goal(args) => commands::goal::execute(args).await,
+        Command::Rlm(args) => commands::rlm::execute(args).await,
+        Command::Trace(args) => commands::trace::execute(args),
+        Command::ApplyPatch(args) => commands::patch::execute(args),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            let code = if err.downcast_ref::<provider::ConfigError>().is_some() { EXIT_CONFIG } else { EXIT_ERROR };
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! `recursive goal`: pursues an objective by recursive decomposition, showing the goal tree
+//! live on stderr, with tools, sub-agents and (given `--input`) an RLM to delegate to.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clap::Args;
+use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, RunScope};
+use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalEvent, GoalPursuer};
+
+use crate::ProviderArgs;
+use crate::config;
+use crate::provider;
+
+/// Arguments of `goal`.
+#[derive(Debug, Args)]
+pub struct GoalArgs {
+    /// The objective.
+    pub objective: String,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// Deepest goal level.
+    #[arg(long, default_value_t = 15)]
+    pub max_depth: u32,
+    /// Wall clock for the whole pursuit, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+    pub max_time: f64,
+    /// USD budget for the whole pursuit.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_cost: f64,
+    /// Most goals in the tree.
+    #[arg(long, default_value_t = 100)]
+    pub max_goals: u32,
+    /// Similarity above which a goal counts as a repeat of one on its stack (0..1).
+    #[arg(long, default_value_t = 0.9)]
+    pub similarity_threshold: f64,
+    /// Append the goal execution log (JSONL) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub log: Option<PathBuf>,
+    /// Print the outcome tree as one JSON object on stdout and nothing else there.
+    #[arg(long)]
+    pub json: bool,
+    /// Workspace for the read-only tools (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Long inputs an `rlm` delegate may read ([NAME=]PATH, repeatable).
+    #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH")]
+    pub inputs: Vec<String>,
+}
+
+/// Delegates a goal to an RLM over the command's `--input` files.
+struct RlmDelegate {
+    rlm: recursive_rlm::Rlm,
+    inputs: recursive_rlm::Inputs,
+}
+
+#[async_trait]
+impl Delegate for RlmDelegate {
+    fn description(&self) -> String {
+        format!(
+            "A recursive language model that answers a question by writing Python over the long inputs ({}) and \
+             calling sub-models on the pieces. Use it for questions about those inputs.",
+            self.inputs.iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+        )
+    }
+
+    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError> {
+        let child = scope.child("rlm").map_err(|e| ActionError::Constrained(e.to_string()))?;
+        let result =
+            self.rlm.run(task, self.inputs.clone(), &child).await.map_err(|e| ActionError::Failed(e.to_string()))?;
+        Ok(match &result.output {
+            serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
+                m["answer"].as_str().unwrap_or_default().to_string()
+            }
+            other => other.to_string(),
+        })
+    }
+}
+
+fn live_line(e: &GoalEvent) -> Option<String> {
+    let status = match &e.status {
+        Some(s) => s.clone(),
+        None => serde_json::to_value(&e.event).ok()?.as_str()?.to_string(),
+    };
+    Some(format!(
+        "{}[{}] {} (depth {})",
+        "  ".repeat(e.depth as usize),
+        status,
+        recursive_core::event::clip(&e.goal, 100),
+        e.depth
+    ))
+}
+
+/// Runs the command.
+pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref())?;
+    let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
+    let mut goal_config = GoalConfig::default();
+    goal_config.constraints.max_depth = args.max_depth;
+    goal_config.constraints.max_time = Duration::from_secs_f64(args.max_time);
+    goal_config.constraints.max_cost_usd = args.max_cost;
+    goal_config.constraints.max_goals = args.max_goals as usize;
+    goal_config.similarity_threshold = args.similarity_threshold;
+    goal_config.options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
+
+    // Each goal is one level of the run tree, plus a level for the work a goal delegates.
+    let budget = BudgetLimits {
+        max_cost_usd: Some(args.max_cost),
+        wall_clock: Some(goal_config.constraints.max_time),
+        ..Default::default()
+    };
+    let scope = super::root_scope("goal", &args.provider, false, budget, None)?.with_max_depth(args.max_depth + 3);
+
+    let workspace = recursive_tools::Workspace::new(match &args.workspace {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    })?;
+    let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
+    let tools = recursive_tools::read_only_tools(&workspace, &tools_config);
+    let mut pursuer = GoalPursuer::new(provider.clone(), tools.clone(), goal_config);
+    if !args.inputs.is_empty() {
+        let inputs = super::rlm::load_inputs(&args.inputs)?;
+        let rlm_config = recursive_rlm::RlmConfig {
+            primary_options: ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() },
+            sub_options: ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() },
+            ..Default::default()
+        };
+        let rlm = recursive_rlm::Rlm::new(provider.clone(), provider.clone(), rlm_config)?.with_host_tools(tools)?;
+        pursuer
+            .actions_mut()
+            .register(Arc::new(DelegateAction::new().with("rlm", Arc::new(RlmDelegate { rlm, inputs }))));
+    }
+    if let Some(path) = &args.log {
+        pursuer = pursuer.with_log(path)?;
+    }
+    if !args.provider.quiet {
+        pursuer = pursuer.with_observer(|e| {
+            if let Some(line) = live_line(e) {
+                eprintln!("{line}");
+            }
+        });
+    }
+    let outcome = pursuer.pursue(&args.objective, &scope).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&outcome)?);
+    } else {
+        if outcome.result.summary.is_empty() {
+            println!("{}", outcome.reason.clone().unwrap_or_default());
+        } else {
+            println!("{}", outcome.result.summary);
+        }
+        eprintln!(
+            "goal {}: {} goal(s), {} tokens, ${:.4}",
+            serde_json::to_value(&outcome.status)?.as_str().unwrap_or_default(),
+            outcome.count(),
+            outcome.usage.total(),
+            outcome.cost_usd
+        );
+    }
+    let ok = matches!(outcome.status, recursive_goal::GoalStatus::Achieved | recursive_goal::GoalStatus::Completed);
+    Ok(if ok { 0 } else { GOAL_NOT_ACHIEVED })
+}
+
+/// Exit status when the objective ends failed, constrained, cycle-detected or skipped.
+pub const GOAL_NOT_ACHIEVED: u8 = 13;

@@ -1,0 +1,36 @@
+//! `recursive apply-patch`: applies a V4A patch in the current directory.
+
+use std::io::Read;
+
+use clap::Args;
+
+/// Arguments of `apply-patch`.
+#[derive(Debug, Args)]
+pub struct PatchArgs {
+    /// The patch text; read from stdin when omitted.
+    pub patch: Option<String>,
+}
+
+/// Applies the patch; prints `A/M/D path` lines on success, the error on stderr and exit 1
+/// on failure.
+pub fn execute(args: PatchArgs) -> anyhow::Result<u8> {
+    let text = match args.patch {
+        Some(p) => p,
+        None => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s)?;
+            s
+        }
+    };
+    let dir = std::env::current_dir()?;
+    match recursive_tools::apply_patch::apply_patch_in_dir(&text, &dir) {
+        Ok(report) => {
+            println!("{report}");
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! `recursive run`: the agent loop on one goal, with the built-in tools scoped to the
+//! workspace, permission rules, MCP servers and sub-agents.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, RunLimits, ToolRegistry};
+use serde::Deserialize;
+
+use crate::ProviderArgs;
+use crate::config;
+use crate::output;
+use crate::provider::{self, ConfigError};
+
+/// Arguments of `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What the agent should do.
+    pub goal: String,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// Most model turns.
+    #[arg(long, default_value_t = 32)]
+    pub max_steps: u32,
+    /// Wall-clock limit for the whole run, in seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Token budget for the whole run tree.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// USD budget for the whole run tree.
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// Append the transcript to this JSONL file as the run goes.
+    #[arg(long, value_name = "PATH")]
+    pub transcript: Option<PathBuf>,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Print one JSON object on stdout and nothing else there.
+    #[arg(long)]
+    pub json: bool,
+    /// Workspace the tools are confined to (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Approve every tool call that would ask.
+    #[arg(long, conflicts_with = "no_ask")]
+    pub yes: bool,
+    /// Deny every tool call that would ask, without prompting.
+    #[arg(long)]
+    pub no_ask: bool,
+    /// Offer no built-in tools (MCP servers and sub-agents still load).
+    #[arg(long)]
+    pub no_tools: bool,
+    /// Plan mode: the model proposes a plan and the run stops for approval (exit 7).
+    #[arg(long)]
+    pub plan: bool,
+    /// Register a sub-agent from a TOML definition: NAME=FILE (repeatable).
+    #[arg(long = "agent", value_name = "NAME=FILE")]
+    pub agents: Vec<String>,
+    /// Temperature of model calls.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Cap on tokens generated per model call.
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
+}
+
+/// A sub-agent definition file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFile {
+    /// Name the parent model calls it by (defaults to NAME of `--agent NAME=FILE`).
+    pub name: Option<String>,
+    /// What it is for, shown to the parent model.
+    pub description: String,
+    /// Model (default: the parent's).
+    pub model: Option<String>,
+    /// Its system prompt.
+    pub system_prompt: Option<String>,
+    /// Built-in tools it may use, by name (default: none).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Its step limit.
+    pub max_steps: Option<u32>,
+}
+
+/// Parses `NAME=FILE` and reads the definition.
+pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
+    let (name, file) =
+        spec.split_once('=').ok_or_else(|| ConfigError(format!("--agent {spec}: expected NAME=FILE")))?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading sub-agent file {file}"))?;
+    let def: AgentFile = toml::from_str(&text).map_err(|e| ConfigError(format!("sub-agent file {file}: {e}")))?;
+    Ok((def.name.clone().unwrap_or_else(|| name.to_string()), def))
+}
+
+/// Limits from the `[limits]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct LimitsFile {
+    max_depth: Option<u32>,
+    tool_concurrency: Option<usize>,
+    stuck_threshold: Option<u32>,
+    max_transcript_chars: Option<usize>,
+    max_permission_denials: Option<u32>,
+    tool_timeout_secs: Option<f64>,
+}
+
+fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = match arg {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    if !dir.is_dir() {
+        return Err(ConfigError(format!("workspace {} is not a directory", dir.display())).into());
+    }
+    Ok(dir)
+}
+
+/// Runs the command.
+pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref())?;
+    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let limits_file: LimitsFile = config.section(&config.file.limits, "limits")?;
+    let permissions: recursive_tools::PermissionsConfig = config.section(&config.file.permissions, "permissions")?;
+    let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
+    let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
+
+    let mut limits = RunLimits { max_steps: args.max_steps, ..Default::default() };
+    if let Some(d) = limits_file.max_depth {
+        limits.max_depth = d;
+    }
+    if let Some(c) = limits_file.tool_concurrency {
+        limits.tool_concurrency = c;
+    }
+    if let Some(s) = limits_file.stuck_threshold {
+        limits.stuck_threshold = s;
+    }
+    limits.max_transcript_chars = limits_file.max_transcript_chars;
+    limits.max_permission_denials = limits_file.max_permission_denials.unwrap_or(permissions.max_denials);
+    limits.tool_timeout = limits_file.tool_timeout_secs.map(Duration::from_secs_f64);
+
+    let budget = BudgetLimits {
+        max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost,
+        wall_clock: args.timeout.map(Duration::from_secs_f64),
+    };
+    let scope = super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(limits.max_depth);
+
+    let workspace = recursive_tools::Workspace::new(workspace_dir(args.workspace.as_deref())?)?;
+    let builtin = recursive_tools::builtin_tools(&workspace, &tools_config);
+    let mut tools = if args.no_tools { ToolRegistry::new() } else { builtin.clone() };
+    let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
+    tools.extend(mcp.registry());
+
+    let options = ChatOptions {
+        model: settings.model.clone().unwrap_or_default(),
+        temperature: args.temperature,
+        max_tokens: args.max_output_tokens,
+        ..Default::default()
+    };
+    for spec in &args.agents {
+        let (name, def) = load_agent_file(spec)?;
+        let sub_tools = builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
+        let mut sub_options = options.clone();
+        if let Some(m) = def.model {
+            sub_options.model = m;
+        }
+        let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
+        let agent = Agent::new(provider.clone()).with_tools(sub_tools).with_config(AgentConfig {
+            name: name.clone(),
+            system_prompt: def.system_prompt,
+            options: sub_options,
+            limits: sub_limits,
+            ..Default::default()
+        });
+        let sub = recursive_core::SubAgent::new(name, def.description, agent);
+        tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
+    }
+
+    let approver = recursive_tools::approver_for_flags(args.yes, args.no_ask);
+    let gate = Arc::new(
+        recursive_tools::PermissionPolicy::new(permissions, approver)
+            .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
+            .with_workspace(workspace.clone()),
+    );
+    let agent = Agent::new(provider).with_tools(tools).with_gate(gate).with_config(AgentConfig {
+        name: "main".into(),
+        system_prompt: args.system.clone(),
+        options,
+        limits,
+        plan_mode: args.plan,
+        transcript_path: args.transcript.clone(),
+    });
+    let result = agent.run_in(&args.goal, &scope).await?;
+    mcp.shutdown().await;
+    if args.json {
+        println!("{}", serde_json::to_string(&output::run_json(&result))?);
+    } else {
+        eprintln!(
+            "finished: {} after {} step(s), {} tokens, ${:.4}",
+            result.finish_reason,
+            result.steps,
+            result.usage.total(),
+            result.cost_usd
+        );
+    }
+    Ok(result.finish_reason.exit_code() as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LoadedConfig;
+
+    #[test]
+    fn agent_spec_without_equals_is_a_config_error() {
+        let err = load_agent_file("reviewer").unwrap_err();
+        assert!(err.downcast_ref::<ConfigError>().is_some());
+    }
+
+    #[test]
+    fn loaded_config_defaults_when_table_absent() {
+        let c = LoadedConfig::default();
+        let l: LimitsFile = c.section(&None, "limits").unwrap();
+        assert!(l.max_depth.is_none());
+    }
+}

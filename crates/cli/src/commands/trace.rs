@@ -1,0 +1,284 @@
+//! `recursive trace`: rebuilds the tree of a run from its JSONL events (from `run`, `rlm` or
+//! `goal` with `--events`, or a goal execution log from `goal --log`) and prints nesting,
+//! status, timing, tokens and cost per node.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::Args;
+use recursive_core::{AgentEvent, EventKind, Usage};
+use serde_json::Value;
+
+/// Arguments of `trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// A JSONL events file or goal log.
+    pub path: PathBuf,
+    /// Only the subtree(s) whose goal contains this text (case-insensitive).
+    #[arg(long)]
+    pub goal: Option<String>,
+    /// Print the tree as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One node of the printed tree.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Node {
+    /// Node id (run id or goal key).
+    pub id: String,
+    /// Parent id.
+    pub parent: Option<String>,
+    /// Readable name.
+    pub name: String,
+    /// Depth in the tree.
+    pub depth: u32,
+    /// The goal, question or input.
+    pub goal: String,
+    /// Finish reason or goal status.
+    pub status: String,
+    /// First event time.
+    pub started: Option<DateTime<Utc>>,
+    /// Last event time.
+    pub ended: Option<DateTime<Utc>>,
+    /// Tokens used by this node itself.
+    pub own_usage: Usage,
+    /// USD of this node itself.
+    pub own_cost: f64,
+    /// Children ids in order of appearance.
+    pub children: Vec<String>,
+}
+
+/// A tree of nodes keyed by id, with roots in order of appearance.
+#[derive(Debug, Default)]
+pub struct Tree {
+    nodes: BTreeMap<String, Node>,
+    order: Vec<String>,
+}
+
+impl Tree {
+    fn node(&mut self, id: &str) -> &mut Node {
+        if !self.nodes.contains_key(id) {
+            self.order.push(id.to_string());
+        }
+        self.nodes.entry(id.to_string()).or_insert_with(|| Node { id: id.to_string(), ..Default::default() })
+    }
+
+    fn touch(&mut self, id: &str, at: DateTime<Utc>) {
+        let n = self.node(id);
+        n.started = Some(n.started.map_or(at, |s| s.min(at)));
+        n.ended = Some(n.ended.map_or(at, |e| e.max(at)));
+    }
+
+    /// Adds one agent event.
+    pub fn add_event(&mut self, e: &AgentEvent) {
+        let id = e.ids.run_id.clone();
+        self.touch(&id, e.timestamp);
+        {
+            let n = self.node(&id);
+            n.name = e.ids.name.clone();
+            n.depth = e.ids.depth;
+            n.parent = e.ids.parent_run_id.clone();
+            if n.status.is_empty() {
+                n.status = "running".into();
+            }
+        }
+        match &e.kind {
+            EventKind::RunStarted { goal } => {
+                let n = self.node(&id);
+                if n.goal.is_empty() {
+                    n.goal = goal.clone();
+                }
+            }
+            EventKind::Usage { usage, cost_usd, .. } => {
+                let n = self.node(&id);
+                n.own_usage.add(usage);
+                n.own_cost += cost_usd.unwrap_or(0.0);
+            }
+            EventKind::TurnFinished { finish_reason, .. } => self.node(&id).status = finish_reason.clone(),
+            EventKind::Custom { name, data } => {
+                let goal = data.get("goal").and_then(Value::as_str).map(str::to_string);
+                let status = data.get("status").and_then(Value::as_str).map(str::to_string);
+                let n = self.node(&id);
+                if let Some(g) = goal
+                    && n.goal.is_empty()
+                {
+                    n.goal = g;
+                }
+                if let Some(s) = status {
+                    n.status = s;
+                } else if let Some(stage) = name.strip_prefix("goal_") {
+                    n.status = stage.to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Adds one line of a goal execution log (`{timestamp, event, goal, depth, parent_goal, data}`).
+    pub fn add_goal_log(&mut self, v: &Value) {
+        let goal = v.get("goal").and_then(Value::as_str).unwrap_or_default().to_string();
+        let parent = v.get("parent_goal").and_then(Value::as_str).map(str::to_string);
+        let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(0) as u32;
+        let id = v.get("goal_id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| goal.clone());
+        let parent_id = v.get("parent_id").and_then(Value::as_str).map(str::to_string).or(parent);
+        if let Some(at) = v.get("timestamp").and_then(Value::as_str).and_then(|t| t.parse().ok()) {
+            self.touch(&id, at);
+        }
+        let event = v.get("event").and_then(Value::as_str).unwrap_or_default().to_string();
+        let data = v.get("data").cloned().unwrap_or(Value::Null);
+        let n = self.node(&id);
+        n.name = format!("goal-d{depth}");
+        n.goal = goal;
+        n.depth = depth;
+        n.parent = parent_id;
+        n.status = data.get("status").and_then(Value::as_str).map(str::to_string).unwrap_or(event);
+        if let Some(u) = data.get("usage").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
+            n.own_usage.add(&u);
+        }
+        if let Some(c) = data.get("cost_usd").and_then(Value::as_f64) {
+            n.own_cost += c;
+        }
+    }
+
+    fn link(&mut self) {
+        let pairs: Vec<(String, String)> =
+            self.order.iter().filter_map(|id| self.nodes[id].parent.clone().map(|p| (p, id.clone()))).collect();
+        for (parent, child) in pairs {
+            if self.nodes.contains_key(&parent) && parent != child {
+                let p = self.node(&parent);
+                if !p.children.contains(&child) {
+                    p.children.push(child);
+                }
+            }
+        }
+    }
+
+    /// Roots: nodes whose parent is not in the tree.
+    pub fn roots(&self) -> Vec<&Node> {
+        self.order
+            .iter()
+            .map(|id| &self.nodes[id])
+            .filter(|n| n.parent.as_ref().is_none_or(|p| !self.nodes.contains_key(p) || p == &n.id))
+            .collect()
+    }
+
+    /// Usage and cost of a node including its descendants.
+    pub fn totals(&self, id: &str) -> (Usage, f64) {
+        let Some(n) = self.nodes.get(id) else { return (Usage::default(), 0.0) };
+        let mut usage = n.own_usage;
+        let mut cost = n.own_cost;
+        for c in &n.children {
+            let (u, k) = self.totals(c);
+            usage.add(&u);
+            cost += k;
+        }
+        (usage, cost)
+    }
+
+    fn render(&self, id: &str, indent: usize, out: &mut String) {
+        let Some(n) = self.nodes.get(id) else { return };
+        let (usage, cost) = self.totals(id);
+        let secs = match (n.started, n.ended) {
+            (Some(s), Some(e)) => (e - s).num_milliseconds() as f64 / 1000.0,
+            _ => 0.0,
+        };
+        out.push_str(&format!(
+            "{}{} [{}] {:.2}s {} tok ${:.4}  {}\n",
+            "  ".repeat(indent),
+            n.name,
+            n.status,
+            secs,
+            usage.total(),
+            cost,
+            recursive_core::event::clip(&n.goal, 100)
+        ));
+        for c in &n.children {
+            self.render(c, indent + 1, out);
+        }
+    }
+
+    /// The tree as indented text, optionally only the subtrees whose goal contains `filter`.
+    pub fn to_text(&self, filter: Option<&str>) -> String {
+        let mut out = String::new();
+        let starts: Vec<&Node> = match filter {
+            None => self.roots(),
+            Some(f) => {
+                let f = f.to_lowercase();
+                let mut hits: Vec<&Node> = Vec::new();
+                for id in &self.order {
+                    let n = &self.nodes[id];
+                    let under_hit = hits.iter().any(|h| self.is_descendant(&n.id, &h.id));
+                    if n.goal.to_lowercase().contains(&f) && !under_hit {
+                        hits.push(n);
+                    }
+                }
+                hits
+            }
+        };
+        for n in starts {
+            self.render(&n.id, 0, &mut out);
+        }
+        out
+    }
+
+    fn is_descendant(&self, id: &str, ancestor: &str) -> bool {
+        let mut cur = self.nodes.get(id).and_then(|n| n.parent.clone());
+        let mut guard = 0;
+        while let Some(p) = cur {
+            if p == ancestor {
+                return true;
+            }
+            guard += 1;
+            if guard > 10_000 {
+                return false;
+            }
+            cur = self.nodes.get(&p).and_then(|n| n.parent.clone());
+        }
+        false
+    }
+}
+
+/// Reads a JSONL file of agent events or goal-log lines into a tree.
+pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut tree = Tree::default();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value =
+            serde_json::from_str(&line).with_context(|| format!("{}:{}: not a JSON line", path.display(), i + 1))?;
+        if v.get("run_id").is_some() {
+            let e: AgentEvent = serde_json::from_value(v)
+                .with_context(|| format!("{}:{}: not a Recursive event", path.display(), i + 1))?;
+            tree.add_event(&e);
+        } else if v.get("goal").is_some() && v.get("event").is_some() {
+            tree.add_goal_log(&v);
+        } else {
+            anyhow::bail!("{}:{}: neither a run event nor a goal log line", path.display(), i + 1);
+        }
+    }
+    tree.link();
+    Ok(tree)
+}
+
+/// Prints the tree.
+pub fn execute(args: TraceArgs) -> anyhow::Result<u8> {
+    let tree = read_tree(&args.path)?;
+    if args.json {
+        let nodes: Vec<&Node> = tree.order.iter().map(|id| &tree.nodes[id]).collect();
+        println!("{}", serde_json::to_string_pretty(&nodes)?);
+    } else {
+        let text = tree.to_text(args.goal.as_deref());
+        if text.is_empty() {
+            anyhow::bail!("no matching nodes in {}", args.path.display());
+        }
+        print!("{text}");
+    }
+    Ok(0)
+}

@@ -1,0 +1,92 @@
+//! What the CLI shows while a run goes: the root run's text streamed to stdout, everything
+//! else as readable lines on stderr, and the final `--json` object.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use recursive_core::{AgentEvent, EventKind, EventSink, Message, RunResult, StderrSink, Usage};
+use serde_json::{Value, json};
+
+/// Streams the depth-0 run's text to stdout and prints other events on stderr.
+pub struct CliSink {
+    stream_text: bool,
+    quiet: bool,
+    stderr: StderrSink,
+    at_line_start: Mutex<bool>,
+}
+
+impl CliSink {
+    /// `stream_text`: print the root's text as it arrives (off for `--json`); `quiet`: no
+    /// progress lines on stderr.
+    pub fn new(stream_text: bool, quiet: bool) -> Self {
+        Self { stream_text, quiet, stderr: StderrSink { show_text: !stream_text }, at_line_start: Mutex::new(true) }
+    }
+
+    fn end_line(&self) {
+        if let Ok(mut start) = self.at_line_start.lock()
+            && !*start
+        {
+            println!();
+            *start = true;
+        }
+    }
+}
+
+impl EventSink for CliSink {
+    fn emit(&self, event: &AgentEvent) {
+        match &event.kind {
+            EventKind::PartialText { delta } if event.ids.depth == 0 => {
+                if self.stream_text {
+                    print!("{delta}");
+                    let _ = std::io::stdout().flush();
+                    if let Ok(mut start) = self.at_line_start.lock() {
+                        *start = delta.ends_with('\n');
+                    }
+                }
+            }
+            EventKind::AssistantText { .. } if event.ids.depth == 0 && self.stream_text => self.end_line(),
+            _ => {
+                if !self.quiet
+                    && let Some(line) = self.stderr.format(event)
+                {
+                    self.end_line();
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// One message in the `--json` shape: every key present.
+pub fn message_json(m: &Message) -> Value {
+    json!({
+        "role": m.role,
+        "content": m.content,
+        "tool_calls": m.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments})).collect::<Vec<_>>(),
+        "tool_call_id": m.tool_call_id,
+    })
+}
+
+/// Usage in the `--json` shape.
+pub fn usage_json(u: &Usage) -> Value {
+    json!({
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+    })
+}
+
+/// The `recursive run --json` object.
+pub fn run_json(r: &RunResult) -> Value {
+    json!({
+        "finish_reason": r.finish_reason.as_str(),
+        "finish_detail": match &r.finish_reason { recursive_core::FinishReason::ProviderStop(s) => Some(s.clone()), _ => None },
+        "output": r.output,
+        "messages": r.messages.iter().map(message_json).collect::<Vec<_>>(),
+        "usage": usage_json(&r.usage),
+        "cost_usd": r.cost_usd,
+        "steps": r.steps,
+        "run_id": r.run_id,
+    })
+}

@@ -1,0 +1,90 @@
+//! Chooses the model provider: command-line flags first, then the `[provider]` table of the
+//! configuration file, then auto-detection from the environment.
+
+use std::sync::Arc;
+
+use recursive_core::ChatProvider;
+use recursive_llm::config::{ProviderKind, ProviderSettings, build_provider, detect_from_env};
+use recursive_llm::pricing::PriceTable;
+
+use crate::ProviderArgs;
+use crate::config::LoadedConfig;
+
+/// A configuration problem: exit status 2 and a message saying how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// What to do when no provider is configured anywhere.
+pub const HOW_TO_CONFIGURE: &str = "no model provider configured. Do one of:
+  * export ANTHROPIC_API_KEY=...            (Anthropic, auto-detected)
+  * export OPENAI_API_KEY=...               (OpenAI; OPENAI_BASE_URL for a compatible server)
+  * start Ollama (ollama serve) on 127.0.0.1:11434 or set OLLAMA_HOST
+  * pass --provider openai|anthropic|ollama [--model NAME] [--base-url URL]
+  * add a [provider] table to ./recursive.toml, e.g.
+        [provider]
+        kind = \"openai\"
+        model = \"gpt-4o-mini\"
+        base_url = \"http://127.0.0.1:8000/v1\"
+  * or replay a recorded cassette offline: --replay examples/<name>.cassette.jsonl";
+
+fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
+    s.parse::<ProviderKind>().map_err(|e| ConfigError(format!("--provider {s}: {e}")))
+}
+
+/// The provider settings that apply, or a [`ConfigError`] explaining how to configure one.
+pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Result<ProviderSettings> {
+    let from_file: Option<ProviderSettings> = match &config.file.provider {
+        Some(_) => Some(config.section(&config.file.provider, "provider")?),
+        None => None,
+    };
+    let mut settings = if let Some(kind) = &args.provider {
+        let kind = parse_kind(kind)?;
+        match from_file {
+            Some(mut f) if f.kind == kind => {
+                f.kind = kind;
+                f
+            }
+            _ => ProviderSettings::new(kind),
+        }
+    } else if args.replay.is_some() {
+        ProviderSettings::new(ProviderKind::Replay)
+    } else if let Some(f) = from_file {
+        f
+    } else if let Some(d) = detect_from_env().await {
+        d
+    } else {
+        return Err(ConfigError(HOW_TO_CONFIGURE.into()).into());
+    };
+    if let Some(m) = &args.model {
+        settings.model = Some(m.clone());
+    }
+    if let Some(u) = &args.base_url {
+        settings.base_url = Some(u.clone());
+    }
+    if let Some(t) = args.request_timeout {
+        settings.timeout = Some(std::time::Duration::from_secs_f64(t));
+    }
+    if let Some(r) = &args.record {
+        settings.record = Some(r.clone());
+    }
+    if let Some(r) = &args.replay {
+        settings.kind = ProviderKind::Replay;
+        settings.replay = Some(r.clone());
+    }
+    Ok(settings)
+}
+
+/// Builds the provider (with retries, pricing and recording as configured).
+pub async fn build(
+    args: &ProviderArgs,
+    config: &LoadedConfig,
+) -> anyhow::Result<(Arc<dyn ChatProvider>, ProviderSettings)> {
+    let settings = settings(args, config).await?;
+    let mut prices = PriceTable::builtin();
+    if let (Some(path), Some(_)) = (&config.path, &config.file.pricing) {
+        prices.extend_from_toml_file(path).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
+    }
+    let provider = build_provider(&settings, &prices).map_err(|e| ConfigError(e.to_string()))?;
+    Ok((provider, settings))
+}

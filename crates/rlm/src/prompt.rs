@@ -1,0 +1,355 @@
+//! What the primary model reads and what is taken from its replies: the default instructions,
+//! the catalog of sandbox functions and host tools, code-block extraction, observation text
+//! (with head-and-tail truncation and the await hint), and the JSON of an extraction reply.
+
+use recursive_core::ToolSpec;
+use serde_json::Value;
+
+use crate::sandbox::SnippetOutcome;
+
+/// The default working rules given to the primary model.
+pub const DEFAULT_INSTRUCTIONS: &str = "\
+You answer a question about inputs that are too large to read in one go. The inputs are variables in a \
+persistent Python REPL, and you work on them by writing code: you only ever see what your code prints.
+
+How to work:
+1. Explore before you slice. Print types, lengths and a few small samples of `inputs[...]` to learn the \
+structure (headings, separators, record formats) before deciding how to split it.
+2. Use code for structure and sub-model calls for meaning. Split, filter, search and count with Python \
+(`re`, `json`, string methods); send the pieces that need reading or judgement to `llm_query` or \
+`llm_query_batched` with a precise instruction, and keep each piece well within a sub-model's context.
+3. Always read the data through the variables (`inputs[...]`). Never retype or paste text from the preview or \
+from printed output into your code: the preview is truncated and retyped text drifts.
+4. Keep intermediate results in variables; they persist between turns. Print only what you need to see; long \
+output is cut in the middle.
+5. Verify before you submit: check the candidate answer against the data with code or a focused sub-call, and \
+look for evidence against it.
+6. `submit(result)` is terminal. It ends the run at once and nothing after it runs, so call it only when you \
+are done, with a value that matches the output schema.
+
+In each reply, say briefly what you will do next, then give one or more ```python code blocks. They run in \
+order in the same session and their output comes back to you.";
+
+/// Shown when an awaiting mistake is detected in a snippet's result.
+pub const AWAIT_HINT: &str = "Hint: the host functions work in these forms: `r = llm_query(p)` (blocks until the \
+answer), `r = await llm_query(p)`, `rs = await asyncio.gather(*[llm_query(p) for p in ps])` (concurrent; the \
+calls must be written inside the gather(...) parentheses), or `rs = llm_query_batched(ps)`. A call made outside \
+`await`/`gather(...)` returns its result at once, so it cannot be awaited later.";
+
+/// Shown when a reply has no code block.
+pub const NO_CODE_OBSERVATION: &str = "Your reply had no ```python code block, so nothing ran. Reply with one or \
+more ```python blocks (the REPL keeps your variables). When you have the answer, call `submit(...)` inside a \
+code block.";
+
+/// What the catalog needs to know about the run.
+pub(crate) struct CatalogFacts<'a> {
+    pub context_alias: Option<&'a str>,
+    pub timeout_secs: f64,
+    pub memory_limit_bytes: Option<usize>,
+    pub recursion_limit: usize,
+    pub observation_max_chars: usize,
+    pub batch_concurrency: usize,
+    pub max_llm_calls: u32,
+    pub sub_model: &'a str,
+    pub rlm_levels_left: u32,
+    pub tools: &'a [ToolSpec],
+    pub schema: &'a Value,
+    pub wrap_key: Option<&'a str>,
+}
+
+/// The catalog: the sandbox, its functions, the host tools and the output schema.
+pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
+    let mut s = String::from("## The REPL\n");
+    s.push_str(
+        "- `inputs`: a dict of input name → full value (text as `str`, JSON as dicts/lists). The inputs are \
+         described in the first user message.\n",
+    );
+    if let Some(name) = f.context_alias {
+        s.push_str(&format!("- `context`: the same value as `inputs[{name:?}]` (the only input).\n"));
+    }
+    s.push_str(
+        "- The interpreter is a sandboxed Python subset: no class inheritance, no `del`, no `yield`, no `match`. \
+         Available modules: json, re, math, collections, itertools, functools, datetime, base64, asyncio (gather \
+         and run only). There is no file, network or OS access. `asyncio`, `json` and `re` are already imported.\n",
+    );
+    let memory = f.memory_limit_bytes.map(|m| format!(", {} MiB of memory", m / (1024 * 1024))).unwrap_or_default();
+    s.push_str(&format!(
+        "- Limits per code block: {:.0} s wall clock (sub-calls included){memory}, recursion depth {}. Output \
+         longer than {} chars is cut in the middle.\n\n",
+        f.timeout_secs, f.recursion_limit, f.observation_max_chars
+    ));
+    s.push_str("## Functions\n");
+    let model = if f.sub_model.is_empty() { String::new() } else { format!(" (`{}`)", f.sub_model) };
+    s.push_str(&format!(
+        "- `llm_query(prompt: str) -> dict`: one call to a sub-model{model}, which sees only `prompt`. Returns \
+         `{{\"result\": text}}`, or `{{\"error\": message}}` on failure or when the sub-call budget is spent (no \
+         exception: check for the key).\n"
+    ));
+    s.push_str(&format!(
+        "- `llm_query_batched(prompts: list[str]) -> dict`: the prompts run concurrently (up to {} at a time). \
+         Returns `{{\"result\": [text, ...]}}` in input order; a failed element is the string \
+         `\"[error] <Type>: <message>\"`. A batch larger than the remaining budget fails as a whole with \
+         `{{\"error\": ...}}` and spends nothing.\n",
+        f.batch_concurrency
+    ));
+    if f.rlm_levels_left > 0 {
+        s.push_str(
+            "- `rlm_query(prompt: str, inputs: dict | None = None) -> dict`: starts a child run like this one, with \
+             its own REPL, on `inputs` (default: `{\"prompt\": prompt}`), and returns `{\"result\": answer}` or \
+             `{\"error\": message}`. Use it for sub-tasks that are themselves too large for one sub-model call.\n",
+        );
+    } else {
+        s.push_str(
+            "- `rlm_query(prompt: str, inputs: dict | None = None) -> dict`: at this depth it is a plain \
+             `llm_query` on the prompt (with the inputs appended as JSON).\n",
+        );
+    }
+    let wrap = f
+        .wrap_key
+        .map(|k| format!(" A bare value is accepted as `{{\"{k}\": value}}` (e.g. `submit(\"text\")`)."))
+        .unwrap_or_default();
+    s.push_str(&format!(
+        "- `submit(result)`: ends the run with `result`, which must match the output schema below.{wrap} An invalid \
+         result raises a ValueError naming the violation, and you can fix it and submit again.\n\n"
+    ));
+    s.push_str(
+        "Each of these can be called plainly (`r = llm_query(p)` blocks until the answer) or awaited \
+         (`r = await llm_query(p)`). To run several at once: `rs = await asyncio.gather(*[llm_query(p) for p in \
+         ps])` or `rs = llm_query_batched(ps)`.\n",
+    );
+    s.push_str(&format!(
+        "Sub-call budget: {} model calls for the whole run, shared by llm_query, llm_query_batched and rlm_query \
+         (a child run's own steps count too).\n",
+        f.max_llm_calls
+    ));
+    if !f.tools.is_empty() {
+        s.push_str(
+            "\n## Host tools\nCall them like functions; keyword arguments are the schema's properties, \
+                    positional arguments follow the order shown. They return the tool's text output, or \
+                    `{\"error\": message}`.\n",
+        );
+        for t in f.tools {
+            let order = argument_order(&t.parameters);
+            s.push_str(&format!(
+                "- `{}({})`: {}\n  arguments: {}\n",
+                t.name,
+                order.join(", "),
+                t.description,
+                t.parameters
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "\n## Output schema\n```json\n{}\n```\n",
+        serde_json::to_string_pretty(f.schema).unwrap_or_else(|_| f.schema.to_string())
+    ));
+    s
+}
+
+/// The positional order of a tool's arguments: the schema's `required` list first, in its
+/// order, then the other properties.
+pub(crate) fn argument_order(parameters: &Value) -> Vec<String> {
+    let mut order: Vec<String> = parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    if let Some(props) = parameters.get("properties").and_then(Value::as_object) {
+        for k in props.keys() {
+            if !order.contains(k) {
+                order.push(k.clone());
+            }
+        }
+    }
+    order
+}
+
+/// The code blocks of a reply (```python, ```py or ```repl), in order. An unclosed final block
+/// runs to the end of the reply.
+pub fn extract_code_blocks(reply: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in reply.lines() {
+        let t = line.trim();
+        match &mut current {
+            None => {
+                if let Some(lang) = t.strip_prefix("```") {
+                    let lang = lang.trim().to_ascii_lowercase();
+                    if matches!(lang.as_str(), "python" | "py" | "repl" | "python3") {
+                        current = Some(Vec::new());
+                    }
+                }
+            }
+            Some(lines) => {
+                if t == "```" {
+                    blocks.push(lines.join("\n"));
+                    current = None;
+                } else {
+                    lines.push(line);
+                }
+            }
+        }
+    }
+    if let Some(lines) = current
+        && !lines.is_empty()
+    {
+        blocks.push(lines.join("\n"));
+    }
+    blocks.retain(|b| !b.trim().is_empty());
+    blocks.into_iter().map(|b| dedent(&b)).collect()
+}
+
+/// Removes the indentation common to every non-blank line.
+fn dedent(code: &str) -> String {
+    let indent = code
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start_matches([' ', '\t']).len())
+        .min()
+        .unwrap_or(0);
+    if indent == 0 {
+        return code.to_string();
+    }
+    code.lines().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect::<Vec<_>>().join("\n")
+}
+
+/// Shortens text to at most `max` characters, keeping head and tail around a marker that says
+/// how much was cut.
+pub fn truncate_middle(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(count - (max - half)).collect();
+    format!("{head}\n[... {} chars truncated ...]\n{tail}", crate::inputs::group(count - max))
+}
+
+/// Whether a snippet's result shows an awaiting mistake.
+fn shows_await_mistake(o: &SnippetOutcome) -> bool {
+    let err = o.error.as_ref().map(|e| e.message.as_str()).unwrap_or("");
+    err.contains("can't be awaited")
+        || err.contains("coroutine")
+        || err.contains("awaitable")
+        || o.stdout.contains("<coroutine")
+        || o.value.as_deref().is_some_and(|v| v.contains("<coroutine"))
+}
+
+/// The observation text of one snippet (before truncation).
+pub(crate) fn snippet_observation(o: &SnippetOutcome) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !o.stdout.is_empty() {
+        parts.push(o.stdout.trim_end_matches('\n').to_string());
+    }
+    if let Some(v) = &o.value {
+        parts.push(v.clone());
+    }
+    if let Some(e) = &o.error {
+        parts.push(e.message.clone());
+    }
+    if parts.is_empty() {
+        parts.push("(no output)".into());
+    }
+    if shows_await_mistake(o) {
+        parts.push(AWAIT_HINT.into());
+    }
+    parts.join("\n")
+}
+
+/// Parses the JSON of an extraction reply: the whole reply, a ```json fenced block, or the
+/// outermost `{...}` / `[...]` span.
+pub fn parse_json_reply(reply: &str) -> Option<Value> {
+    let t = reply.trim();
+    if let Ok(v) = serde_json::from_str::<Value>(t) {
+        return Some(v);
+    }
+    let mut in_block = false;
+    let mut block = Vec::new();
+    for line in t.lines() {
+        let l = line.trim();
+        if !in_block && l.starts_with("```") {
+            in_block = true;
+            block.clear();
+        } else if in_block && l == "```" {
+            if let Ok(v) = serde_json::from_str::<Value>(&block.join("\n")) {
+                return Some(v);
+            }
+            in_block = false;
+        } else if in_block {
+            block.push(line);
+        }
+    }
+    for (open, close) in [('{', '}'), ('[', ']')] {
+        if let (Some(a), Some(b)) = (t.find(open), t.rfind(close))
+            && a < b
+            && let Ok(v) = serde_json::from_str::<Value>(&t[a..=b])
+        {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::{SnippetError, SnippetErrorKind};
+    use serde_json::json;
+
+    #[test]
+    fn code_blocks_are_taken_in_order_from_the_accepted_fences() {
+        let reply =
+            "First:\n```python\nx = 1\n```\nthen\n```py\ny = 2\n```\n```repl\nprint(x + y)\n```\n```json\n{}\n```";
+        assert_eq!(extract_code_blocks(reply), vec!["x = 1", "y = 2", "print(x + y)"]);
+    }
+
+    #[test]
+    fn reply_without_code_has_no_blocks() {
+        assert!(extract_code_blocks("I think the answer is 4.").is_empty());
+        assert!(extract_code_blocks("```\nplain fence\n```").is_empty());
+    }
+
+    #[test]
+    fn unclosed_block_runs_to_the_end_and_indentation_is_removed() {
+        assert_eq!(extract_code_blocks("  ```python\n  if x:\n      y = 1"), vec!["if x:\n    y = 1"]);
+    }
+
+    #[test]
+    fn truncation_keeps_head_and_tail_and_says_how_much_was_cut() {
+        let text = format!("{}{}{}", "H".repeat(50), "m".repeat(1000), "T".repeat(50));
+        let t = truncate_middle(&text, 100);
+        assert!(t.starts_with(&"H".repeat(50)), "{t}");
+        assert!(t.ends_with(&"T".repeat(50)), "{t}");
+        assert!(t.contains("1,000 chars truncated"), "{t}");
+        assert_eq!(truncate_middle("short", 100), "short");
+    }
+
+    #[test]
+    fn await_mistakes_get_the_hint() {
+        let o = SnippetOutcome {
+            error: Some(SnippetError {
+                kind: SnippetErrorKind::Exception,
+                message: "TypeError: 'dict' object can't be awaited".into(),
+            }),
+            ..Default::default()
+        };
+        assert!(snippet_observation(&o).contains("asyncio.gather(*[llm_query(p) for p in ps])"));
+        let fine = SnippetOutcome { stdout: "42\n".into(), ..Default::default() };
+        assert_eq!(snippet_observation(&fine), "42");
+    }
+
+    #[test]
+    fn json_reply_is_parsed_from_fences_and_prose() {
+        assert_eq!(parse_json_reply("{\"answer\": \"a\"}"), Some(json!({"answer": "a"})));
+        assert_eq!(parse_json_reply("Here:\n```json\n{\"answer\": \"b\"}\n```"), Some(json!({"answer": "b"})));
+        assert_eq!(parse_json_reply("The output is {\"answer\": \"c\"}."), Some(json!({"answer": "c"})));
+        assert_eq!(parse_json_reply("no json here"), None);
+    }
+
+    #[test]
+    fn argument_order_puts_required_first() {
+        let p = json!({"type": "object", "properties": {"a": {}, "path": {}, "z": {}}, "required": ["path"]});
+        assert_eq!(argument_order(&p), vec!["path", "a", "z"]);
+    }
+}

@@ -1,0 +1,105 @@
+//! The output schema: the JSON Schema a `submit`ted (or extracted) result must match, with the
+//! lenient forms accepted before validation.
+
+use serde_json::{Value, json};
+
+use crate::error::RlmError;
+
+/// The default output schema: an object with a required string property `answer`.
+pub fn default_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"answer": {"type": "string", "description": "The answer to the question."}},
+        "required": ["answer"]
+    })
+}
+
+/// A compiled output schema.
+pub struct OutputSchema {
+    schema: Value,
+    validator: jsonschema::Validator,
+    wrap_key: Option<String>,
+}
+
+impl std::fmt::Debug for OutputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputSchema").field("schema", &self.schema).finish()
+    }
+}
+
+impl OutputSchema {
+    /// Compiles a schema.
+    pub fn new(schema: Value) -> Result<Self, RlmError> {
+        let validator = jsonschema::validator_for(&schema).map_err(|e| RlmError::InvalidSchema(e.to_string()))?;
+        let wants_object = schema.get("type").and_then(Value::as_str) == Some("object");
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let wrap_key = (wants_object && required.len() == 1).then(|| required[0].to_string());
+        Ok(Self { schema, validator, wrap_key })
+    }
+
+    /// The schema as JSON.
+    pub fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    /// The property a bare (non-object) value is wrapped as, if any (see [`Self::normalize`]).
+    pub fn wrap_key(&self) -> Option<&str> {
+        self.wrap_key.as_deref()
+    }
+
+    /// Applies the lenient form: when the schema is an object with exactly one required
+    /// property and the value is not an object, the value is wrapped as that property
+    /// (so with the default schema `submit("text")` means `submit({"answer": "text"})`).
+    pub fn normalize(&self, value: Value) -> Value {
+        match (&self.wrap_key, value) {
+            (Some(key), v) if !v.is_object() => json!({ key.as_str(): v }),
+            (_, v) => v,
+        }
+    }
+
+    /// Checks a value; on failure, one line per violation (`at /path: message`).
+    pub fn validate(&self, value: &Value) -> Result<(), Vec<String>> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(value)
+            .map(|e| {
+                let path = e.instance_path.to_string();
+                let at = if path.is_empty() { "at the top level".to_string() } else { format!("at {path}") };
+                format!("{at}: {e}")
+            })
+            .collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_schema_requires_a_string_answer() {
+        let s = OutputSchema::new(default_output_schema()).unwrap();
+        assert!(s.validate(&json!({"answer": "x"})).is_ok());
+        let errs = s.validate(&json!({"answer": 5})).unwrap_err();
+        assert!(errs[0].contains("/answer"), "{errs:?}");
+        assert!(s.validate(&json!({})).is_err());
+    }
+
+    #[test]
+    fn bare_value_is_wrapped_for_single_required_property() {
+        let s = OutputSchema::new(default_output_schema()).unwrap();
+        assert_eq!(s.normalize(json!("text")), json!({"answer": "text"}));
+        assert_eq!(s.normalize(json!({"answer": "a"})), json!({"answer": "a"}));
+        let multi = OutputSchema::new(json!({"type": "object", "required": ["a", "b"]})).unwrap();
+        assert_eq!(multi.normalize(json!("t")), json!("t"));
+    }
+
+    #[test]
+    fn invalid_schema_is_an_error() {
+        assert!(matches!(OutputSchema::new(json!({"type": 12})), Err(RlmError::InvalidSchema(_))));
+    }
+}

@@ -1,0 +1,238 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The sandbox on its own: persistence, errors, limits and the two call forms of host functions.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use recursive_rlm::{
+    HostCall, HostReply, MontyObject, Sandbox, SandboxHost, SandboxLimits, SnippetErrorKind, SnippetOutcome,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// `echo(x)` answers `{"result": "echo:" + x}` after a short async wait and tracks how many
+/// calls are in flight at once.
+#[derive(Default)]
+struct EchoHost {
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+impl SandboxHost for EchoHost {
+    fn is_host_function(&self, name: &str) -> bool {
+        matches!(name, "echo" | "finish")
+    }
+
+    fn call(&self, call: HostCall) -> HostReply {
+        if call.name == "finish" {
+            return HostReply::Finish(json!({"done": true}));
+        }
+        let arg = call.args.first().map(|a| a.to_string()).unwrap_or_default();
+        let (in_flight, max) = (self.in_flight.clone(), self.max_in_flight.clone());
+        HostReply::Pending(Box::pin(async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            max.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok(json!({"result": format!("echo:{arg}")}))
+        }))
+    }
+}
+
+async fn sandbox(limits: SandboxLimits) -> Sandbox {
+    Sandbox::start(limits, vec![("inputs".into(), MontyObject::dict(vec![]))], "import asyncio").await.unwrap()
+}
+
+async fn run(sb: &Sandbox, host: &Arc<EchoHost>, code: &str) -> SnippetOutcome {
+    sb.execute(code, host.clone(), &CancellationToken::new()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn variables_functions_and_imports_persist_across_snippets() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "import re\nx = 20\ndef f(a):\n    return a + x").await;
+    assert!(o.error.is_none(), "{o:?}");
+    let o = run(&sb, &host, "print(f(1), re.findall(r'\\d', 'a1b2'))\nf(22)").await;
+    assert_eq!(o.stdout, "21 ['1', '2']\n");
+    assert_eq!(o.value.as_deref(), Some("42"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_and_awaited_forms_both_work() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "a = echo('x')\nb = await echo('y')\nprint(a['result'], b['result'])").await;
+    assert_eq!(o.stdout, "echo:x echo:y\n", "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gather_runs_host_calls_concurrently() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o =
+        run(&sb, &host, "rs = await asyncio.gather(*[echo(i) for i in range(5)])\nprint([r['result'] for r in rs])")
+            .await;
+    assert_eq!(o.stdout, "['echo:0', 'echo:1', 'echo:2', 'echo:3', 'echo:4']\n", "{o:?}");
+    assert_eq!(host.max_in_flight.load(Ordering::SeqCst), 5);
+    // The same calls written outside gather run one at a time.
+    let seq = Arc::new(EchoHost::default());
+    let o = run(&sb, &seq, "rs = [echo(i) for i in range(3)]").await;
+    assert!(o.error.is_none(), "{o:?}");
+    assert_eq!(seq.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn awaiting_a_sync_result_is_an_error_with_readable_names() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "tasks = [echo(i) for i in range(2)]\nrs = await asyncio.gather(*tasks)").await;
+    let e = o.error.expect("error");
+    assert_eq!(e.kind, SnippetErrorKind::Exception);
+    assert!(!e.message.contains("__rlm_async_"), "{}", e.message);
+    println!("{}", e.message);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn syntax_error_is_reported_and_session_survives() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    run(&sb, &host, "keep = 5").await;
+    let o = run(&sb, &host, "def broken(:\n  pass").await;
+    assert_eq!(o.error.as_ref().unwrap().kind, SnippetErrorKind::Syntax, "{o:?}");
+    println!("{}", o.error.unwrap().message);
+    assert_eq!(run(&sb, &host, "keep + 1").await.value.as_deref(), Some("6"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exception_comes_back_with_traceback() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "def g():\n    return {}['missing']\ng()").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Exception);
+    assert!(e.message.contains("Traceback"), "{}", e.message);
+    assert!(e.message.contains("KeyError"), "{}", e.message);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn infinite_loop_is_stopped_by_the_timeout() {
+    let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(300), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "n = 0\nwhile True:\n    n += 1").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Timeout, "{}", e.message);
+    assert!(e.message.contains("TimeoutError"), "{}", e.message);
+    // The limit is per snippet, not cumulative.
+    assert_eq!(run(&sb, &host, "n > 0").await.value.as_deref(), Some("True"));
+    let o = run(&sb, &host, "x = await echo('late')").await;
+    assert!(o.error.is_none(), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_host_call_counts_against_the_wall_clock() {
+    let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(100), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "rs = [echo(i) for i in range(10)]").await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Timeout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_growth_memory_bomb_is_stopped() {
+    let sb = sandbox(SandboxLimits { memory_limit_bytes: Some(64 << 20), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "x = []\nwhile True:\n    x.append('a' * 1000000)").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Memory, "{}", e.message);
+    assert!(e.message.contains("MemoryError"), "{}", e.message);
+    let o = run(&sb, &host, "x = None\n'ok'").await;
+    assert_eq!(o.value.as_deref(), Some("'ok'"), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn huge_single_allocation_is_refused() {
+    let sb = sandbox(SandboxLimits { memory_limit_bytes: Some(64 << 20), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "s = 'a' * (10 ** 10)").await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Memory);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deep_recursion_hits_the_recursion_limit() {
+    let sb = sandbox(SandboxLimits { recursion_limit: 1000, ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "def f(n):\n    return f(n + 1)\nf(0)").await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Recursion);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn printed_output_is_capped_head_and_tail() {
+    let sb = sandbox(SandboxLimits { max_output_chars: 100, ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "for i in range(1000):\n    print(i)").await;
+    assert!(o.stdout.starts_with("0\n1\n2\n"), "{}", o.stdout);
+    assert!(o.stdout.ends_with("998\n999\n"), "{}", o.stdout);
+    assert!(o.dropped_output_chars > 3000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finish_ends_the_snippet_and_hides_later_output() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "print('before')\nfinish()\nprint('after')\nafter = 1").await;
+    assert_eq!(o.finished, Some(json!({"done": true})));
+    assert_eq!(o.stdout, "before\n");
+    assert!(o.error.is_none());
+    let o = run(&sb, &host, "after").await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Exception);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_access_is_denied() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "open('/etc/passwd').read()").await;
+    let e = o.error.unwrap();
+    assert!(e.message.contains("PermissionError"), "{}", e.message);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_stops_a_running_snippet() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c2.cancel();
+    });
+    let o = sb.execute("while True:\n    pass", host.clone(), &cancel).await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zz_show_messages() {
+    let sb = sandbox(SandboxLimits {
+        memory_limit_bytes: Some(64 << 20),
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let host = Arc::new(EchoHost::default());
+    for code in [
+        "x = []\nwhile True:\n    x.append('a' * 1000000)",
+        "x = None\nwhile True:\n    pass",
+        "s = 'a' * (10 ** 10)",
+        "y = list(range(10**8))",
+        "def f(n):\n    return f(n + 1)\nf(0)",
+        "r = await echo(1)\nr['nope']",
+        "x = echo",
+        "x(3)",
+        "import time",
+        "z = [[]]\nfor i in range(100000):\n    z = [z]\nprint(len(repr(z)))",
+    ] {
+        let o = run(&sb, &host, code).await;
+        println!("=== {code}\n{o:#?}");
+    }
+}

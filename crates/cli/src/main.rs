@@ -61,6 +61,9 @@ pub struct ProviderArgs {
     /// Replay model calls from this cassette file (no network).
     #[arg(long, value_name = "PATH", conflicts_with = "record")]
     pub replay: Option<PathBuf>,
+    /// With `--provider mock`: answer with the replies scripted in this JSON file.
+    #[arg(long, value_name = "PATH")]
+    pub mock_script: Option<PathBuf>,
     /// Configuration file (default: ./recursive.toml, then the user config dir).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,

@@ -49,6 +49,8 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
         }
     } else if args.replay.is_some() {
         ProviderSettings::new(ProviderKind::Replay)
+    } else if args.mock_script.is_some() {
+        ProviderSettings::new(ProviderKind::Mock)
     } else if let Some(f) = from_file {
         f
     } else if let Some(d) = detect_from_env().await {
@@ -67,6 +69,12 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
     }
     if let Some(r) = &args.record {
         settings.record = Some(r.clone());
+    }
+    if let Some(s) = &args.mock_script {
+        if settings.kind != ProviderKind::Mock {
+            return Err(ConfigError("--mock-script needs --provider mock".into()).into());
+        }
+        settings.script = Some(s.clone());
     }
     if let Some(r) = &args.replay {
         settings.kind = ProviderKind::Replay;

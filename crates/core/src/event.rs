@@ -23,7 +23,9 @@ pub struct RunIds {
     pub root_run_id: String,
     /// 0 for the root, parent + 1 for a child.
     pub depth: u32,
-    /// Readable name, e.g. `researcher-d1`.
+    /// Readable name, e.g. `researcher-d1` (`run_name` in JSON, apart from event fields
+    /// called `name`).
+    #[serde(rename = "run_name")]
     pub name: String,
 }
 
@@ -366,6 +368,26 @@ mod tests {
         assert_eq!(v["step"], 2);
         let back: AgentEvent = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn run_name_does_not_collide_with_event_fields_named_name() {
+        let e = AgentEvent {
+            timestamp: Utc::now(),
+            ids: ids(),
+            step: 1,
+            kind: EventKind::ToolResult {
+                id: "c".into(),
+                name: "read_file".into(),
+                output: "x".into(),
+                is_error: false,
+                duration_ms: 1,
+            },
+        };
+        let text = serde_json::to_string(&e).unwrap();
+        let back: AgentEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(text.matches("\"name\"").count(), 1, "{text}");
     }
 
     #[test]

@@ -324,6 +324,12 @@ impl Tool for SubAgentTool {
             Err(e) => Err(ToolError::Failed(e.to_string())),
         }
     }
+
+    /// A sub-agent only reads when every tool it can call only reads.
+    fn read_only(&self) -> bool {
+        let tools = self.agent().agent.tools();
+        tools.names().iter().all(|n| tools.get(n).is_some_and(|t| t.read_only()))
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, Role, StopReason, Usage};
+use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, MockReply, Role, StopReason, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
@@ -154,6 +154,11 @@ pub struct ProviderSettings {
     /// Answer from this cassette instead of calling a model (implies kind `replay`).
     #[serde(default)]
     pub replay: Option<PathBuf>,
+    /// Kind `mock`: answer with the replies scripted in this JSON file (an array of
+    /// `"text"`, `{"text": "..."}` or `{"tool_calls": [{"name": "...", "arguments": {...}}]}`)
+    /// instead of echoing the user.
+    #[serde(default)]
+    pub script: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -176,6 +181,7 @@ impl fmt::Debug for ProviderSettings {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("record", &self.record)
             .field("replay", &self.replay)
+            .field("script", &self.script)
             .finish()
     }
 }
@@ -205,6 +211,7 @@ impl ProviderSettings {
             headers: BTreeMap::new(),
             record: None,
             replay: None,
+            script: None,
         }
     }
 
@@ -269,7 +276,10 @@ pub fn build_provider_with_env(
         (ProviderKind::Replay, None) => {
             return Err(LlmError::InvalidSetting("provider `replay` needs a cassette path in `replay`".into()));
         }
-        (ProviderKind::Mock, None) => (Arc::new(echo_mock(&model)), false),
+        (ProviderKind::Mock, None) => match &settings.script {
+            Some(path) => (Arc::new(scripted_mock(path, &model)?), false),
+            None => (Arc::new(echo_mock(&model)), false),
+        },
         (ProviderKind::OpenAi, None) => {
             let base_url = settings
                 .base_url
@@ -352,6 +362,67 @@ pub fn build_provider_with_env(
         provider = Arc::new(RecordingProvider::new(provider, path)?);
     }
     Ok(Arc::new(PricedProvider::new(provider, prices.clone())))
+}
+
+/// One reply of a mock script file.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ScriptedReply {
+    Text(String),
+    Reply {
+        #[serde(default)]
+        text: Option<String>,
+        #[serde(default)]
+        tool_calls: Vec<ScriptedCall>,
+    },
+}
+
+#[derive(Deserialize)]
+struct ScriptedCall {
+    name: String,
+    #[serde(default)]
+    arguments: serde_json::Value,
+}
+
+/// A mock that answers with the replies of a script file, in order.
+fn scripted_mock(path: &std::path::Path, model: &str) -> Result<MockProvider, LlmError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
+    let replies: Vec<ScriptedReply> = serde_json::from_str(&text).map_err(|e| {
+        LlmError::InvalidSetting(format!(
+            "mock script {}: {e} (expected a JSON array of \"text\", {{\"text\": ...}} or {{\"tool_calls\": [...]}})",
+            path.display()
+        ))
+    })?;
+    let replies = replies.into_iter().map(|r| match r {
+        ScriptedReply::Text(t) => MockReply::Text(t),
+        ScriptedReply::Reply { text, tool_calls } if tool_calls.is_empty() => MockReply::Text(text.unwrap_or_default()),
+        ScriptedReply::Reply { text, tool_calls } => {
+            let calls: Vec<(String, serde_json::Value)> =
+                tool_calls.into_iter().map(|c| (c.name, c.arguments)).collect();
+            match text {
+                None => MockReply::ToolCalls(calls),
+                Some(t) => {
+                    let calls = calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (name, arguments))| recursive_core::ToolCall {
+                            id: format!("script_{i}"),
+                            name,
+                            arguments,
+                        })
+                        .collect();
+                    MockReply::Response(ChatResponse {
+                        message: Message::assistant_with_tools(t, calls),
+                        stop_reason: StopReason::ToolUse,
+                        usage: Usage::default(),
+                        cost_usd: None,
+                        model: String::new(),
+                    })
+                }
+            }
+        }
+    });
+    Ok(MockProvider::new(replies).with_model(model))
 }
 
 /// A mock that answers every request with the last user message, echoed.

@@ -162,6 +162,13 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         max_tokens: args.max_output_tokens,
         ..Default::default()
     };
+    // One policy for the whole tree: sub-agents ask, allow and deny by the same rules.
+    let approver = recursive_tools::approver_for_flags(args.yes, args.no_ask);
+    let gate: Arc<dyn recursive_core::ToolGate> = Arc::new(
+        recursive_tools::PermissionPolicy::new(permissions, approver)
+            .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
+            .with_workspace(workspace.clone()),
+    );
     for spec in &args.agents {
         let (name, def) = load_agent_file(spec)?;
         let sub_tools = builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
@@ -170,23 +177,18 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
             sub_options.model = m;
         }
         let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
-        let agent = Agent::new(provider.clone()).with_tools(sub_tools).with_config(AgentConfig {
-            name: name.clone(),
-            system_prompt: def.system_prompt,
-            options: sub_options,
-            limits: sub_limits,
-            ..Default::default()
-        });
+        let agent =
+            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(gate.clone()).with_config(AgentConfig {
+                name: name.clone(),
+                system_prompt: def.system_prompt,
+                options: sub_options,
+                limits: sub_limits,
+                ..Default::default()
+            });
         let sub = recursive_core::SubAgent::new(name, def.description, agent);
         tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
     }
 
-    let approver = recursive_tools::approver_for_flags(args.yes, args.no_ask);
-    let gate = Arc::new(
-        recursive_tools::PermissionPolicy::new(permissions, approver)
-            .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
-            .with_workspace(workspace.clone()),
-    );
     let agent = Agent::new(provider).with_tools(tools).with_gate(gate).with_config(AgentConfig {
         name: "main".into(),
         system_prompt: args.system.clone(),
@@ -199,7 +201,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     mcp.shutdown().await;
     if args.json {
         println!("{}", serde_json::to_string(&output::run_json(&result))?);
-    } else {
+    } else if !args.provider.quiet {
         eprintln!(
             "finished: {} after {} step(s), {} tokens, ${:.4}",
             result.finish_reason,

@@ -1,0 +1,252 @@
+//! The `recursive` binary end to end: provider selection, the `--json` contract, exit
+//! statuses, permissions, sub-agents, record/replay, trace, and the `rlm` and `goal` commands,
+//! all driven by scripted model replies (`--provider mock --mock-script`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "hello world\n").unwrap();
+        Self { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn script(&self, name: &str, replies: Value) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, serde_json::to_string(&replies).unwrap()).unwrap();
+        p
+    }
+
+    /// The binary, run in the temp dir with no provider credentials and no user config.
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_recursive"));
+        c.current_dir(self.dir.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env("OLLAMA_HOST", "127.0.0.1:9")
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {text}"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn no_provider_exits_two_with_instructions() {
+    let env = Env::new();
+    let out = env.run(&["run", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for hint in ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "Ollama", "recursive.toml", "--provider"] {
+        assert!(err.contains(hint), "missing {hint} in: {err}");
+    }
+}
+
+#[test]
+fn json_output_is_one_object_with_the_documented_shape() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]}, "It says hello world."]),
+    );
+    let out = env.run(&["run", "read the notes", "--mock-script", s(&script), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["finish_reason"], "no_more_tool_calls");
+    assert_eq!(v["output"], "It says hello world.");
+    assert_eq!(v["usage"]["input_tokens"], 20);
+    assert_eq!(v["usage"]["output_tokens"], 10);
+    assert!(v["cost_usd"].is_number());
+    let messages = v["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    let call = &messages[1]["tool_calls"][0];
+    assert_eq!(call["name"], "read_file");
+    assert_eq!(call["arguments"], json!({"path": "notes.txt"}));
+    assert_eq!(messages[2]["tool_call_id"], call["id"]);
+    assert!(messages[2]["content"].as_str().unwrap().contains("hello world"));
+    for m in messages {
+        for key in ["role", "content", "tool_calls", "tool_call_id"] {
+            assert!(m.get(key).is_some(), "message lacks {key}: {m}");
+        }
+    }
+}
+
+#[test]
+fn step_limit_exits_with_its_own_status() {
+    let env = Env::new();
+    let call = json!({"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]});
+    let script = env.script("s.json", json!([call, call, call]));
+    let out = env.run(&["run", "loop", "--mock-script", s(&script), "--max-steps", "1", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(stdout_json(&out)["finish_reason"], "budget_exceeded");
+}
+
+#[test]
+fn writes_are_denied_without_a_terminal_and_the_denial_limit_ends_the_run() {
+    let env = Env::new();
+    let write = |n: u32| json!({"tool_calls": [{"name": "write_file", "arguments": {"path": format!("out{n}.txt"), "content": "x"}}]});
+    let script = env.script("s.json", json!([write(1), write(2), write(3), "never"]));
+    let out = env.run(&["run", "write", "--mock-script", s(&script), "--json"]);
+    assert_eq!(out.status.code(), Some(9), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["finish_reason"], "permission_denial_limit");
+    assert!(v["messages"][2]["content"].as_str().unwrap().contains("denied"));
+    assert!(!env.path("out1.txt").exists(), "nothing was written");
+}
+
+#[test]
+fn yes_flag_approves_writes() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "write_file", "arguments": {"path": "sub/out.txt", "content": "made"}}]}, "done"]),
+    );
+    let out = env.run(&["run", "write", "--mock-script", s(&script), "--yes", "-q"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(env.path("sub/out.txt")).unwrap(), "made");
+}
+
+#[test]
+fn paths_outside_the_workspace_are_refused() {
+    let env = Env::new();
+    let ws = env.path("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "read_file", "arguments": {"path": "../notes.txt"}}]}, "ok"]),
+    );
+    let out = env.run(&["run", "peek", "--mock-script", s(&script), "--workspace", s(&ws), "--json"]);
+    let v = stdout_json(&out);
+    let result = v["messages"][2]["content"].as_str().unwrap();
+    assert!(!result.contains("hello world"), "{result}");
+    assert!(result.to_lowercase().contains("outside"), "{result}");
+}
+
+#[test]
+fn sub_agent_from_a_definition_file_runs_nested_and_shows_in_trace() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("reader.toml"),
+        "description = \"Reads files and reports.\"\nsystem_prompt = \"You read files.\"\ntools = [\"read_file\"]\n",
+    )
+    .unwrap();
+    let script = env.script(
+        "s.json",
+        json!([
+            {"tool_calls": [{"name": "reader", "arguments": {"input": "what is in notes.txt?"}}]},
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+            "notes.txt says hello world",
+            "The reader reports: hello world."
+        ]),
+    );
+    let events = env.path("events.jsonl");
+    let agent = format!("reader={}", s(&env.path("reader.toml")));
+    let out = env.run(&[
+        "run",
+        "ask the reader",
+        "--mock-script",
+        s(&script),
+        "--agent",
+        &agent,
+        "--events",
+        s(&events),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], "The reader reports: hello world.");
+    assert!(v["messages"][2]["content"].as_str().unwrap().contains("notes.txt says hello world"));
+    assert_eq!(v["usage"]["input_tokens"], 40, "the sub-agent's usage rolls up");
+
+    let trace = env.run(&["trace", s(&events)]);
+    assert_eq!(trace.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&trace.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("main-d0 [no_more_tool_calls]"), "{text}");
+    assert!(lines[1].starts_with("  reader-d1 [no_more_tool_calls]"), "{text}");
+    assert!(lines[0].contains("40 tok") || lines[0].contains("60 tok"), "{text}");
+
+    let filtered = env.run(&["trace", s(&events), "--goal", "NOTES.TXT"]);
+    let text = String::from_utf8_lossy(&filtered.stdout);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("reader-d1"), "{text}");
+}
+
+#[test]
+fn recorded_run_replays_offline_and_a_different_request_fails_clearly() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]}, "It says hello world."]),
+    );
+    let cassette = env.path("run.cassette.jsonl");
+    let rec = env.run(&["run", "read the notes", "--mock-script", s(&script), "--record", s(&cassette), "--json"]);
+    assert_eq!(rec.status.code(), Some(0));
+    let replay = env.run(&["run", "read the notes", "--replay", s(&cassette), "--json"]);
+    assert_eq!(replay.status.code(), Some(0), "{}", String::from_utf8_lossy(&replay.stderr));
+    assert_eq!(stdout_json(&replay)["output"], stdout_json(&rec)["output"]);
+
+    let other = env.run(&["run", "something else", "--replay", s(&cassette), "--json"]);
+    assert_eq!(other.status.code(), Some(1));
+    assert!(other.stdout.is_empty());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("no recorded interaction"), "{err}");
+}
+
+#[test]
+fn rlm_command_runs_model_code_in_the_sandbox() {
+    let env = Env::new();
+    let doc: String =
+        (0..2000).map(|i| if i == 1234 { "the code is 7731\n".to_string() } else { format!("line {i}\n") }).collect();
+    std::fs::write(env.path("doc.txt"), doc).unwrap();
+    let script = env.script(
+        "s.json",
+        json!([
+            "```python\nhits = [l for l in context.splitlines() if 'code' in l]\nprint(hits)\n```",
+            "```python\nsubmit({'answer': hits[0].split()[-1]})\n```"
+        ]),
+    );
+    let out = env.run(&["rlm", "What is the code?", "--input", "doc.txt", "--mock-script", s(&script), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], json!({"answer": "7731"}));
+    assert_eq!(v["submitted"], true);
+    assert_eq!(v["iterations"], 2);
+    assert!(v["trajectory"].is_array());
+}
+
+#[test]
+fn rlm_rejects_an_invalid_json_input_clearly() {
+    let env = Env::new();
+    std::fs::write(env.path("bad.json"), "{not json").unwrap();
+    let out = env.run(&["rlm", "q", "--input", "bad.json", "--provider", "mock"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json is not valid JSON"));
+}

@@ -45,6 +45,8 @@ impl EventSink for CliSink {
                 }
             }
             EventKind::AssistantText { .. } if event.ids.depth == 0 && self.stream_text => self.end_line(),
+            // `recursive goal` draws its own live goal tree from these.
+            EventKind::Custom { name, .. } if name.starts_with("goal_") => {}
             _ => {
                 if !self.quiet
                     && let Some(line) = self.stderr.format(event)

@@ -250,3 +250,37 @@ fn rlm_rejects_an_invalid_json_input_clearly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json is not valid JSON"));
 }
+
+#[test]
+fn goal_command_decomposes_logs_and_traces_the_tree() {
+    let env = Env::new();
+    let script = env.script(
+        "g.json",
+        json!([
+            "{\"executable\": false, \"reasoning\": \"two parts\"}",
+            "{\"sub_goals\": [{\"goal\": \"Read notes.txt\", \"rationale\": \"need the text\", \"depends_on\": [], \"complexity\": \"low\"}, {\"goal\": \"Summarize what the notes say\", \"rationale\": \"the answer\", \"depends_on\": [0], \"complexity\": \"low\"}]}",
+            "{\"executable\": true, \"reasoning\": \"one read\", \"action\": {\"type\": \"tool\", \"target\": \"read_file\", \"input\": \"{\\\"path\\\": \\\"notes.txt\\\"}\"}}",
+            "{\"achieved\": false, \"confidence\": 0.2, \"gaps\": [\"no summary yet\"], \"reasoning\": \"only read\"}",
+            "{\"executable\": true, \"reasoning\": \"analysis\", \"action\": {\"type\": \"analyze\", \"target\": \"\", \"input\": \"summarize the notes\"}}",
+            "The notes greet the world.",
+            "{\"summary\": \"The notes say hello world.\", \"key_findings\": [\"greeting\"], \"confidence\": 0.9, \"limitations\": []}"
+        ]),
+    );
+    let log = env.path("goal.jsonl");
+    let out = env.run(&["goal", "Summarize the notes", "--mock-script", s(&script), "--log", s(&log), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["result"]["summary"], "The notes say hello world.");
+    assert_eq!(v["children"].as_array().unwrap().len(), 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("  [completed] Read notes.txt (depth 1)"), "live tree on stderr: {stderr}");
+
+    let trace = env.run(&["trace", s(&log)]);
+    let text = String::from_utf8_lossy(&trace.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("goal-d0 [completed]") && lines[0].contains("105 tok"), "{text}");
+    assert!(lines[1].starts_with("  goal-d1 [completed]") && lines[1].ends_with("Read notes.txt"), "{text}");
+    assert!(lines[2].contains("30 tok") && lines[2].ends_with("Summarize what the notes say"), "{text}");
+}

@@ -733,7 +733,14 @@ impl GoalPursuer {
     }
 
     /// Logs an event, emits it on the run tree as `goal_<event>`, and tells the observer.
-    fn record(&self, node: &Node, scope: &RunScope, kind: GoalEventKind, status: Option<GoalStatus>, data: Value) {
+    fn record(&self, node: &Node, scope: &RunScope, kind: GoalEventKind, status: Option<GoalStatus>, mut data: Value) {
+        // The event that ends a goal carries what the goal and its sub-goals spent.
+        if status.is_some()
+            && let Value::Object(map) = &mut data
+        {
+            map.insert("usage_total".into(), serde_json::to_value(scope.usage()).unwrap_or(Value::Null));
+            map.insert("cost_total_usd".into(), Value::from(scope.cost_usd()));
+        }
         let event = GoalEvent {
             timestamp: Utc::now(),
             event: kind,

@@ -80,9 +80,13 @@ impl Delegate for RlmDelegate {
 }
 
 fn live_line(e: &GoalEvent) -> Option<String> {
-    let status = match &e.status {
-        Some(s) => s.clone(),
-        None => serde_json::to_value(&e.event).ok()?.as_str()?.to_string(),
+    let event = serde_json::to_value(&e.event).ok()?.as_str()?.to_string();
+    let status = match (&e.status, event.as_str()) {
+        (Some(s), _) => s.clone(),
+        (None, "achieved") if e.data.get("achieved") == Some(&serde_json::Value::Bool(false)) => {
+            "not yet achieved".into()
+        }
+        _ => event,
     };
     Some(format!(
         "{}[{}] {} (depth {})",
@@ -151,6 +155,8 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         } else {
             println!("{}", outcome.result.summary);
         }
+    }
+    if !args.json && !args.provider.quiet {
         eprintln!(
             "goal {}: {} goal(s), {} tokens, ${:.4}",
             serde_json::to_value(&outcome.status)?.as_str().unwrap_or_default(),

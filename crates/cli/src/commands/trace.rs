@@ -50,6 +50,8 @@ pub struct Node {
     pub own_cost: f64,
     /// Children ids in order of appearance.
     pub children: Vec<String>,
+    /// Usage and cost including descendants, when the log states them.
+    pub reported_total: Option<(Usage, f64)>,
 }
 
 /// A tree of nodes keyed by id, with roots in order of appearance.
@@ -124,7 +126,7 @@ impl Tree {
         let parent = v.get("parent_goal").and_then(Value::as_str).map(str::to_string);
         let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(0) as u32;
         let id = v.get("goal_id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| goal.clone());
-        let parent_id = v.get("parent_id").and_then(Value::as_str).map(str::to_string).or(parent);
+        let parent_id = v.get("parent_goal_id").and_then(Value::as_str).map(str::to_string).or(parent);
         if let Some(at) = v.get("timestamp").and_then(Value::as_str).and_then(|t| t.parse().ok()) {
             self.touch(&id, at);
         }
@@ -135,12 +137,10 @@ impl Tree {
         n.goal = goal;
         n.depth = depth;
         n.parent = parent_id;
-        n.status = data.get("status").and_then(Value::as_str).map(str::to_string).unwrap_or(event);
-        if let Some(u) = data.get("usage").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
-            n.own_usage.add(&u);
-        }
-        if let Some(c) = data.get("cost_usd").and_then(Value::as_f64) {
-            n.own_cost += c;
+        n.status = v.get("status").and_then(Value::as_str).map(str::to_string).unwrap_or(event);
+        if let Some(u) = data.get("usage_total").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
+            let cost = data.get("cost_total_usd").and_then(Value::as_f64).unwrap_or(0.0);
+            n.reported_total = Some((u, cost));
         }
     }
 
@@ -169,6 +169,9 @@ impl Tree {
     /// Usage and cost of a node including its descendants.
     pub fn totals(&self, id: &str) -> (Usage, f64) {
         let Some(n) = self.nodes.get(id) else { return (Usage::default(), 0.0) };
+        if let Some(total) = n.reported_total {
+            return total;
+        }
         let mut usage = n.own_usage;
         let mut cost = n.own_cost;
         for c in &n.children {
@@ -253,12 +256,12 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
         }
         let v: Value =
             serde_json::from_str(&line).with_context(|| format!("{}:{}: not a JSON line", path.display(), i + 1))?;
-        if v.get("run_id").is_some() {
+        if v.get("goal_id").is_some() && v.get("event").is_some() {
+            tree.add_goal_log(&v);
+        } else if v.get("run_id").is_some() {
             let e: AgentEvent = serde_json::from_value(v)
                 .with_context(|| format!("{}:{}: not a Recursive event", path.display(), i + 1))?;
             tree.add_event(&e);
-        } else if v.get("goal").is_some() && v.get("event").is_some() {
-            tree.add_goal_log(&v);
         } else {
             anyhow::bail!("{}:{}: neither a run event nor a goal log line", path.display(), i + 1);
         }

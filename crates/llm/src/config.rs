@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, MockReply, Role, StopReason, Usage};
+use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, ProviderError, Role, StopReason, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
@@ -370,6 +370,10 @@ pub fn build_provider_with_env(
 enum ScriptedReply {
     Text(String),
     Reply {
+        /// Answer every request whose last user message contains this text (a standing rule,
+        /// not consumed); without it, the reply is used once, in order.
+        #[serde(default)]
+        when: Option<String>,
         #[serde(default)]
         text: Option<String>,
         #[serde(default)]
@@ -384,45 +388,65 @@ struct ScriptedCall {
     arguments: serde_json::Value,
 }
 
-/// A mock that answers with the replies of a script file, in order.
+fn scripted_response(text: Option<String>, calls: Vec<ScriptedCall>, n: usize, model: &str) -> ChatResponse {
+    let calls: Vec<recursive_core::ToolCall> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| recursive_core::ToolCall { id: format!("call_{n}_{i}"), name: c.name, arguments: c.arguments })
+        .collect();
+    let stop_reason = if calls.is_empty() { StopReason::EndTurn } else { StopReason::ToolUse };
+    ChatResponse {
+        message: Message::assistant_with_tools(text.unwrap_or_default(), calls),
+        stop_reason,
+        usage: Usage { input_tokens: 10, output_tokens: 5, ..Default::default() },
+        cost_usd: None,
+        model: model.to_string(),
+    }
+}
+
+/// A mock that answers from a script file: standing `when` rules first (matched against the
+/// last user message), then the other replies in order.
 fn scripted_mock(path: &std::path::Path, model: &str) -> Result<MockProvider, LlmError> {
     let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
     let replies: Vec<ScriptedReply> = serde_json::from_str(&text).map_err(|e| {
         LlmError::InvalidSetting(format!(
-            "mock script {}: {e} (expected a JSON array of \"text\", {{\"text\": ...}} or {{\"tool_calls\": [...]}})",
+            "mock script {}: {e} (expected a JSON array of \"text\", {{\"text\": ...}}, \
+             {{\"tool_calls\": [{{\"name\": ..., \"arguments\": {{...}}}}]}}, optionally with \"when\")",
             path.display()
         ))
     })?;
-    let replies = replies.into_iter().map(|r| match r {
-        ScriptedReply::Text(t) => MockReply::Text(t),
-        ScriptedReply::Reply { text, tool_calls } if tool_calls.is_empty() => MockReply::Text(text.unwrap_or_default()),
-        ScriptedReply::Reply { text, tool_calls } => {
-            let calls: Vec<(String, serde_json::Value)> =
-                tool_calls.into_iter().map(|c| (c.name, c.arguments)).collect();
-            match text {
-                None => MockReply::ToolCalls(calls),
-                Some(t) => {
-                    let calls = calls
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, (name, arguments))| recursive_core::ToolCall {
-                            id: format!("script_{i}"),
-                            name,
-                            arguments,
-                        })
-                        .collect();
-                    MockReply::Response(ChatResponse {
-                        message: Message::assistant_with_tools(t, calls),
-                        stop_reason: StopReason::ToolUse,
-                        usage: Usage::default(),
-                        cost_usd: None,
-                        model: String::new(),
-                    })
-                }
-            }
+    let mut rules = Vec::new();
+    let mut queue = std::collections::VecDeque::new();
+    for r in replies {
+        match r {
+            ScriptedReply::Text(t) => queue.push_back((Some(t), Vec::new())),
+            ScriptedReply::Reply { when: Some(w), text, tool_calls } => rules.push((w, text, tool_calls)),
+            ScriptedReply::Reply { when: None, text, tool_calls } => queue.push_back((text, tool_calls)),
         }
-    });
-    Ok(MockProvider::new(replies).with_model(model))
+    }
+    let rules: Vec<(String, ChatResponse)> = rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, (w, text, calls))| (w, scripted_response(text, calls, i, model)))
+        .collect();
+    let total = queue.len();
+    let queue = std::sync::Mutex::new(queue);
+    let model_name = model.to_string();
+    let script = path.display().to_string();
+    Ok(MockProvider::with_handler(move |request| {
+        let last_user = request.messages.iter().rev().find(|m| m.role == Role::User).map(|m| m.content.as_str());
+        if let Some((_, r)) = rules.iter().find(|(w, _)| last_user.is_some_and(|u| u.contains(w.as_str()))) {
+            return Ok(r.clone());
+        }
+        let mut q = queue.lock().map_err(|_| ProviderError::Invalid("mock script state poisoned".into()))?;
+        match q.pop_front() {
+            Some((text, calls)) => Ok(scripted_response(text, calls, total - q.len(), &model_name)),
+            None => Err(ProviderError::Invalid(format!(
+                "mock script {script}: all {total} scripted replies are used up and no `when` rule matches"
+            ))),
+        }
+    })
+    .with_model(model))
 }
 
 /// A mock that answers every request with the last user message, echoed.

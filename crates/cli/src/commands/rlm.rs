@@ -154,6 +154,8 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             other => serde_json::to_string_pretty(other)?,
         };
         println!("{answer}");
+    }
+    if !args.json && !args.provider.quiet {
         eprintln!(
             "{} after {} iteration(s), {} sub-call(s), {} tokens, ${:.4}",
             if result.submitted { "submitted" } else { "extracted (no valid submit)" },

@@ -317,7 +317,7 @@ impl StderrSink {
                 format!("⇐ sub-agent {agent}: {finish_reason}")
             }
             EventKind::SubAgentReused { agent, turn, .. } => format!("↻ sub-agent {agent} turn {turn}"),
-            EventKind::Custom { name, data } => format!("{name}: {}", clip(&data.to_string(), 200)),
+            EventKind::Custom { name, data } => format_custom(name, data),
             EventKind::TurnFinished { finish_reason, usage, cost_usd } => {
                 format!("■ {who}: {finish_reason} ({} tokens, ${cost_usd:.4})", usage.total())
             }
@@ -331,6 +331,33 @@ impl EventSink for StderrSink {
         if let Some(line) = self.format(event) {
             eprintln!("{line}");
         }
+    }
+}
+
+/// A readable line for the custom events of the RLM and MCP layers (others as compact JSON).
+fn format_custom(name: &str, data: &Value) -> String {
+    let field = |k: &str| data.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
+    let get = |k: &str| field(k).unwrap_or_default();
+    match name {
+        "rlm_iteration" => format!("— iteration {} ({} sub-calls left)", get("iteration"), get("llm_calls_left")),
+        "rlm_snippet" => format!("▷ code: {}", clip(&get("code"), 160)),
+        "rlm_observation" => format!("◁ {}", clip(&get("observation"), 200)),
+        "rlm_sub_call" => format!(
+            "↳ {} ({} prompt chars, {} ms){}",
+            get("kind"),
+            get("prompt_chars"),
+            get("latency_ms"),
+            if data.get("ok") == Some(&Value::Bool(false)) { " failed" } else { "" }
+        ),
+        "rlm_submit" if data.get("valid") == Some(&Value::Bool(true)) => "✓ submitted".to_string(),
+        "rlm_submit" => format!("✗ submit rejected: {}", clip(&get("errors"), 200)),
+        "mcp_server" => format!(
+            "mcp server {}: {}{}",
+            get("server"),
+            get("status"),
+            field("error").filter(|e| e != "null").map(|e| format!(" ({e})")).unwrap_or_default()
+        ),
+        _ => format!("{name}: {}", clip(&data.to_string(), 200)),
     }
 }
 

@@ -24,9 +24,30 @@ pub fn json_to_monty(v: &Value) -> MontyObject {
     }
 }
 
+/// Containers nested deeper than this become their `repr()` string in JSON.
+pub const MAX_JSON_DEPTH: usize = 128;
+
 /// A Python object as JSON: tuples and sets become arrays, non-string dict keys their
-/// `str()`, non-finite floats `null`, anything without a JSON form its `repr()` as a string.
+/// `str()`, non-finite floats `null`, anything without a JSON form (or nested deeper than
+/// [`MAX_JSON_DEPTH`]) its `repr()` as a string.
 pub fn monty_to_json(o: &MontyObject) -> Value {
+    to_json(o, 0)
+}
+
+fn to_json(o: &MontyObject, depth: usize) -> Value {
+    let nested = matches!(
+        o,
+        MontyObject::List(_)
+            | MontyObject::Tuple(_)
+            | MontyObject::Set(_)
+            | MontyObject::FrozenSet(_)
+            | MontyObject::NamedTuple { .. }
+            | MontyObject::Dict(_)
+    );
+    if nested && depth >= MAX_JSON_DEPTH {
+        return Value::String(o.py_repr());
+    }
+    let monty_to_json = |v: &MontyObject| to_json(v, depth + 1);
     match o {
         MontyObject::None => Value::Null,
         MontyObject::Bool(b) => Value::Bool(*b),
@@ -103,6 +124,22 @@ mod tests {
             MontyObject::Tuple(vec![MontyObject::Int(2), MontyObject::Float(f64::NAN)]),
         )]);
         assert_eq!(monty_to_json(&o), json!({"1": [2, null]}));
+    }
+
+    #[test]
+    fn deep_nesting_is_cut_to_a_repr_string() {
+        let mut o = MontyObject::Int(1);
+        for _ in 0..MAX_JSON_DEPTH + 5 {
+            o = MontyObject::List(vec![o]);
+        }
+        let mut v = &monty_to_json(&o);
+        let mut depth = 0;
+        while let Value::Array(a) = v {
+            v = &a[0];
+            depth += 1;
+        }
+        assert_eq!(depth, MAX_JSON_DEPTH);
+        assert!(v.as_str().is_some_and(|s| s.starts_with("[[")), "{v}");
     }
 
     #[test]

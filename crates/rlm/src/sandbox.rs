@@ -42,8 +42,15 @@ use tokio_util::sync::CancellationToken;
 use crate::convert::json_to_monty;
 use crate::rewrite::{ASYNC_PREFIX, restore_names, rewrite_awaited_calls};
 
-/// Native stack of the session thread.
-const SESSION_STACK_BYTES: usize = 256 * 1024 * 1024;
+/// Native stack of the session thread per level of the recursion limit. Monty bounds its native
+/// recursion (Python calls, repr, conversions to host values) by the recursion limit, and one
+/// level can take several KiB of stack in an unoptimised build.
+const STACK_BYTES_PER_LEVEL: usize = 128 * 1024;
+/// The highest recursion limit a sandbox accepts (higher values are lowered to it).
+pub const MAX_RECURSION_LIMIT: usize = 8192;
+/// Bounds of the session thread's native stack (virtual memory; only touched pages are used).
+const STACK_BYTES_MIN: usize = 64 * 1024 * 1024;
+const STACK_BYTES_MAX: usize = 1024 * 1024 * 1024;
 /// How often (at most) the memory guard samples the process's resident memory.
 const MEMORY_SAMPLE_EVERY: Duration = Duration::from_millis(1);
 
@@ -55,7 +62,8 @@ pub struct SandboxLimits {
     /// Memory one snippet may add (see the module docs for how it is measured); `None` for no
     /// limit.
     pub memory_limit_bytes: Option<usize>,
-    /// Deepest Python call stack.
+    /// Deepest Python call stack (at most [`MAX_RECURSION_LIMIT`]; the session thread's native
+    /// stack is sized from it).
     pub recursion_limit: usize,
     /// Printed characters kept per snippet (head and tail; the middle is dropped).
     pub max_output_chars: usize,
@@ -217,11 +225,13 @@ impl Sandbox {
         setup: &str,
     ) -> Result<Sandbox, SandboxError> {
         let handle = Handle::try_current().map_err(|e| SandboxError::NoRuntime(e.to_string()))?;
+        let mut limits = limits;
+        limits.recursion_limit = limits.recursion_limit.clamp(1, MAX_RECURSION_LIMIT);
         let (tx, rx) = std_mpsc::channel::<Job>();
         let thread_limits = limits.clone();
         std::thread::Builder::new()
             .name("rlm-sandbox".into())
-            .stack_size(SESSION_STACK_BYTES)
+            .stack_size(limits.recursion_limit.saturating_mul(STACK_BYTES_PER_LEVEL).clamp(STACK_BYTES_MIN, STACK_BYTES_MAX))
             .spawn(move || session_thread(rx, thread_limits, handle))
             .map_err(|e| SandboxError::Thread(e.to_string()))?;
         let sandbox = Sandbox { jobs: Some(tx), shutdown: CancellationToken::new(), limits };
@@ -392,14 +402,15 @@ impl Checkpoint<'_> {
         if self.trip.is_some() {
             return self.trip;
         }
+        let now = Instant::now();
         if self.cancel.is_cancelled() || self.external.is_cancelled() {
             self.trip = Some(Trip::Cancelled);
-        } else if Instant::now() >= self.deadline {
+        } else if now >= self.deadline {
             self.trip = Some(Trip::Timeout);
         } else if let Some(guard) = &mut self.memory
-            && guard.last.elapsed() >= MEMORY_SAMPLE_EVERY
+            && now.duration_since(guard.last) >= MEMORY_SAMPLE_EVERY
         {
-            guard.last = Instant::now();
+            guard.last = now;
             if let Some(now) = resident_bytes() {
                 let grown = now.saturating_sub(guard.baseline);
                 if grown > guard.limit {

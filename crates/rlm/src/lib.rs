@@ -6,6 +6,45 @@
 //!
 //! Entry point: [`Rlm::new`] + [`Rlm::run`]. The sandbox session is usable on its own through
 //! [`Sandbox`].
+//!
+//! ```no_run
+//! # async fn demo(provider: std::sync::Arc<dyn recursive_core::ChatProvider>) -> Result<(), recursive_rlm::RlmError> {
+//! use recursive_rlm::{Inputs, Rlm, RlmConfig};
+//! let rlm = Rlm::with_provider(provider, RlmConfig::default())?;
+//! let inputs = Inputs::from_file("report", "report.txt")?;
+//! let scope = recursive_core::RunScope::detached("rlm");
+//! let result = rlm.run("Which risks does the report name?", inputs, &scope).await?;
+//! println!("{} ({})", result.output, result.outcome.as_str());
+//! # Ok(()) }
+//! ```
+//!
+//! # Decisions
+//!
+//! - **Two call forms.** Every host function (primitives and host tools) can be called plainly
+//!   (`r = llm_query(p)`, answered synchronously) or awaited (`await llm_query(p)`, or inside
+//!   `asyncio.gather(...)`, answered with a future resolved concurrently). A small lexer pass
+//!   ([`rewrite`]) renames the awaited calls to an internal alias before the snippet runs, and
+//!   error text shown to the model is renamed back. Awaiting a value that was already returned
+//!   (`tasks = [llm_query(p) ...]; await asyncio.gather(*tasks)`) cannot work; the observation
+//!   then carries a hint showing the forms that do.
+//! - **`submit` is terminal**: a valid `submit` stops the snippet at once, so nothing after it
+//!   runs and nothing printed after it is shown. An invalid payload raises a `ValueError` naming
+//!   each schema violation, and the loop goes on. When the output schema is an object with
+//!   exactly one required property (the default `{"answer": string}` is), a bare value is
+//!   accepted as that property: `submit("text")` means `submit({"answer": "text"})`. Keyword
+//!   arguments build the object: `submit(answer="text")`.
+//! - **Budget.** One [`CallBudget`] of `max_llm_calls` per [`Rlm::run`], shared by the whole
+//!   invocation tree. Each `llm_query` costs 1, a batch costs its size (all or nothing), each
+//!   `rlm_query` costs 1, and a child run's own primary-model calls after its first (further
+//!   iterations and its extraction call) cost 1 each, so a child cannot spend more than the
+//!   budget its parent was given. The top-level run's own iterations are bounded by
+//!   `max_iterations` instead and do not count. At zero, calls return `{"error": ...}`; a child
+//!   that cannot pay for its next step ends with [`RlmOutcome::CallBudgetExhausted`].
+//! - **Child runs** (`rlm_query`) use the default instructions and output schema; their answer
+//!   string is returned as `{"result": answer}`. Without `inputs`, the prompt itself is the
+//!   child's input (`inputs["prompt"]`), so a long prompt is read through code there too.
+//! - **Sandbox limits** are per snippet and in process; see [`sandbox`] for how time and memory
+//!   are enforced without a global allocator.
 
 pub mod budget;
 pub mod convert;

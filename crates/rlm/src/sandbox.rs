@@ -231,7 +231,9 @@ impl Sandbox {
         let thread_limits = limits.clone();
         std::thread::Builder::new()
             .name("rlm-sandbox".into())
-            .stack_size(limits.recursion_limit.saturating_mul(STACK_BYTES_PER_LEVEL).clamp(STACK_BYTES_MIN, STACK_BYTES_MAX))
+            .stack_size(
+                limits.recursion_limit.saturating_mul(STACK_BYTES_PER_LEVEL).clamp(STACK_BYTES_MIN, STACK_BYTES_MAX),
+            )
             .spawn(move || session_thread(rx, thread_limits, handle))
             .map_err(|e| SandboxError::Thread(e.to_string()))?;
         let sandbox = Sandbox { jobs: Some(tx), shutdown: CancellationToken::new(), limits };

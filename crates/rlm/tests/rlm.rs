@@ -580,3 +580,28 @@ async fn every_step_is_observable() {
     );
     assert!(events.iter().all(|e| e.ids.run_id == scope.ids().run_id));
 }
+
+#[tokio::test]
+async fn works_on_a_current_thread_runtime() {
+    let p = primary(&[py(
+        "a = llm_query('one')\nb = await llm_query('two')\nrs = await asyncio.gather(llm_query('x'), llm_query('y'))\nsubmit(' '.join([a['result'], b['result']] + [r['result'] for r in rs]))",
+    )]);
+    let sub = echo_sub().with_latency(Duration::from_millis(10));
+    let r = rlm(&p, &sub, RlmConfig::default()).run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
+    assert_eq!(r.output, json!({"answer": "ans:one ans:two ans:x ans:y"}), "{:#?}", r.trajectory);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_the_run_stops_a_running_snippet_and_the_run() {
+    let p = primary(&[py("while True:\n    pass"), py("submit('x')")]);
+    let scope = RunScope::detached("t");
+    let cancel = scope.cancel_token().clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+    });
+    let r = rlm(&p, &echo_sub(), RlmConfig::default()).run("q", Inputs::new(), &scope).await.unwrap();
+    assert_eq!(r.trajectory[0].snippets[0].error, Some(SnippetErrorKind::Cancelled));
+    assert_eq!(r.outcome, RlmOutcome::Stopped { reason: FinishReason::Cancelled });
+    assert_eq!(p.request_count(), 1);
+}

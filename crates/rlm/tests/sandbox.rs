@@ -217,7 +217,8 @@ async fn deeply_nested_code_and_values_do_not_take_the_host_down() {
     let host = Arc::new(EchoHost::default());
     let parens = format!("x = {}1{}", "(".repeat(100_000), ")".repeat(100_000));
     assert_eq!(run(&sb, &host, &parens).await.error.unwrap().kind, SnippetErrorKind::Syntax);
-    let o = run(&sb, &host, "z = [1]\nfor i in range(100000):\n    z = [z]\nr = echo(z)\nprint(r['result'][:8])\nz").await;
+    let o =
+        run(&sb, &host, "z = [1]\nfor i in range(100000):\n    z = [z]\nr = echo(z)\nprint(r['result'][:8])\nz").await;
     assert!(o.error.is_none(), "{o:?}");
     assert_eq!(o.stdout, "echo:[[[\n");
     assert!(o.value.unwrap().starts_with("[[[["));

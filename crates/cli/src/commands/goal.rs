@@ -80,7 +80,7 @@ impl Delegate for RlmDelegate {
 }
 
 fn live_line(e: &GoalEvent) -> Option<String> {
-    let event = serde_json::to_value(&e.event).ok()?.as_str()?.to_string();
+    let event = e.event.as_str().to_string();
     let status = match (&e.status, event.as_str()) {
         (Some(s), _) => s.clone(),
         (None, "achieved") if e.data.get("achieved") == Some(&serde_json::Value::Bool(false)) => {
@@ -159,7 +159,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     if !args.json && !args.provider.quiet {
         eprintln!(
             "goal {}: {} goal(s), {} tokens, ${:.4}",
-            serde_json::to_value(&outcome.status)?.as_str().unwrap_or_default(),
+            outcome.status.as_str(),
             outcome.count(),
             outcome.usage.total(),
             outcome.cost_usd

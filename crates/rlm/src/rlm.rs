@@ -548,7 +548,15 @@ impl Rlm {
             setup.push_str(&format!("context = inputs[{}]\n", Value::String(name.to_string())));
         }
         let sandbox =
-            Sandbox::start(self.sandbox_limits(), vec![("inputs".to_string(), inputs.to_monty_dict())], &setup).await?;
+            match Sandbox::start(self.sandbox_limits(), vec![("inputs".to_string(), inputs.to_monty_dict())], &setup)
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    scope.emit(0, EventKind::Error { message: e.to_string() });
+                    return Err(e.into());
+                }
+            };
         let host = Arc::new(RunHost {
             engine: self.clone(),
             tree: tree.clone(),

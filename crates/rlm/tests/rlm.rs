@@ -605,3 +605,24 @@ async fn cancelling_the_run_stops_a_running_snippet_and_the_run() {
     assert_eq!(r.outcome, RlmOutcome::Stopped { reason: FinishReason::Cancelled });
     assert_eq!(p.request_count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn child_runs_started_together_run_concurrently() {
+    let p = MockProvider::with_handler(|req| {
+        let first_user = req.messages[1].content.clone();
+        let code = if let Some(i) = first_user.find("CHILD ") {
+            let name: String = first_user[i + 6..].chars().take(1).collect();
+            py(&format!("r = llm_query('from {name}')\nsubmit(r['result'])"))
+        } else if req.messages.len() <= 2 {
+            py("rs = await asyncio.gather(rlm_query('CHILD A'), rlm_query('CHILD B'))\nprint(rs)")
+        } else {
+            py("submit(' | '.join([r['result'] for r in rs]))")
+        };
+        Ok(response(code))
+    });
+    let (scope, sink) = scope_with_sink();
+    let r = rlm(&p, &echo_sub(), RlmConfig::default()).run("q", Inputs::new(), &scope).await.unwrap();
+    assert_eq!(r.output, json!({"answer": "ans:from A | ans:from B"}), "{:#?}", r.trajectory);
+    assert_eq!(custom(&sink.events(), "rlm_child_started").len(), 2);
+    assert_eq!(r.sub_calls, 4);
+}

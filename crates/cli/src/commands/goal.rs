@@ -36,6 +36,13 @@ pub struct GoalArgs {
     /// Similarity above which a goal counts as a repeat of one on its stack (0..1).
     #[arg(long, default_value_t = 0.9)]
     pub similarity_threshold: f64,
+    /// OpenAI-compatible embeddings endpoint (base URL ending in `/v1`) for semantic cycle
+    /// detection; the key is read from `OPENAI_API_KEY`.
+    #[arg(long, value_name = "URL")]
+    pub embeddings_url: Option<String>,
+    /// Embedding model for `--embeddings-url`.
+    #[arg(long, default_value = "text-embedding-3-small")]
+    pub embeddings_model: String,
     /// Append the goal execution log (JSONL) to this file.
     #[arg(long, value_name = "PATH")]
     pub log: Option<PathBuf>,
@@ -135,6 +142,13 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         pursuer
             .actions_mut()
             .register(Arc::new(DelegateAction::new().with("rlm", Arc::new(RlmDelegate { rlm, inputs }))));
+    }
+    if let Some(url) = &args.embeddings_url {
+        let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
+        if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+            embedder = embedder.with_api_key(key);
+        }
+        pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
     if let Some(path) = &args.log {
         pursuer = pursuer.with_log(path)?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use recursive_core::ProviderError;
+use recursive_core::{ChatResponse, ChatStream, ProviderError, provider::response_stream};
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use serde::Serialize;
 
@@ -69,6 +69,37 @@ impl HttpClient {
             message: error_message(&text, status.canonical_reason().unwrap_or("error")),
             retry_after_secs,
         })
+    }
+
+    /// One completion exchange: posts `body`; a streamed (SSE) answer is decoded by `decode`, a
+    /// JSON one (non-streaming mode, or a server that ignored `stream: true`) by `parse`. The
+    /// request's `model` fills in a response that names none.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn exchange(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: &impl Serialize,
+        streaming: bool,
+        model: String,
+        decode: impl FnOnce(BoxStream<'static, Result<Bytes, ProviderError>>, String) -> ChatStream,
+        parse: impl FnOnce(&[u8]) -> Result<ChatResponse, ProviderError>,
+    ) -> Result<ChatStream, ProviderError> {
+        let response = self.post_json(url, headers, body).await?;
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if streaming && !is_json {
+            return Ok(decode(self.byte_stream(response), model));
+        }
+        let bytes = self.body(response).await?;
+        let mut parsed = parse(&bytes)?;
+        if parsed.model.is_empty() {
+            parsed.model = model;
+        }
+        Ok(response_stream(parsed))
     }
 
     /// Reads a whole (non-streamed) body.

@@ -14,7 +14,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
-use recursive_core::provider::response_stream;
 use recursive_core::{
     ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
     ToolCall, Usage,
@@ -531,22 +530,18 @@ impl ChatProvider for AnthropicProvider {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
         let body = self.config.request_body(&request)?;
         let model = body.model.clone();
-        let response = self.http.post_json(&self.url, &self.headers, &body).await?;
-        // A server that ignored `stream: true` answers with plain JSON.
-        let is_json = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
-        if self.config.stream && !is_json {
-            return Ok(stream_with_model(&self.config.name, self.http.byte_stream(response), model));
-        }
-        let bytes = self.http.body(response).await?;
-        let mut parsed = parse_response(&self.config.name, &bytes)?;
-        if parsed.model.is_empty() {
-            parsed.model = model;
-        }
-        Ok(response_stream(parsed))
+        let name = &self.config.name;
+        self.http
+            .exchange(
+                &self.url,
+                &self.headers,
+                &body,
+                self.config.stream,
+                model,
+                |bytes, model| stream_with_model(name, bytes, model),
+                |bytes| parse_response(name, bytes),
+            )
+            .await
     }
 }
 

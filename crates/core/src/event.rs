@@ -1,8 +1,6 @@
 //! Observability: every step of every run in a tree is an [`AgentEvent`] sent to one
 //! [`EventSink`]. Sinks fan out, write JSONL, print for humans, or collect in memory.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::jsonl::JsonlFile;
 use crate::message::{ToolCall, Usage};
 
 /// Where a run sits in the run tree.
@@ -249,28 +248,19 @@ impl EventSink for MemorySink {
 
 /// Appends each event as one JSON line, flushed at once (crash-safe).
 pub struct JsonlSink {
-    file: Mutex<File>,
+    file: JsonlFile,
 }
 
 impl JsonlSink {
     /// Opens (creating, appending) the file, creating parent directories.
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        let path = path.as_ref();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Self { file: Mutex::new(file) })
+        Ok(Self { file: JsonlFile::append_to(path)? })
     }
 }
 
 impl EventSink for JsonlSink {
     fn emit(&self, event: &AgentEvent) {
-        let Ok(mut line) = serde_json::to_vec(event) else { return };
-        line.push(b'\n');
-        if let Ok(mut f) = self.file.lock()
-            && let Err(e) = f.write_all(&line).and_then(|()| f.flush())
-        {
+        if let Err(e) = self.file.write(event) {
             tracing::warn!("event log write failed: {e}");
         }
     }

@@ -5,6 +5,7 @@
 //! runs a sandbox; those live in the crates above.
 
 pub mod event;
+pub mod jsonl;
 pub mod message;
 pub mod mock;
 pub mod provider;
@@ -17,6 +18,7 @@ pub mod transcript;
 pub use event::{
     AgentEvent, Decision, EventKind, EventSink, FanoutSink, JsonlSink, MemorySink, NullSink, RunIds, StderrSink,
 };
+pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};
 pub use message::{Message, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{

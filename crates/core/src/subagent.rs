@@ -345,7 +345,33 @@ mod tests {
         assert_eq!(spec.name, "researcher");
         assert_eq!(spec.description, "Finds facts.");
         assert_eq!(spec.parameters["properties"]["input"]["type"], "string");
-        assert!(!tool.read_only());
+    }
+
+    struct Writer;
+
+    #[async_trait]
+    impl crate::tool::Tool for Writer {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "write".into(),
+                description: "Writes.".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            }
+        }
+        async fn call(&self, _a: Value, _c: &ToolContext) -> Result<String, ToolError> {
+            Ok(String::new())
+        }
+    }
+
+    #[test]
+    fn sub_agent_is_read_only_only_when_all_its_tools_are() {
+        let reader =
+            SubAgentTool::new(Arc::new(SubAgent::new("r", "d", Agent::new(Arc::new(MockProvider::default())))));
+        assert!(reader.read_only(), "no tools: nothing to write with");
+        let mut tools = crate::tool::ToolRegistry::new();
+        tools.register(Arc::new(Writer));
+        let writer = SubAgent::new("w", "d", Agent::new(Arc::new(MockProvider::default())).with_tools(tools));
+        assert!(!SubAgentTool::new(Arc::new(writer)).read_only());
     }
 
     #[test]

@@ -3,12 +3,11 @@
 //! append-only JSONL file that mirrors it as the run goes.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::jsonl::{JsonlFile, JsonlReadError, read_jsonl};
 use crate::message::{Message, Role};
 
 /// A violation of the transcript's pairing contract.
@@ -141,46 +140,30 @@ impl Transcript {
 /// crash loses at most the message in flight.
 #[derive(Debug)]
 pub struct TranscriptLog {
-    path: PathBuf,
-    file: File,
+    file: JsonlFile,
 }
 
 impl TranscriptLog {
     /// Opens (creating, appending) the log at `path`, creating parent directories.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(Self { path, file })
+        Ok(Self { file: JsonlFile::append_to(path)? })
     }
 
     /// Appends one message as a JSON line and flushes it.
     pub fn append(&mut self, message: &Message) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        self.file.write_all(&line)?;
-        self.file.flush()
+        self.file.write(message)
     }
 
     /// Where the log is written.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     /// Reads a transcript log back, checking the pairing contract.
     pub fn read(path: impl AsRef<Path>) -> Result<Transcript, TranscriptReadError> {
-        let file = File::open(path.as_ref())?;
         let mut t = Transcript::new();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let m: Message =
-                serde_json::from_str(&line).map_err(|e| TranscriptReadError::Json { line: i + 1, source: e })?;
-            t.push(m).map_err(|e| TranscriptReadError::Pairing { line: i + 1, source: e })?;
+        for (line, m) in read_jsonl::<Message>(path)? {
+            t.push(m).map_err(|e| TranscriptReadError::Pairing { line, source: e })?;
         }
         Ok(t)
     }
@@ -188,18 +171,11 @@ impl TranscriptLog {
 
 /// Failure reading a transcript log.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TranscriptReadError {
-    /// The file could not be read.
+    /// The file could not be read, or a line is not a message.
     #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// A line is not a message.
-    #[error("line {line}: {source}")]
-    Json {
-        /// 1-based line number.
-        line: usize,
-        /// The parse error.
-        source: serde_json::Error,
-    },
+    Read(#[from] JsonlReadError),
     /// A line breaks the pairing contract.
     #[error("line {line}: {source}")]
     Pairing {

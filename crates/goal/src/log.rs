@@ -3,12 +3,11 @@
 //! data, kept in memory and appended to a JSONL file as it happens (one flushed line per
 //! event), and [`trace`] to pull out a goal with all its descendants.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
+use recursive_core::{JsonlFile, read_jsonl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -88,27 +87,12 @@ pub struct GoalEvent {
 }
 
 /// Failure reading a log back.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LogReadError {
-    /// The file could not be read.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// A line is not an event.
-    #[error("line {line}: {source}")]
-    Json {
-        /// 1-based line number.
-        line: usize,
-        /// The parse error.
-        source: serde_json::Error,
-    },
-}
+pub type LogReadError = recursive_core::JsonlReadError;
 
 /// The execution log: in memory, and optionally mirrored to a JSONL file.
 #[derive(Debug, Default)]
 pub struct ExecutionLog {
-    path: Option<PathBuf>,
-    file: Option<Mutex<File>>,
+    file: Option<JsonlFile>,
     events: Mutex<Vec<GoalEvent>>,
 }
 
@@ -121,17 +105,12 @@ impl ExecutionLog {
     /// A log that also appends to `path` (created with its parent directories; an existing
     /// file is appended to).
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(Self { path: Some(path), file: Some(Mutex::new(file)), events: Mutex::new(Vec::new()) })
+        Ok(Self { file: Some(JsonlFile::append_to(path)?), events: Mutex::new(Vec::new()) })
     }
 
     /// The JSONL file, if any.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.file.as_ref().map(JsonlFile::path)
     }
 
     /// Records an event: kept in memory, then appended to the file as one flushed line.
@@ -139,12 +118,10 @@ impl ExecutionLog {
         // The memory lock is held while writing so the file and memory keep the same order.
         let mut events = self.events.lock().map_err(|_| std::io::Error::other("goal log lock poisoned"))?;
         events.push(event.clone());
-        let Some(file) = &self.file else { return Ok(()) };
-        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        let mut f = file.lock().map_err(|_| std::io::Error::other("goal log lock poisoned"))?;
-        f.write_all(&line)?;
-        f.flush()
+        match &self.file {
+            Some(file) => file.write(event),
+            None => Ok(()),
+        }
     }
 
     /// Every event so far, in order.
@@ -164,16 +141,7 @@ impl ExecutionLog {
 
     /// Reads a JSONL log back.
     pub fn read(path: impl AsRef<Path>) -> Result<Vec<GoalEvent>, LogReadError> {
-        let file = File::open(path.as_ref())?;
-        let mut out = Vec::new();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            out.push(serde_json::from_str(&line).map_err(|e| LogReadError::Json { line: i + 1, source: e })?);
-        }
-        Ok(out)
+        Ok(read_jsonl(path)?.into_iter().map(|(_, e)| e).collect())
     }
 }
 

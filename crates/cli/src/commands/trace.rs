@@ -3,7 +3,6 @@
 //! status, timing, tokens and cost per node.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -260,10 +259,10 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
             tree.add_goal_log(&v);
         } else if v.get("run_id").is_some() {
             let e: AgentEvent = serde_json::from_value(v)
-                .with_context(|| format!("{}:{}: not a Recursive event", path.display(), i + 1))?;
+                .with_context(|| format!("{}:{line}: not a Recursive event", path.display()))?;
             tree.add_event(&e);
         } else {
-            anyhow::bail!("{}:{}: neither a run event nor a goal log line", path.display(), i + 1);
+            anyhow::bail!("{}:{line}: neither a run event nor a goal log line", path.display());
         }
     }
     tree.link();

@@ -246,15 +246,10 @@ impl Tree {
 
 /// Reads a JSONL file of agent events or goal-log lines into a tree.
 pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let lines: Vec<(usize, Value)> =
+        recursive_core::read_jsonl(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut tree = Tree::default();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: Value =
-            serde_json::from_str(&line).with_context(|| format!("{}:{}: not a JSON line", path.display(), i + 1))?;
+    for (line, v) in lines {
         if v.get("goal_id").is_some() && v.get("event").is_some() {
             tree.add_goal_log(&v);
         } else if v.get("run_id").is_some() {

@@ -12,6 +12,7 @@ pub mod provider;
 pub mod run;
 pub mod runtime;
 pub mod subagent;
+pub mod text;
 pub mod tool;
 pub mod transcript;
 

@@ -2,6 +2,7 @@
 //! the [`InputsSummary`] the primary model sees in their place: type, size and a short
 //! head-and-tail preview of each.
 
+pub(crate) use recursive_core::text::group_thousands as group;
 use std::path::Path;
 
 use monty_types::MontyObject;
@@ -245,19 +246,6 @@ impl InputsSummary {
         }
         out
     }
-}
-
-/// `1234567` → `1,234,567`.
-pub(crate) fn group(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

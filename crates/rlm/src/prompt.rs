@@ -3,6 +3,7 @@
 //! (with head-and-tail truncation and the await hint), and the JSON of an extraction reply.
 
 use recursive_core::ToolSpec;
+pub use recursive_core::text::truncate_middle;
 use serde_json::Value;
 
 use crate::sandbox::SnippetOutcome;
@@ -211,19 +212,6 @@ fn dedent(code: &str) -> String {
         return code.to_string();
     }
     code.lines().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect::<Vec<_>>().join("\n")
-}
-
-/// Shortens text to at most `max` characters, keeping head and tail around a marker that says
-/// how much was cut.
-pub fn truncate_middle(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
-        return text.to_string();
-    }
-    let half = max / 2;
-    let head: String = text.chars().take(half).collect();
-    let tail: String = text.chars().skip(count - (max - half)).collect();
-    format!("{head}\n[... {} chars truncated ...]\n{tail}", crate::inputs::group(count - max))
 }
 
 /// Whether a snippet's result shows an awaiting mistake.

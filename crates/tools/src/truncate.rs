@@ -94,29 +94,7 @@ impl HeadTail {
     }
 }
 
-/// The longest prefix of `s` with at most `max` bytes that ends on a character boundary.
-pub fn prefix_at_boundary(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// Cuts `s` to at most `max_chars` characters, appending a note with the number of
-/// characters cut.
-pub fn clip_chars(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
-        None => s.to_string(),
-        Some((idx, _)) => {
-            let rest = s[idx..].chars().count();
-            format!("{}… [{rest} more characters]", &s[..idx])
-        }
-    }
-}
+pub use recursive_core::text::{clip_chars, prefix_at_boundary};
 
 #[cfg(test)]
 mod tests {

@@ -284,3 +284,27 @@ fn goal_command_decomposes_logs_and_traces_the_tree() {
     assert!(lines[1].starts_with("  goal-d1 [completed]") && lines[1].ends_with("Read notes.txt"), "{text}");
     assert!(lines[2].contains("30 tok") && lines[2].ends_with("Summarize what the notes say"), "{text}");
 }
+
+#[test]
+fn plan_mode_stops_pending_without_a_terminal_and_yes_carries_it_out() {
+    let env = Env::new();
+    let plan = "1. read notes.txt\n2. report";
+    let script = env.script("p.json", json!([plan]));
+    let out = env.run(&["run", "report the notes", "--mock-script", s(&script), "--plan", "--json"]);
+    assert_eq!(out.status.code(), Some(7));
+    let v = stdout_json(&out);
+    assert_eq!(v["finish_reason"], "plan_pending");
+    assert_eq!(v["output"], plan);
+
+    let script = env.script(
+        "p2.json",
+        json!([plan, {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]}, "It says hello world."]),
+    );
+    let out = env.run(&["run", "report the notes", "--mock-script", s(&script), "--plan", "--yes", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], "It says hello world.");
+    let contents: Vec<&str> =
+        v["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert!(contents.contains(&plan) && contents.iter().any(|c| c.contains("plan is approved")), "{contents:?}");
+}

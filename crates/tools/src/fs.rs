@@ -107,6 +107,9 @@ fn read_numbered(path: &Path, shown: &str, offset: usize, limit: usize, cfg: &Re
         )));
     }
     let mut reader = BufReader::new(Cursor::new(head).chain(file));
+    // Bytes of one line kept in memory: enough for `max_line_chars` characters of up to four
+    // bytes, so a file that is one enormous line is streamed, not loaded whole.
+    let keep = cfg.max_line_chars.saturating_mul(4).saturating_add(8);
     let mut out = String::new();
     let mut raw = Vec::new();
     let mut line_no = 0usize;
@@ -114,7 +117,7 @@ fn read_numbered(path: &Path, shown: &str, offset: usize, limit: usize, cfg: &Re
     let mut capped = false;
     loop {
         raw.clear();
-        let n = reader.read_until(b'\n', &mut raw).map_err(|e| io_error(shown, &e))?;
+        let (n, dropped) = read_line_capped(&mut reader, &mut raw, keep).map_err(|e| io_error(shown, &e))?;
         if n == 0 {
             break;
         }
@@ -125,7 +128,15 @@ fn read_numbered(path: &Path, shown: &str, offset: usize, limit: usize, cfg: &Re
         let text = String::from_utf8_lossy(&raw);
         let text = text.strip_suffix('\n').unwrap_or(&text);
         let text = text.strip_suffix('\r').unwrap_or(text);
-        let entry = format!("{line_no:>6}\t{}\n", clip_chars(text, cfg.max_line_chars));
+        let clipped = if dropped == 0 {
+            clip_chars(text, cfg.max_line_chars)
+        } else {
+            // Only the start of this line was kept in memory; count what was skipped too.
+            let kept: String = text.chars().take(cfg.max_line_chars).collect();
+            let more = text.chars().count().saturating_sub(cfg.max_line_chars) + dropped;
+            format!("{kept}… [{more} more characters]")
+        };
+        let entry = format!("{line_no:>6}\t{clipped}\n");
         if out.len() + entry.len() > cfg.max_bytes {
             if last_shown == 0 {
                 // Even the first line is too long: show what fits of it.
@@ -156,6 +167,38 @@ fn read_numbered(path: &Path, shown: &str, offset: usize, limit: usize, cfg: &Re
         ));
     }
     Ok(out)
+}
+
+/// Reads one line (through its `\n`) keeping at most `keep` bytes of it in `raw`; returns the
+/// bytes consumed and how many characters were read past `keep` and dropped.
+fn read_line_capped(reader: &mut impl BufRead, raw: &mut Vec<u8>, keep: usize) -> std::io::Result<(usize, usize)> {
+    let mut consumed = 0usize;
+    let mut dropped_chars = 0usize;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((consumed, dropped_chars));
+        }
+        let (chunk, found) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let room = keep.saturating_sub(raw.len()).min(chunk.len());
+        raw.extend_from_slice(&chunk[..room]);
+        let rest = &chunk[room..];
+        // Count characters by their first bytes; a trailing newline is not a character.
+        let rest = if found { rest.strip_suffix(b"\n").unwrap_or(rest) } else { rest };
+        dropped_chars += rest.iter().filter(|&&b| b & 0xC0 != 0x80).count();
+        if found && room < chunk.len() && !raw.ends_with(b"\n") {
+            raw.push(b'\n');
+        }
+        let len = chunk.len();
+        reader.consume(len);
+        consumed += len;
+        if found {
+            return Ok((consumed, dropped_chars));
+        }
+    }
 }
 
 /// Why these first bytes of a file look binary, if they do.
@@ -442,6 +485,29 @@ mod tests {
         std::fs::write(e.ws.root().join("a.txt"), format!("{}\n", "x".repeat(50))).unwrap();
         let out = call(&e, "read_file", json!({"path": "a.txt"})).await.unwrap();
         assert!(out.contains("xxxxxxxxxx… [40 more characters]"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn read_file_streams_a_huge_single_line_and_counts_the_cut() {
+        let e = env_with(ReadConfig { max_line_chars: 10, ..Default::default() }, ListConfig::default());
+        let line = "é".repeat(300_000);
+        std::fs::write(e.ws.root().join("min.js"), format!("{line}\nshort\n")).unwrap();
+        let out = call(&e, "read_file", json!({"path": "min.js"})).await.unwrap();
+        assert!(out.contains(&format!("{}… [299990 more characters]", "é".repeat(10))), "{out}");
+        assert!(out.contains("     2\tshort"), "{out}");
+    }
+
+    #[test]
+    fn read_line_capped_keeps_a_prefix_and_counts_the_rest() {
+        let mut reader = BufReader::with_capacity(4, Cursor::new(b"abcdefgh\nxy".to_vec()));
+        let mut raw = Vec::new();
+        assert_eq!(read_line_capped(&mut reader, &mut raw, 3).unwrap(), (9, 5));
+        assert_eq!(raw, b"abc\n");
+        raw.clear();
+        assert_eq!(read_line_capped(&mut reader, &mut raw, 3).unwrap(), (2, 0));
+        assert_eq!(raw, b"xy");
+        raw.clear();
+        assert_eq!(read_line_capped(&mut reader, &mut raw, 3).unwrap(), (0, 0));
     }
 
     #[tokio::test]

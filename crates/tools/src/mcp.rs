@@ -28,7 +28,7 @@
 //! error. A child process runs in its own process group, which is killed when the server is
 //! shut down or its last tool is dropped.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -200,16 +200,21 @@ impl McpTools {
 /// Starts every enabled server concurrently (each under its own start-up timeout), emits one
 /// `mcp_server` event per server on `scope`, and returns the tools of those that are ready.
 pub async fn start_servers(config: &McpConfig, scope: &RunScope) -> McpTools {
-    let starts = config.servers.iter().filter(|(_, c)| c.enabled).map(|(name, server)| async move {
-        let (status, ready) = start_server(name, server).await;
-        scope.emit(
-            0,
-            EventKind::Custom {
-                name: MCP_SERVER_EVENT.into(),
-                data: serde_json::to_value(&status).unwrap_or_else(|_| json!({"server": name})),
-            },
-        );
-        (status, ready)
+    // Names already offered, shared by the servers so two of them never offer the same one.
+    let taken = Arc::new(Mutex::new(HashSet::new()));
+    let starts = config.servers.iter().filter(|(_, c)| c.enabled).map(|(name, server)| {
+        let taken = taken.clone();
+        async move {
+            let (status, ready) = start_server(name, server, &taken).await;
+            scope.emit(
+                0,
+                EventKind::Custom {
+                    name: MCP_SERVER_EVENT.into(),
+                    data: serde_json::to_value(&status).unwrap_or_else(|_| json!({"server": name})),
+                },
+            );
+            (status, ready)
+        }
     });
     let mut out = McpTools::default();
     for (status, ready) in futures::future::join_all(starts).await {
@@ -232,10 +237,15 @@ pub fn spawn_servers(config: McpConfig, scope: RunScope) -> tokio::task::JoinHan
 
 type Started = (Arc<Client>, Vec<Arc<dyn Tool>>);
 
-async fn start_server(name: &str, config: &McpServerConfig) -> (McpServerStatus, Option<Started>) {
+async fn start_server(
+    name: &str,
+    config: &McpServerConfig,
+    taken: &Mutex<HashSet<String>>,
+) -> (McpServerStatus, Option<Started>) {
     let secs = config.startup_timeout_secs.max(1);
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-    let outcome = tokio::time::timeout(Duration::from_secs(secs), connect(name, config, stderr_tail.clone())).await;
+    let outcome =
+        tokio::time::timeout(Duration::from_secs(secs), connect(name, config, stderr_tail.clone(), taken)).await;
     let status = |status, tools, error| McpServerStatus { server: name.to_string(), status, tools, error };
     match outcome {
         Ok(Ok((client, tools))) => {
@@ -268,6 +278,7 @@ async fn connect(
     name: &str,
     config: &McpServerConfig,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    taken: &Mutex<HashSet<String>>,
 ) -> Result<(Arc<Client>, Vec<Arc<dyn Tool>>), String> {
     let client = match (&config.command, &config.url) {
         (Some(command), None) => {
@@ -317,10 +328,11 @@ async fn connect(
     let listed = client.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
     let client = Arc::new(client);
     let timeout = config.tool_timeout_secs.map(Duration::from_secs);
+    let mut taken = taken.lock().map_err(|_| "tool name table poisoned".to_string())?;
     let tools = listed
         .into_iter()
         .map(|t| {
-            let exposed = tool_name(name, &t.name);
+            let exposed = unique_name(tool_name(name, &t.name), &mut taken);
             let description = t
                 .description
                 .as_deref()
@@ -343,13 +355,52 @@ async fn connect(
     Ok((client, tools))
 }
 
+/// The longest tool name model APIs accept (OpenAI: `^[a-zA-Z0-9_-]{1,64}$`).
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
 /// The name a server's tool is offered under: `server__tool`, with characters other than
-/// ASCII letters, digits, `_` and `-` replaced by `_` (the set model APIs accept).
+/// ASCII letters, digits, `_` and `-` replaced by `_` (the set model APIs accept). A name
+/// longer than [`MAX_TOOL_NAME_LEN`] is cut and ends with a hash of the full original names,
+/// so two long names that share a prefix stay apart.
 pub fn tool_name(server: &str, tool: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
     };
-    format!("{}{NAME_SEPARATOR}{}", clean(server), clean(tool))
+    let full = format!("{}{NAME_SEPARATOR}{}", clean(server), clean(tool));
+    if full.len() <= MAX_TOOL_NAME_LEN {
+        return full;
+    }
+    let suffix = format!("_{:08x}", fnv1a(&[server.as_bytes(), b"\0", tool.as_bytes()]));
+    // `full` is ASCII, so any byte index is a character boundary.
+    format!("{}{suffix}", &full[..MAX_TOOL_NAME_LEN - suffix.len()])
+}
+
+/// `base`, or `base` with a `_2`, `_3`... suffix (kept within [`MAX_TOOL_NAME_LEN`]) when a
+/// tool already took it; the chosen name is added to `taken`.
+fn unique_name(base: String, taken: &mut HashSet<String>) -> String {
+    if taken.insert(base.clone()) {
+        return base;
+    }
+    let mut n = 2u32;
+    loop {
+        let suffix = format!("_{n}");
+        let keep = base.len().min(MAX_TOOL_NAME_LEN.saturating_sub(suffix.len()));
+        let candidate = format!("{}{suffix}", &base[..keep]);
+        if taken.insert(candidate.clone()) {
+            return candidate;
+        }
+        n += 1;
+    }
+}
+
+/// 32-bit FNV-1a over some byte strings: a short, stable fingerprint for cut names.
+fn fnv1a(parts: &[&[u8]]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in parts.iter().flat_map(|p| p.iter()) {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
 }
 
 /// One tool of an MCP server.
@@ -464,6 +515,37 @@ mod tests {
     fn tool_names_are_prefixed_and_cleaned() {
         assert_eq!(tool_name("fs", "read_file"), "fs__read_file");
         assert_eq!(tool_name("my server", "get.weather/now"), "my_server__get_weather_now");
+    }
+
+    fn is_valid_api_name(name: &str) -> bool {
+        (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
+    #[test]
+    fn over_long_tool_names_are_cut_to_64_and_stay_distinct() {
+        let long = "x".repeat(80);
+        let a = tool_name("server", &format!("{long}.alpha"));
+        let b = tool_name("server", &format!("{long}.beta"));
+        assert!(is_valid_api_name(&a) && is_valid_api_name(&b), "{a} / {b}");
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(a.starts_with("server__xxx"), "{a}");
+    }
+
+    #[test]
+    fn tool_names_that_clean_to_the_same_text_are_made_unique() {
+        let mut taken = HashSet::new();
+        let first = unique_name(tool_name("s", "get.weather"), &mut taken);
+        let second = unique_name(tool_name("s", "get weather"), &mut taken);
+        let third = unique_name(tool_name("s", "get_weather"), &mut taken);
+        assert_eq!(first, "s__get_weather");
+        assert_eq!(second, "s__get_weather_2");
+        assert_eq!(third, "s__get_weather_3");
+        let long = tool_name("s", &"y".repeat(100));
+        let again = unique_name(long.clone(), &mut taken);
+        let clash = unique_name(long, &mut taken);
+        assert!(is_valid_api_name(&again) && is_valid_api_name(&clash), "{clash}");
+        assert_ne!(again, clash);
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, RunLimits, ToolRegistry};
+use std::io::IsTerminal;
+
+use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, FinishReason, RunLimits, ToolRegistry};
 use serde::Deserialize;
 
 use crate::ProviderArgs;
@@ -55,7 +57,9 @@ pub struct RunArgs {
     /// Offer no built-in tools (MCP servers and sub-agents still load).
     #[arg(long)]
     pub no_tools: bool,
-    /// Plan mode: the model proposes a plan and the run stops for approval (exit 7).
+    /// Plan mode: the model proposes a plan without tools; on a terminal you are asked to
+    /// approve it and the run carries it out (`--yes` approves); otherwise the run stops with
+    /// the plan pending (exit 7).
     #[arg(long)]
     pub plan: bool,
     /// Register a sub-agent from a TOML definition: NAME=FILE (repeatable).
@@ -118,6 +122,27 @@ fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         return Err(ConfigError(format!("workspace {} is not a directory", dir.display())).into());
     }
     Ok(dir)
+}
+
+/// What the model is told when its plan is approved.
+pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
+
+/// Asks whether to carry out a pending plan: `--yes` approves, `--no-ask` or no terminal
+/// leaves it pending (exit status 7), otherwise the terminal is asked.
+async fn approve_plan(args: &RunArgs) -> bool {
+    if args.yes {
+        return true;
+    }
+    if args.no_ask || args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return false;
+    }
+    eprint!("\nCarry out this plan? [y/N] ");
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await;
+    matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
 }
 
 /// Runs the command.
@@ -197,7 +222,12 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         plan_mode: args.plan,
         transcript_path: args.transcript.clone(),
     });
-    let result = agent.run_in(&args.goal, &scope).await?;
+    let mut result = agent.run_in(&args.goal, &scope).await?;
+    if result.finish_reason == FinishReason::PlanPending && approve_plan(&args).await {
+        let mut executor = agent.clone();
+        executor.config_mut().plan_mode = false;
+        result = executor.continue_in(result.messages, PLAN_APPROVED, &scope).await?;
+    }
     mcp.shutdown().await;
     if args.json {
         println!("{}", serde_json::to_string(&output::run_json(&result))?);

@@ -3,6 +3,7 @@
 //! head-and-tail preview of each.
 
 pub(crate) use recursive_core::text::group_thousands as group;
+use std::borrow::Cow;
 use std::path::Path;
 
 use monty_types::MontyObject;
@@ -24,17 +25,22 @@ pub enum InputValue {
 }
 
 impl InputValue {
-    /// Loads a file: `.json` files are parsed as JSON, anything else is read as text.
+    /// Loads a file: `.json` files are parsed as JSON, anything else is read as text. Bytes
+    /// that are not UTF-8 in a text file become U+FFFD (so a log with a stray Latin-1 byte
+    /// still loads); a `.json` file must be valid UTF-8 JSON.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, RlmError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| RlmError::Input(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path).map_err(|e| RlmError::Input(format!("cannot read {}: {e}", path.display())))?;
         let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
         if is_json {
-            let v = serde_json::from_str(&text)
+            let v = serde_json::from_slice(&bytes)
                 .map_err(|e| RlmError::Input(format!("{} is not valid JSON: {e}", path.display())))?;
             Ok(InputValue::Json(v))
         } else {
+            let text = match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            };
             Ok(InputValue::Text(text))
         }
     }
@@ -170,15 +176,16 @@ pub struct InputSummary {
 
 impl InputSummary {
     fn of(name: &str, value: &InputValue, preview_chars: usize) -> Self {
-        let (python_type, text, lines, items) = match value {
-            InputValue::Text(s) => ("str", s.clone(), Some(s.lines().count()), None),
+        // Text is previewed in place: a huge input is not copied to build its summary.
+        let (python_type, text, lines, items): (_, Cow<'_, str>, _, _) = match value {
+            InputValue::Text(s) => ("str", Cow::Borrowed(s.as_str()), Some(s.lines().count()), None),
             InputValue::Json(v) => {
                 let items = match v {
                     Value::Array(a) => Some(a.len()),
                     Value::Object(o) => Some(o.len()),
                     _ => None,
                 };
-                (python_type_name(v), v.to_string(), None, items)
+                (python_type_name(v), Cow::Owned(v.to_string()), None, items)
             }
         };
         let chars = text.chars().count();
@@ -189,7 +196,7 @@ impl InputSummary {
             let tail: String = text.chars().skip(chars - half).collect();
             (head, tail)
         } else {
-            (text, String::new())
+            (text.into_owned(), String::new())
         };
         Self {
             name: name.to_string(),
@@ -288,6 +295,21 @@ mod tests {
         let bad = dir.path().join("bad.json");
         std::fs::write(&bad, "{oops").unwrap();
         assert!(matches!(Inputs::from_file("d", &bad), Err(RlmError::Input(_))));
+    }
+
+    #[test]
+    fn non_utf8_text_file_is_read_lossily_and_non_utf8_json_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("latin1.log");
+        std::fs::write(&t, b"caf\xe9 ok\n\xff\xfe end").unwrap();
+        assert_eq!(
+            Inputs::from_file("log", &t).unwrap().get("log"),
+            Some(&InputValue::Text("caf\u{fffd} ok\n\u{fffd}\u{fffd} end".into()))
+        );
+        let j = dir.path().join("bad.json");
+        std::fs::write(&j, b"{\"k\": \"\xe9\"}").unwrap();
+        let err = Inputs::from_file("j", &j).unwrap_err().to_string();
+        assert!(err.contains("is not valid JSON"), "{err}");
     }
 
     #[test]

@@ -165,8 +165,9 @@ pub(crate) fn argument_order(parameters: &Value) -> Vec<String> {
     order
 }
 
-/// The code blocks of a reply (```python, ```py or ```repl), in order. An unclosed final block
-/// runs to the end of the reply.
+/// The code blocks of a reply (```python, ```py or ```repl, optionally followed by more words
+/// on the fence line), in order. A closing fence written at the end of the last code line
+/// (`print(x)````) closes the block; an unclosed final block runs to the end of the reply.
 pub fn extract_code_blocks(reply: &str) -> Vec<String> {
     let mut blocks = Vec::new();
     let mut current: Option<Vec<&str>> = None;
@@ -174,8 +175,8 @@ pub fn extract_code_blocks(reply: &str) -> Vec<String> {
         let t = line.trim();
         match &mut current {
             None => {
-                if let Some(lang) = t.strip_prefix("```") {
-                    let lang = lang.trim().to_ascii_lowercase();
+                if let Some(info) = t.strip_prefix("```") {
+                    let lang = info.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
                     if matches!(lang.as_str(), "python" | "py" | "repl" | "python3") {
                         current = Some(Vec::new());
                     }
@@ -183,6 +184,12 @@ pub fn extract_code_blocks(reply: &str) -> Vec<String> {
             }
             Some(lines) => {
                 if t == "```" {
+                    blocks.push(lines.join("\n"));
+                    current = None;
+                } else if let Some(code) = line.trim_end().strip_suffix("```")
+                    && !code.ends_with('`')
+                {
+                    lines.push(code);
                     blocks.push(lines.join("\n"));
                     current = None;
                 } else {
@@ -200,18 +207,19 @@ pub fn extract_code_blocks(reply: &str) -> Vec<String> {
     blocks.into_iter().map(|b| dedent(&b)).collect()
 }
 
-/// Removes the indentation common to every non-blank line.
+/// Leading spaces and tabs of a line, in bytes.
+fn leading_blanks(line: &str) -> usize {
+    line.len() - line.trim_start_matches([' ', '\t']).len()
+}
+
+/// Removes the indentation (spaces and tabs) common to every non-blank line. Only ASCII
+/// blanks are removed, so lines holding other whitespace are never cut inside a character.
 fn dedent(code: &str) -> String {
-    let indent = code
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start_matches([' ', '\t']).len())
-        .min()
-        .unwrap_or(0);
+    let indent = code.lines().filter(|l| !l.trim().is_empty()).map(leading_blanks).min().unwrap_or(0);
     if indent == 0 {
         return code.to_string();
     }
-    code.lines().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect::<Vec<_>>().join("\n")
+    code.lines().map(|l| &l[leading_blanks(l).min(indent)..]).collect::<Vec<_>>().join("\n")
 }
 
 /// Whether a snippet's result shows an awaiting mistake.
@@ -290,6 +298,25 @@ mod tests {
         let reply =
             "First:\n```python\nx = 1\n```\nthen\n```py\ny = 2\n```\n```repl\nprint(x + y)\n```\n```json\n{}\n```";
         assert_eq!(extract_code_blocks(reply), vec!["x = 1", "y = 2", "print(x + y)"]);
+    }
+
+    #[test]
+    fn dedent_does_not_cut_inside_unicode_whitespace() {
+        // A "blank" line of U+3000 (3 bytes) between indented lines used to be sliced mid-character.
+        let reply = "```python\n  x = 1\n\u{3000}\n  y = 2\n\u{a0}\n```";
+        assert_eq!(extract_code_blocks(reply), vec!["x = 1\n\u{3000}\ny = 2\n\u{a0}"]);
+    }
+
+    #[test]
+    fn closing_fence_glued_to_the_last_line_closes_the_block() {
+        assert_eq!(extract_code_blocks("```python\nx = 1\nprint(x)```\nDone."), vec!["x = 1\nprint(x)"]);
+        assert_eq!(extract_code_blocks("```python\nprint(1)```\n```py\nprint(2)\n```"), vec!["print(1)", "print(2)"]);
+    }
+
+    #[test]
+    fn fence_info_after_the_language_is_ignored() {
+        assert_eq!(extract_code_blocks("```python title=\"step 1\"\nprint(1)\n```"), vec!["print(1)"]);
+        assert!(extract_code_blocks("```pythonic\nprint(1)\n```").is_empty());
     }
 
     #[test]

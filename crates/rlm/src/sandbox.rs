@@ -481,6 +481,41 @@ fn wait_for<T>(handle: &Handle, cp: &mut Checkpoint<'_>, fut: impl std::future::
     r
 }
 
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// The exception a snippet sees when a host function panicked.
+fn host_panic(name: &str, payload: &(dyn std::any::Any + Send)) -> MontyException {
+    MontyException::new(
+        ExcType::RuntimeError,
+        Some(format!("host function `{name}` failed internally: {}", panic_text(payload))),
+    )
+}
+
+/// Answers a call, turning a panic of the host into an exception at the call site, so a faulty
+/// host function cannot take the session down.
+fn call_host(host: &dyn SandboxHost, call: HostCall) -> HostReply {
+    let name = call.name.clone();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| host.call(call)))
+        .unwrap_or_else(|payload| HostReply::Raise(host_panic(&name, payload.as_ref())))
+}
+
+/// Runs host work, turning a panic into an exception (instead of losing the session thread or
+/// leaving an awaited future unresolved until the time limit).
+async fn guard_panics(name: &str, fut: BoxFuture<'static, HostResult>) -> HostResult {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(payload) => Err(host_panic(name, payload.as_ref())),
+    }
+}
+
 fn to_ext(r: HostResult) -> ExtFunctionResult {
     match r {
         Ok(v) => ExtFunctionResult::Return(json_to_monty(&v)),
@@ -543,8 +578,8 @@ fn run_job(
                         host_calls += 1;
                         let kwargs =
                             call.kwargs.iter().map(|(k, v)| (crate::convert::prompt_text(k), v.clone())).collect();
-                        let hc = HostCall { name, args: call.args.clone(), kwargs, awaited };
-                        match job.host.call(hc) {
+                        let hc = HostCall { name: name.clone(), args: call.args.clone(), kwargs, awaited };
+                        match call_host(job.host.as_ref(), hc) {
                             HostReply::Raise(exc) => call.resume(exc, PrintWriter::Callback(&mut cp)),
                             HostReply::Finish(payload) => {
                                 finished = Some(payload);
@@ -561,14 +596,14 @@ fn run_job(
                                 let tx = tx.clone();
                                 let id = call.call_id;
                                 let task = handle.spawn(async move {
-                                    let r = fut.await;
+                                    let r = guard_panics(&name, fut).await;
                                     let _ = tx.send((id, to_ext(r)));
                                 });
                                 tasks.push(task.abort_handle());
                                 outstanding += 1;
                                 call.resume_pending(PrintWriter::Callback(&mut cp))
                             }
-                            HostReply::Pending(fut) => match wait_for(handle, &mut cp, fut) {
+                            HostReply::Pending(fut) => match wait_for(handle, &mut cp, guard_panics(&name, fut)) {
                                 Waited::Ready(r) => call.resume(to_ext(r), PrintWriter::Callback(&mut cp)),
                                 Waited::Tripped(t) => call.abort(trip_exception(t), PrintWriter::Callback(&mut cp)),
                             },

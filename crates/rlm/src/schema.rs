@@ -4,6 +4,11 @@
 use serde_json::{Value, json};
 
 use crate::error::RlmError;
+use crate::prompt::truncate_middle;
+
+/// Characters of one violation message kept (the validator quotes the offending value, which
+/// may be huge or deeply nested; the middle is cut).
+const MAX_VIOLATION_CHARS: usize = 300;
 
 /// The default output schema: an object with a required string property `answer`.
 pub fn default_output_schema() -> Value {
@@ -61,7 +66,8 @@ impl OutputSchema {
         }
     }
 
-    /// Checks a value; on failure, one line per violation (`at /path: message`).
+    /// Checks a value; on failure, one line per violation (`at /path: message`, each at most a
+    /// few hundred characters).
     pub fn validate(&self, value: &Value) -> Result<(), Vec<String>> {
         let errors: Vec<String> = self
             .validator
@@ -69,7 +75,7 @@ impl OutputSchema {
             .map(|e| {
                 let path = e.instance_path.to_string();
                 let at = if path.is_empty() { "at the top level".to_string() } else { format!("at {path}") };
-                format!("{at}: {e}")
+                format!("{at}: {}", truncate_middle(&e.to_string(), MAX_VIOLATION_CHARS))
             })
             .collect();
         if errors.is_empty() { Ok(()) } else { Err(errors) }
@@ -96,6 +102,17 @@ mod tests {
         assert_eq!(s.normalize(json!({"answer": "a"})), json!({"answer": "a"}));
         let multi = OutputSchema::new(json!({"type": "object", "required": ["a", "b"]})).unwrap();
         assert_eq!(multi.normalize(json!("t")), json!("t"));
+    }
+
+    #[test]
+    fn violations_of_huge_values_stay_short() {
+        let s = OutputSchema::new(default_output_schema()).unwrap();
+        let huge = json!({"answer": vec!["x".repeat(100); 1000]});
+        let errs = s.validate(&huge).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].starts_with("at /answer: "), "{}", errs[0]);
+        assert!(errs[0].ends_with("is not of type \"string\""), "{}", errs[0]);
+        assert!(errs[0].chars().count() < 400, "{} chars", errs[0].chars().count());
     }
 
     #[test]

@@ -21,10 +21,16 @@ struct EchoHost {
 
 impl SandboxHost for EchoHost {
     fn is_host_function(&self, name: &str) -> bool {
-        matches!(name, "echo" | "finish")
+        matches!(name, "echo" | "finish" | "panic_now" | "panic_later")
     }
 
     fn call(&self, call: HostCall) -> HostReply {
+        if call.name == "panic_now" {
+            panic!("host bug now");
+        }
+        if call.name == "panic_later" {
+            return HostReply::Pending(Box::pin(async { panic!("host bug later") }));
+        }
         if call.name == "finish" {
             return HostReply::Finish(json!({"done": true}));
         }
@@ -224,4 +230,20 @@ async fn deeply_nested_code_and_values_do_not_take_the_host_down() {
     assert!(o.value.unwrap().starts_with("[[[["));
     let o = run(&sb, &host, "d = {}\nfor i in range(100000):\n    d = {'k': d}\nfinish(d)").await;
     assert!(o.finished.is_some(), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn panicking_host_function_is_an_exception_and_the_session_survives() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    assert!(run(&sb, &host, "kept = 5").await.error.is_none());
+    for code in ["panic_now()", "panic_later()", "await panic_later()", "await asyncio.gather(panic_later(), echo(1))"]
+    {
+        let o = run(&sb, &host, code).await;
+        let e = o.error.unwrap_or_else(|| panic!("{code}: no error"));
+        assert_eq!(e.kind, SnippetErrorKind::Exception, "{code}");
+        assert!(e.message.contains("RuntimeError") && e.message.contains("host bug"), "{code}: {}", e.message);
+    }
+    let o = run(&sb, &host, "try:\n    panic_now()\nexcept RuntimeError:\n    print('caught', kept)").await;
+    assert_eq!(o.stdout, "caught 5\n", "{o:?}");
 }

@@ -11,6 +11,7 @@ pub mod mock;
 pub mod provider;
 pub mod run;
 pub mod runtime;
+pub mod serde_secs;
 pub mod subagent;
 pub mod text;
 pub mod tool;

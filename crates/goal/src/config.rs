@@ -14,7 +14,7 @@ pub struct Constraints {
     /// Deepest goal allowed (the objective is depth 0).
     pub max_depth: u32,
     /// Wall clock for the whole pursuit.
-    #[serde(with = "duration_secs")]
+    #[serde(with = "recursive_core::serde_secs")]
     pub max_time: Duration,
     /// USD the whole pursuit may spend.
     pub max_cost_usd: f64,
@@ -82,21 +82,6 @@ impl Default for GoalConfig {
             layer_concurrency: 8,
             evidence_chars: 12_000,
         }
-    }
-}
-
-mod duration_secs {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let secs = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
     }
 }
 

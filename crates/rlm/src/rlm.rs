@@ -53,7 +53,7 @@ pub struct RlmConfig {
     /// Sub-model calls in flight at once, over the whole invocation tree.
     pub batch_concurrency: usize,
     /// Wall-clock limit of one snippet (host calls included), reset for each snippet.
-    #[serde(with = "duration_secs")]
+    #[serde(with = "recursive_core::serde_secs")]
     pub snippet_timeout: Duration,
     /// Memory one snippet may add; `None` for no limit.
     pub memory_limit_bytes: Option<usize>,
@@ -91,21 +91,6 @@ impl Default for RlmConfig {
             primary_options: ChatOptions::default(),
             sub_options: ChatOptions::default(),
         }
-    }
-}
-
-mod duration_secs {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let secs = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
     }
 }
 

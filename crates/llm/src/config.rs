@@ -404,8 +404,11 @@ fn scripted_response(text: Option<String>, calls: Vec<ScriptedCall>, n: usize, m
     }
 }
 
-/// A mock that answers from a script file: standing `when` rules first (matched against the
-/// last user message), then the other replies in order.
+/// A mock that answers from a script file: standing `when` rules first, then the other
+/// replies in order. A rule answers a request whose last message is a user message containing
+/// its text (the first such rule in file order wins); a request that ends with tool results
+/// goes to the ordered replies, so a rule that calls a tool does not answer its own results
+/// again and again.
 fn scripted_mock(path: &std::path::Path, model: &str) -> Result<MockProvider, LlmError> {
     let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
     let replies: Vec<ScriptedReply> = serde_json::from_str(&text).map_err(|e| {
@@ -434,7 +437,7 @@ fn scripted_mock(path: &std::path::Path, model: &str) -> Result<MockProvider, Ll
     let model_name = model.to_string();
     let script = path.display().to_string();
     Ok(MockProvider::with_handler(move |request| {
-        let last_user = request.messages.iter().rev().find(|m| m.role == Role::User).map(|m| m.content.as_str());
+        let last_user = request.messages.last().filter(|m| m.role == Role::User).map(|m| m.content.as_str());
         if let Some((_, r)) = rules.iter().find(|(w, _)| last_user.is_some_and(|u| u.contains(w.as_str()))) {
             return Ok(r.clone());
         }
@@ -585,6 +588,66 @@ mod duration_opt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use recursive_core::ChatRequest;
+
+    fn script(json: &str) -> (tempfile::TempDir, MockProvider) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("script.json");
+        std::fs::write(&path, json).unwrap();
+        let mock = scripted_mock(&path, "mock-model").unwrap();
+        (dir, mock)
+    }
+
+    fn ask(text: &str) -> ChatRequest {
+        ChatRequest { messages: vec![Message::user(text)], ..Default::default() }
+    }
+
+    async fn answer(mock: &MockProvider, request: ChatRequest) -> Result<String, ProviderError> {
+        mock.complete(request).await.map(|r| r.message.content)
+    }
+
+    #[tokio::test]
+    async fn mock_script_when_rules_stand_and_the_first_match_wins() {
+        let (_dir, mock) = script(
+            r#"[{"when": "alpha", "text": "rule A"}, {"when": "alpha beta", "text": "rule AB"},
+                "first", {"text": "second"}]"#,
+        );
+        // Rules are not consumed and are checked in file order.
+        assert_eq!(answer(&mock, ask("say alpha beta")).await.unwrap(), "rule A");
+        assert_eq!(answer(&mock, ask("alpha again")).await.unwrap(), "rule A");
+        // Anything else takes the ordered replies, which are consumed.
+        assert_eq!(answer(&mock, ask("other")).await.unwrap(), "first");
+        assert_eq!(answer(&mock, ask("beta")).await.unwrap(), "second");
+        let err = answer(&mock, ask("other")).await.unwrap_err();
+        assert!(err.to_string().contains("all 2 scripted replies are used up"), "{err}");
+        assert_eq!(answer(&mock, ask("alpha")).await.unwrap(), "rule A");
+    }
+
+    #[tokio::test]
+    async fn mock_script_when_rules_do_not_answer_tool_results() {
+        let (_dir, mock) = script(
+            r#"[{"when": "weather", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+                "It is sunny."]"#,
+        );
+        let first = mock.complete(ask("weather in Oslo?")).await.unwrap();
+        assert_eq!(first.stop_reason, StopReason::ToolUse);
+        assert_eq!(first.message.tool_calls[0].name, "get_weather");
+        assert_eq!(first.message.tool_calls[0].arguments, serde_json::json!({"city": "Oslo"}));
+        let mut messages = vec![Message::user("weather in Oslo?"), first.message.clone()];
+        messages.push(Message::tool_result(first.message.tool_calls[0].id.clone(), "sunny", false));
+        let second = ChatRequest { messages, ..Default::default() };
+        assert_eq!(answer(&mock, second).await.unwrap(), "It is sunny.");
+    }
+
+    #[test]
+    fn a_mock_script_that_is_not_a_reply_array_names_the_file_and_the_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, r#"{"text": "not an array"}"#).unwrap();
+        let Err(err) = scripted_mock(&path, "m") else { panic!("a bad script was accepted") };
+        let err = err.to_string();
+        assert!(err.contains("bad.json") && err.contains("JSON array"), "{err}");
+    }
 
     #[test]
     fn settings_read_from_a_provider_table() {

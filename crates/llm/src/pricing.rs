@@ -2,9 +2,11 @@
 //! cache read, cache write) with built-in list prices of well-known models, extendable from
 //! TOML, and [`PricedProvider`], which fills `ChatResponse::cost_usd` where the price is known.
 //!
-//! Lookup is exact first, then the longest table key that is a prefix of the model id at a
-//! `-`, `:`, `@` or `.` boundary, so dated ids (`gpt-4o-2024-08-06`) find `gpt-4o`. A vendor
-//! prefix as routers write it (`openai/gpt-4o`) is also tried without the vendor.
+//! Lookup is exact first, then the longest table key that the model id extends with only a
+//! version tag (a date or snapshot number after `-`, `latest`, or anything after `:` or `@`),
+//! so dated ids (`gpt-4o-2024-08-06`) find `gpt-4o` while other models that share a prefix
+//! (`o3-pro`, `claude-opus-4-6`) are not priced as their namesake. A vendor prefix as routers
+//! write it (`openai/gpt-4o`) is also tried without the vendor.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -163,11 +165,7 @@ impl PriceTable {
         }
         self.prices
             .iter()
-            .filter(|(key, _)| {
-                model.len() > key.len()
-                    && model.starts_with(key.as_str())
-                    && matches!(model.as_bytes()[key.len()], b'-' | b':' | b'@' | b'.')
-            })
+            .filter(|(key, _)| model.strip_prefix(key.as_str()).is_some_and(is_version_tag))
             .max_by_key(|(key, _)| key.len())
             .map(|(_, p)| p)
     }
@@ -185,6 +183,24 @@ impl PriceTable {
     /// Whether no model is priced.
     pub fn is_empty(&self) -> bool {
         self.prices.is_empty()
+    }
+}
+
+/// Whether what follows a table key in a model id only names a version of that model: a tag
+/// after `:` or `@` (`llama3:8b`, `claude-opus-4@20250514`), or after `-` or `.` a date or
+/// snapshot number (`-2024-08-06`, `-20250929`, `-0613`) or `latest`. Anything else (`-mini`,
+/// `-pro`, `-6`, `.5`) is another model, which must not borrow this one's price.
+fn is_version_tag(rest: &str) -> bool {
+    let mut chars = rest.chars();
+    match chars.next() {
+        Some(':' | '@') => !chars.as_str().is_empty(),
+        Some('-' | '.') => {
+            let tag = chars.as_str();
+            tag == "latest"
+                || (tag.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+                    && tag.bytes().filter(u8::is_ascii_digit).count() >= 4)
+        }
+        _ => false,
     }
 }
 
@@ -248,6 +264,17 @@ mod tests {
         assert_ne!(t.lookup("gpt-4o-mini-2024-07-18"), t.lookup("gpt-4o"));
         assert_eq!(t.lookup("claude-sonnet-4-5-20250929"), t.lookup("claude-sonnet-4-5"));
         assert!(t.lookup("gpt-4oz").is_none());
+    }
+
+    #[test]
+    fn a_different_model_sharing_a_prefix_does_not_borrow_its_price() {
+        let t = PriceTable::builtin();
+        assert!(t.lookup("claude-opus-4-6").is_none(), "a newer model is not priced as claude-opus-4");
+        assert!(t.lookup("o3-pro").is_none(), "o3-pro is not priced as o3");
+        assert!(t.lookup("gpt-4.1-2025-04-14").is_some_and(|p| Some(p) == t.lookup("gpt-4.1")));
+        assert!(t.lookup("gpt-4o-latest").is_some_and(|p| Some(p) == t.lookup("gpt-4o")));
+        assert!(t.lookup("claude-opus-4@20250514").is_some_and(|p| Some(p) == t.lookup("claude-opus-4")));
+        assert!(t.lookup("gpt-5.5").is_none());
     }
 
     #[test]

@@ -339,16 +339,37 @@ fn summarize(m: &Message) -> String {
     s
 }
 
+/// Where two texts first differ: the character position and a short excerpt of each from a
+/// little before it, so a change past the point where summaries are clipped is still visible.
+fn text_difference(recorded: &str, request: &str) -> String {
+    let at = recorded.chars().zip(request.chars()).take_while(|(x, y)| x == y).count();
+    let start = at.saturating_sub(20);
+    let excerpt = |t: &str| {
+        let tail: String = t.chars().skip(start).collect();
+        let lead = if start > 0 { "…" } else { "" };
+        format!("{lead}{}", clip(&tail, 60))
+    };
+    format!(
+        "differs from character {at} ({} vs {} characters): recorded {:?} vs request {:?}",
+        recorded.chars().count(),
+        request.chars().count(),
+        excerpt(recorded),
+        excerpt(request)
+    )
+}
+
 /// Where two requests first differ, in one short paragraph.
 fn describe_difference(recorded: &ChatRequest, request: &ChatRequest) -> String {
     let prefix = common_prefix(&recorded.messages, &request.messages);
     let (nr, nq) = (recorded.messages.len(), request.messages.len());
     if prefix < nr && prefix < nq {
-        return format!(
-            "first difference at messages[{prefix}]: recorded {} vs request {}",
-            summarize(&recorded.messages[prefix]),
-            summarize(&request.messages[prefix])
-        );
+        let (a, b) = (&recorded.messages[prefix], &request.messages[prefix]);
+        let mut out =
+            format!("first difference at messages[{prefix}]: recorded {} vs request {}", summarize(a), summarize(b));
+        if a.role == b.role && a.content != b.content {
+            out.push_str(&format!("; the content {}", text_difference(&a.content, &b.content)));
+        }
+        return out;
     }
     if nr != nq {
         let (who, extra) =
@@ -362,7 +383,19 @@ fn describe_difference(recorded: &ChatRequest, request: &ChatRequest) -> String 
         let names = |r: &ChatRequest| r.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");
         let (a, b) = (names(recorded), names(request));
         return if a == b {
-            format!("same messages; the tool specs differ (tools: {a})")
+            let changed = recorded.tools.iter().zip(&request.tools).find(|(x, y)| x != y);
+            match changed {
+                Some((x, y)) => {
+                    let what = if x.description != y.description {
+                        format!("description {}", text_difference(&x.description, &y.description))
+                    } else {
+                        let (pa, pb) = (x.parameters.to_string(), y.parameters.to_string());
+                        format!("parameters {}", text_difference(&pa, &pb))
+                    };
+                    format!("same messages; the spec of tool `{}` differs: {what}", x.name)
+                }
+                None => format!("same messages; the tool specs differ (tools: {a})"),
+            }
         } else {
             format!("same messages; tools differ: recorded [{a}] vs request [{b}]")
         };
@@ -427,6 +460,28 @@ mod tests {
         };
         let back: ProviderError = RecordedError::from(&e).into();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn a_difference_past_the_clipped_summary_is_still_shown() {
+        let long = "a".repeat(300);
+        let a = ChatRequest { messages: vec![Message::user(format!("{long} paris"))], ..Default::default() };
+        let b = ChatRequest { messages: vec![Message::user(format!("{long} rome"))], ..Default::default() };
+        let d = describe_difference(&a, &b);
+        assert!(d.contains("differs from character 301") && d.contains("paris") && d.contains("rome"), "{d}");
+    }
+
+    #[test]
+    fn a_changed_tool_spec_is_named() {
+        let spec = |description: &str| recursive_core::ToolSpec {
+            name: "read_file".into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let a = ChatRequest { tools: vec![spec("Reads a file.")], ..Default::default() };
+        let b = ChatRequest { tools: vec![spec("Reads a text file.")], ..Default::default() };
+        let d = describe_difference(&a, &b);
+        assert!(d.contains("tool `read_file`") && d.contains("description"), "{d}");
     }
 
     #[test]

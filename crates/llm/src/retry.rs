@@ -219,6 +219,19 @@ mod tests {
     }
 
     #[test]
+    fn bad_request_unauthorized_and_not_found_are_never_retried() {
+        let p = RetryPolicy { max_retries: 10, ..policy() };
+        for status in [400, 401, 403, 404, 422] {
+            assert_eq!(p.delay_for(1, &http(status, None)), None, "{status}");
+            // Not even when the server asks to be retried later.
+            assert_eq!(p.delay_for(1, &http(status, Some(1.0))), None, "{status} with Retry-After");
+        }
+        for status in [408, 429, 500, 502, 503, 529] {
+            assert!(p.delay_for(1, &http(status, None)).is_some(), "{status}");
+        }
+    }
+
+    #[test]
     fn jitter_stays_within_its_band() {
         let p = RetryPolicy { jitter: 0.5, ..policy() };
         for _ in 0..50 {

@@ -80,6 +80,36 @@ fn kind_of(content_type: Option<&str>) -> Option<BodyKind> {
     Some(if top == "text" || texty_sub { BodyKind::Text } else { BodyKind::Binary })
 }
 
+/// The body as text, decoded with the charset the `Content-Type` header declares, else (for
+/// HTML) the one a `<meta>` tag near the top declares, else UTF-8; a byte-order mark wins
+/// over both. Undecodable bytes become U+FFFD.
+fn decode_body(body: &[u8], content_type: Option<&str>, html: bool) -> String {
+    let declared = content_type.and_then(charset_param).or_else(|| html.then(|| meta_charset(body)).flatten());
+    let encoding =
+        declared.and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes())).unwrap_or(encoding_rs::UTF_8);
+    let (text, _, _) = encoding.decode(body);
+    text.into_owned()
+}
+
+/// The `charset=` parameter of a `Content-Type` value.
+fn charset_param(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("charset").then(|| value.trim().trim_matches(['"', '\'']).to_string())
+    })
+}
+
+/// The charset named by `<meta charset=..>` or `<meta http-equiv .. content="..; charset=..">`
+/// in the first 1024 bytes of an HTML document.
+fn meta_charset(body: &[u8]) -> Option<String> {
+    let head = String::from_utf8_lossy(&body[..body.len().min(1024)]).to_ascii_lowercase();
+    let at = head.find("charset=")? + "charset=".len();
+    let rest = head[at..].trim_start_matches(['"', '\'', ' ']);
+    let label: String =
+        rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.')).collect();
+    (!label.is_empty()).then_some(label)
+}
+
 fn sniff(bytes: &[u8]) -> BodyKind {
     let head = &bytes[..bytes.len().min(8192)];
     let valid = match std::str::from_utf8(head) {
@@ -184,10 +214,10 @@ impl TypedTool for WebFetch {
                 body.len()
             )));
         }
+        let decoded = decode_body(&body, content_type.as_deref(), kind == BodyKind::Html);
         let text = match kind {
-            BodyKind::Html => html2text::from_read(body.as_slice(), TEXT_WIDTH)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned()),
-            _ => String::from_utf8_lossy(&body).into_owned(),
+            BodyKind::Html => html2text::from_read(decoded.as_bytes(), TEXT_WIDTH).unwrap_or_else(|_| decoded.clone()),
+            _ => decoded,
         };
         let text = text.trim();
         let total_chars = text.chars().count();
@@ -337,6 +367,20 @@ mod tests {
         assert!(err.to_string().contains("only http and https"), "{err}");
         let err = fetch(WebConfig::default(), "not a url".into()).await.unwrap_err();
         assert!(err.to_string().contains("invalid URL"), "{err}");
+    }
+
+    #[test]
+    fn bodies_are_decoded_with_their_declared_charset() {
+        // "café" in ISO-8859-1 / windows-1252.
+        let latin1 = b"caf\xe9";
+        assert_eq!(decode_body(latin1, Some("text/plain; charset=ISO-8859-1"), false), "café");
+        assert_eq!(decode_body(latin1, Some("text/plain; charset=\"windows-1252\""), false), "café");
+        let page = b"<html><head><meta charset=\"windows-1252\"></head><body>caf\xe9</body></html>";
+        assert!(decode_body(page, Some("text/html"), true).contains("café"));
+        let page = b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=iso-8859-1\"><p>caf\xe9";
+        assert!(decode_body(page, None, true).contains("café"));
+        assert_eq!(decode_body("café".as_bytes(), Some("text/plain"), false), "café");
+        assert_eq!(decode_body(b"caf\xe9", Some("text/plain; charset=no-such-charset"), false), "caf\u{fffd}");
     }
 
     #[test]

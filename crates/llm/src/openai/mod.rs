@@ -355,7 +355,11 @@ impl ChunkAccumulator {
             entry.id = id;
         }
         if let Some(f) = call.function {
-            if let Some(name) = f.name.filter(|n| !n.is_empty()) {
+            // The name comes whole in the call's first piece; some compatible servers repeat
+            // it in every piece, which must not double it.
+            if let Some(name) = f.name.filter(|n| !n.is_empty())
+                && name != entry.name
+            {
                 entry.name.push_str(&name);
             }
             if let Some(args) = f.arguments {
@@ -445,10 +449,23 @@ impl Decoder for ChunkDecoder {
     }
 }
 
-/// An error object sent inside the stream.
+/// An error object sent inside the stream. Its status comes from a numeric `code`, else from
+/// its `type`/`code` text (so a request error is not retried), else 500.
 fn stream_error(provider: &str, error: &Value) -> ProviderError {
     let message = error["message"].as_str().map(str::to_string).unwrap_or_else(|| error.to_string());
-    let status = error["code"].as_u64().and_then(|c| u16::try_from(c).ok()).filter(|c| (400..600).contains(c));
+    let by_kind = || {
+        let kind = error["type"].as_str().or_else(|| error["code"].as_str())?;
+        Some(match kind {
+            "invalid_request_error" | "invalid_request" | "context_length_exceeded" => 400,
+            "authentication_error" | "invalid_api_key" => 401,
+            "permission_error" => 403,
+            "not_found_error" | "model_not_found" => 404,
+            k if k.contains("rate_limit") => 429,
+            _ => return None,
+        })
+    };
+    let status =
+        error["code"].as_u64().and_then(|c| u16::try_from(c).ok()).filter(|c| (400..600).contains(c)).or_else(by_kind);
     ProviderError::Http {
         provider: provider.to_string(),
         status: status.unwrap_or(500),
@@ -599,6 +616,29 @@ mod tests {
         assert_eq!(r.stop_reason, StopReason::ToolUse);
         let got: Vec<_> = r.message.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments)).collect();
         assert_eq!(got, vec![("a", "one", &json!({"x": 1})), ("b", "two", &json!({"y": 2}))]);
+    }
+
+    #[test]
+    fn a_tool_name_repeated_in_every_piece_is_not_doubled() {
+        let mut acc = ChunkAccumulator::new();
+        for args in ["{\"a\"", ":1}"] {
+            acc.push(chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "c", "function": {"name": "lookup", "arguments": args}}]}}]})));
+        }
+        let r = acc.finish();
+        assert_eq!(r.message.tool_calls[0].name, "lookup");
+        assert_eq!(r.message.tool_calls[0].arguments, json!({"a": 1}));
+    }
+
+    #[test]
+    fn an_error_in_the_stream_keeps_its_status_class() {
+        let err = stream_error("p", &json!({"message": "bad schema", "type": "invalid_request_error"}));
+        assert!(matches!(err, ProviderError::Http { status: 400, .. }), "{err:?}");
+        assert!(!err.is_retryable());
+        let err = stream_error("p", &json!({"message": "slow down", "code": "rate_limit_exceeded"}));
+        assert!(matches!(err, ProviderError::Http { status: 429, .. }), "{err:?}");
+        let err = stream_error("p", &json!({"message": "boom"}));
+        assert!(err.is_retryable(), "{err:?}");
     }
 
     #[test]

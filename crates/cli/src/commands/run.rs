@@ -176,7 +176,8 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let scope = super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(limits.max_depth);
 
     // Bad sub-agent files are reported before any server or model is started.
-    let agent_files = args.agents.iter().map(String::as_str).map(load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
+    let agent_files =
+        args.agents.iter().map(String::as_str).map(load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
     let workspace = recursive_tools::Workspace::new(workspace_dir(args.workspace.as_deref())?)?;
     let builtin = recursive_tools::builtin_tools(&workspace, &tools_config);
     let mut tools = if args.no_tools { ToolRegistry::new() } else { builtin.clone() };

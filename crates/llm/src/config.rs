@@ -266,6 +266,22 @@ pub fn build_provider_with_env(
     let connect_timeout = settings.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     let model = settings.resolved_model();
 
+    // OpenAI itself and every OpenAI-compatible server differ only in name, URL and key.
+    let openai_compatible = |name: &str, base_url: String, api_key: Option<String>| {
+        let config = OpenAiConfig {
+            name: name.into(),
+            base_url,
+            api_key,
+            model: model.clone(),
+            stream: settings.stream,
+            use_max_completion_tokens: settings.max_completion_tokens,
+            default_max_tokens: settings.max_tokens,
+            timeout,
+            connect_timeout,
+            headers: settings.headers.clone(),
+        };
+        OpenAiProvider::new(config).map(|p| Arc::new(p) as Arc<dyn ChatProvider>)
+    };
     let (base, is_http): (Arc<dyn ChatProvider>, bool) = match (settings.kind, &settings.replay) {
         (_, Some(path)) => {
             if settings.record.is_some() {
@@ -290,19 +306,7 @@ pub fn build_provider_with_env(
             if api_key.is_none() && base_url.contains("api.openai.com") {
                 return Err(LlmError::MissingApiKey { provider: "openai".into(), env_var: "OPENAI_API_KEY".into() });
             }
-            let config = OpenAiConfig {
-                name: "openai".into(),
-                base_url,
-                api_key,
-                model,
-                stream: settings.stream,
-                use_max_completion_tokens: settings.max_completion_tokens,
-                default_max_tokens: settings.max_tokens,
-                timeout,
-                connect_timeout,
-                headers: settings.headers.clone(),
-            };
-            (Arc::new(OpenAiProvider::new(config)?), true)
+            (openai_compatible("openai", base_url, api_key)?, true)
         }
         (ProviderKind::Ollama, None) => {
             let base_url = settings.base_url.clone().unwrap_or_else(|| {
@@ -310,19 +314,7 @@ pub fn build_provider_with_env(
                     env_nonempty("OLLAMA_HOST").map(|h| ollama_url(&h)).unwrap_or_else(|| OLLAMA_DEFAULT_HOST.into());
                 format!("{host}/v1")
             });
-            let config = OpenAiConfig {
-                name: "ollama".into(),
-                base_url,
-                api_key: settings.api_key.clone(),
-                model,
-                stream: settings.stream,
-                use_max_completion_tokens: settings.max_completion_tokens,
-                default_max_tokens: settings.max_tokens,
-                timeout,
-                connect_timeout,
-                headers: settings.headers.clone(),
-            };
-            (Arc::new(OpenAiProvider::new(config)?), true)
+            (openai_compatible("ollama", base_url, settings.api_key.clone())?, true)
         }
         (ProviderKind::Anthropic, None) => {
             let base_url = settings

@@ -344,6 +344,16 @@ impl RunScope {
         }
     }
 
+    /// Accounts for one model call made by this node: records its usage and cost (budget and
+    /// every ancestor's totals) and emits the `Usage` event.
+    pub fn record_response(&self, step: u32, response: &crate::provider::ChatResponse) {
+        self.record_usage(&response.usage, response.cost_usd);
+        self.emit(
+            step,
+            EventKind::Usage { usage: response.usage, cost_usd: response.cost_usd, model: response.model.clone() },
+        );
+    }
+
     /// Usage of this node including descendants.
     pub fn usage(&self) -> Usage {
         self.totals.usage()

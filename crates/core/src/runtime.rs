@@ -288,11 +288,7 @@ impl Agent {
                 ModelOutcome::Response(r) => r,
                 ModelOutcome::Stop(reason) => return Ok((reason, step)),
             };
-            scope.record_usage(&response.usage, response.cost_usd);
-            scope.emit(
-                step,
-                EventKind::Usage { usage: response.usage, cost_usd: response.cost_usd, model: response.model.clone() },
-            );
+            scope.record_response(step, &response);
             let mut message = response.message;
             message.role = Role::Assistant;
             message.tool_call_id = None;

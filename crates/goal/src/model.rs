@@ -45,11 +45,7 @@ pub async fn call_model(
             Some(Ok(r)) => r,
         }
     };
-    scope.record_usage(&response.usage, response.cost_usd);
-    scope.emit(
-        0,
-        EventKind::Usage { usage: response.usage, cost_usd: response.cost_usd, model: response.model.clone() },
-    );
+    scope.record_response(0, &response);
     Ok(response)
 }
 

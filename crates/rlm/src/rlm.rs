@@ -492,15 +492,7 @@ impl Rlm {
                 Err(e.into())
             }
             Some(Ok(response)) => {
-                scope.record_usage(&response.usage, response.cost_usd);
-                scope.emit(
-                    step,
-                    EventKind::Usage {
-                        usage: response.usage,
-                        cost_usd: response.cost_usd,
-                        model: response.model.clone(),
-                    },
-                );
+                scope.record_response(step, &response);
                 scope.emit(step, EventKind::AssistantText { text: response.message.content.clone() });
                 Ok(Primary::Reply(response))
             }
@@ -1151,15 +1143,7 @@ impl SubCaller {
         let latency_ms = t0.elapsed().as_millis() as u64;
         match result {
             Ok(response) => {
-                self.scope.record_usage(&response.usage, response.cost_usd);
-                self.scope.emit(
-                    self.step,
-                    EventKind::Usage {
-                        usage: response.usage,
-                        cost_usd: response.cost_usd,
-                        model: response.model.clone(),
-                    },
-                );
+                self.scope.record_response(self.step, &response);
                 self.scope.emit(
                     self.step,
                     EventKind::Custom {

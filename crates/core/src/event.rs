@@ -1,15 +1,24 @@
 //! Observability: every step of every run in a tree is an [`AgentEvent`] sent to one
 //! [`EventSink`]. Sinks fan out, write JSONL, print for humans, or collect in memory.
+//!
+//! Core's own events are the variants of [`EventKind`]. A crate above core (the RLM, goal
+//! pursuit, MCP) owns its events as a typed, serde-tagged enum implementing
+//! [`ExtensionEvent`]; they travel as [`EventKind::Extension`], render their own lines, and
+//! are read back by type with [`Extension::get`] — nobody matches an event by a name string.
 
+use std::any::Any;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::jsonl::JsonlFile;
 use crate::message::{ToolCall, Usage};
+use crate::run::FinishReason;
+use crate::text::one_line;
 
 /// Where a run sits in the run tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +150,10 @@ pub enum EventKind {
         /// The child run's id.
         child_run_id: String,
         /// Its finish reason.
-        finish_reason: String,
+        finish_reason: FinishReason,
+        /// The fault that ended it, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
         /// Its usage including descendants.
         usage: Usage,
         /// Its cost including descendants.
@@ -156,22 +168,107 @@ pub enum EventKind {
         /// Messages carried over.
         messages: usize,
     },
-    /// Anything a higher layer (RLM, goal pursuit, MCP) reports, with its own kind name.
-    Custom {
-        /// The event's name, e.g. `rlm_snippet`.
-        name: String,
-        /// Its data.
-        data: Value,
-    },
-    /// The run ended.
-    TurnFinished {
-        /// The finish reason.
-        finish_reason: String,
+    /// The run ended: the last event of every run, also when a fault ended it.
+    RunFinished {
+        /// Why it ended.
+        finish_reason: FinishReason,
+        /// The fault that ended it, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
         /// Usage including descendants.
         usage: Usage,
         /// Cost including descendants.
         cost_usd: f64,
     },
+    /// An event of a crate above core (RLM, goal pursuit, MCP...), with its own type tag.
+    #[serde(untagged)]
+    Extension(Extension),
+}
+
+/// An event type owned by a crate above core. Implementations are serde-tagged enums (tag
+/// `type`, names that do not collide with core's) so they can be read back with
+/// [`Extension::get`].
+pub trait ExtensionEvent: std::fmt::Debug + Send + Sync + 'static {
+    /// The event as a JSON object carrying its own `type` tag.
+    fn to_json(&self) -> Value;
+
+    /// A line for people (indentation is added by the sink), or `None` to stay quiet.
+    fn render(&self) -> Option<String>;
+
+    /// For [`Extension::get`].
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An extension event: live (as emitted) or recorded (read back from a JSONL log).
+#[derive(Debug, Clone)]
+pub enum Extension {
+    /// As emitted in this process.
+    Live(Arc<dyn ExtensionEvent>),
+    /// Read back from a log: its JSON fields.
+    Recorded(Value),
+}
+
+impl Extension {
+    /// Wraps a typed event.
+    pub fn new(event: impl ExtensionEvent) -> Self {
+        Extension::Live(Arc::new(event))
+    }
+
+    /// The event as type `T`, if it is one (live or recorded).
+    pub fn get<T: ExtensionEvent + Clone + DeserializeOwned>(&self) -> Option<T> {
+        match self {
+            Extension::Live(e) => e.as_any().downcast_ref::<T>().cloned(),
+            Extension::Recorded(v) => serde_json::from_value(v.clone()).ok(),
+        }
+    }
+
+    /// Its JSON fields.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Extension::Live(e) => e.to_json(),
+            Extension::Recorded(v) => v.clone(),
+        }
+    }
+
+    /// Its line for people (recorded events have none).
+    pub fn render(&self) -> Option<String> {
+        match self {
+            Extension::Live(e) => e.render(),
+            Extension::Recorded(_) => None,
+        }
+    }
+}
+
+impl PartialEq for Extension {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_json() == other.to_json()
+    }
+}
+
+impl Serialize for Extension {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Extension {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        if v.get("type").and_then(Value::as_str).is_none() {
+            return Err(serde::de::Error::custom("an event needs a `type`"));
+        }
+        Ok(Extension::Recorded(v))
+    }
+}
+
+impl EventKind {
+    /// The extension event of type `T`, if this is one.
+    pub fn extension<T: ExtensionEvent + Clone + DeserializeOwned>(&self) -> Option<T> {
+        match self {
+            EventKind::Extension(e) => e.get::<T>(),
+            _ => None,
+        }
+    }
 }
 
 /// Receives events. Implementations must be cheap and must not block for long.
@@ -307,10 +404,10 @@ impl StderrSink {
                 format!("⇐ sub-agent {agent}: {finish_reason}")
             }
             EventKind::SubAgentReused { agent, turn, .. } => format!("↻ sub-agent {agent} turn {turn}"),
-            EventKind::Custom { name, data } => format_custom(name, data),
-            EventKind::TurnFinished { finish_reason, usage, cost_usd } => {
+            EventKind::RunFinished { finish_reason, usage, cost_usd, .. } => {
                 format!("■ {who}: {finish_reason} ({} tokens, ${cost_usd:.4})", usage.total())
             }
+            EventKind::Extension(e) => e.render()?,
         };
         Some(format!("{indent}{body}"))
     }
@@ -324,43 +421,9 @@ impl EventSink for StderrSink {
     }
 }
 
-/// A readable line for the custom events of the RLM and MCP layers (others as compact JSON).
-fn format_custom(name: &str, data: &Value) -> String {
-    let field = |k: &str| data.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
-    let get = |k: &str| field(k).unwrap_or_default();
-    match name {
-        "rlm_iteration" => format!("— iteration {} ({} sub-calls left)", get("iteration"), get("llm_calls_left")),
-        "rlm_snippet" => format!("▷ code: {}", clip(&get("code"), 160)),
-        "rlm_observation" => format!("◁ {}", clip(&get("observation"), 200)),
-        "rlm_sub_call" => format!(
-            "↳ {} ({} prompt chars, {} ms){}",
-            get("kind"),
-            get("prompt_chars"),
-            get("latency_ms"),
-            if data.get("ok") == Some(&Value::Bool(false)) { " failed" } else { "" }
-        ),
-        "rlm_submit" if data.get("valid") == Some(&Value::Bool(true)) => "✓ submitted".to_string(),
-        "rlm_submit" => format!("✗ submit rejected: {}", clip(&get("errors"), 200)),
-        "mcp_server" => format!(
-            "mcp server {}: {}{}",
-            get("server"),
-            get("status"),
-            field("error").filter(|e| e != "null").map(|e| format!(" ({e})")).unwrap_or_default()
-        ),
-        _ => format!("{name}: {}", clip(&data.to_string(), 200)),
-    }
-}
-
 /// Shortens text to at most `max` characters on one line, marking the cut.
 pub fn clip(text: &str, max: usize) -> String {
-    let one_line: String = text.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
-    let count = one_line.chars().count();
-    if count <= max {
-        one_line
-    } else {
-        let head: String = one_line.chars().take(max).collect();
-        format!("{head}… (+{} chars)", count - max)
-    }
+    one_line(text, max)
 }
 
 #[cfg(test)]
@@ -426,7 +489,49 @@ mod tests {
 
     #[test]
     fn clip_marks_how_much_was_cut() {
-        assert_eq!(clip("abcdef", 3), "abc… (+3 chars)");
+        assert_eq!(clip("abcdef", 3), "abc… [3 more characters]");
         assert_eq!(clip("a\nb", 10), "a⏎b");
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Upper {
+        UpperThing { n: u32 },
+    }
+
+    impl ExtensionEvent for Upper {
+        fn to_json(&self) -> Value {
+            serde_json::to_value(self).unwrap_or_default()
+        }
+        fn render(&self) -> Option<String> {
+            Some("upper".into())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn extension_event_round_trips_through_jsonl_by_type() {
+        let e = AgentEvent {
+            timestamp: Utc::now(),
+            ids: ids(),
+            step: 3,
+            kind: EventKind::Extension(Extension::new(Upper::UpperThing { n: 7 })),
+        };
+        assert_eq!(e.kind.extension::<Upper>(), Some(Upper::UpperThing { n: 7 }));
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(text.contains("\"type\":\"upper_thing\""), "{text}");
+        let back: AgentEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.step, 3);
+        assert_eq!(back.kind.extension::<Upper>(), Some(Upper::UpperThing { n: 7 }));
+        assert_eq!(back.kind, e.kind);
+    }
+
+    #[test]
+    fn core_events_still_read_back_as_core_variants() {
+        let text = r#"{"timestamp":"2026-01-01T00:00:00Z","run_id":"r","parent_run_id":null,"root_run_id":"r","depth":0,"run_name":"m","step":1,"type":"run_finished","finish_reason":{"kind":"cancelled"},"usage":{"input_tokens":1,"output_tokens":2},"cost_usd":0.0}"#;
+        let e: AgentEvent = serde_json::from_str(text).unwrap();
+        assert!(matches!(e.kind, EventKind::RunFinished { finish_reason: FinishReason::Cancelled, .. }), "{e:?}");
     }
 }

@@ -1,10 +1,14 @@
 //! Recursive's core: the conversation vocabulary, the `ChatProvider` and `Tool` traits, events
-//! and sinks, the run tree with its shared budget, the agent loop, and sub-agents.
+//! and sinks, the run tree, and the spine every path of the tree uses — one guarded model call
+//! ([`RunScope::call_model`]), one tool executor ([`ToolInvoker`]) and one budget tree
+//! ([`Budget`]) — then the agent loop and sub-agents built on it.
 //!
 //! Nothing here does HTTP, touches the filesystem beyond the JSONL logs a caller asks for, or
 //! runs a sandbox; those live in the crates above.
 
+pub mod budget;
 pub mod event;
+pub mod invoke;
 pub mod jsonl;
 pub mod message;
 pub mod mock;
@@ -17,9 +21,12 @@ pub mod text;
 pub mod tool;
 pub mod transcript;
 
+pub use budget::{Budget, BudgetLimitError, BudgetLimits};
 pub use event::{
-    AgentEvent, Decision, EventKind, EventSink, FanoutSink, JsonlSink, MemorySink, NullSink, RunIds, StderrSink,
+    AgentEvent, Decision, EventKind, EventSink, Extension, ExtensionEvent, FanoutSink, JsonlSink, MemorySink, NullSink,
+    RunIds, StderrSink,
 };
+pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
 pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};
 pub use message::{Message, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
@@ -27,10 +34,11 @@ pub use provider::{
     ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat, StopReason,
     StreamEvent,
 };
-pub use run::{Budget, BudgetLimits, DepthError, FinishReason, RunScope};
-pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, RunLimits, RunResult};
+pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope};
+pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, RunError, RunLimits, RunResult};
 pub use subagent::{SubAgent, SubAgentArgs, SubAgentError, SubAgentOutcome, SubAgentSession, SubAgentTool};
 pub use tool::{
-    GateVerdict, Tool, ToolContext, ToolError, ToolGate, ToolRegistry, Typed, TypedTool, schema_for, typed,
+    GateVerdict, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool, call_arguments,
+    path_arguments, schema_for, typed,
 };
 pub use transcript::{Transcript, TranscriptError, TranscriptLog};

@@ -1,16 +1,20 @@
 //! The run tree: a [`RunScope`] is one node (ids, depth, name) that shares its tree's event
-//! sink, [`Budget`] and cancellation token, and rolls usage and cost up to every ancestor.
+//! sink and cancellation token, spends from its node of the budget tree, and rolls usage and
+//! cost up to every ancestor. [`RunScope::call_model`] is the one guarded model call every path
+//! of the tree makes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::Utc;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{Budget, BudgetLimits, earliest};
 use crate::event::{AgentEvent, EventKind, EventSink, NullSink, RunIds};
 use crate::message::Usage;
+use crate::provider::{ChatProvider, ChatRequest, ChatResponse, ProviderError, StreamEvent};
 
 /// Why a run ended. A limit is data, not an error.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -39,6 +43,16 @@ pub enum FinishReason {
     TokenBudgetExceeded,
     /// The tree's USD budget is spent.
     CostBudgetExceeded,
+    /// The budget of model calls is spent.
+    CallBudgetExceeded,
+    /// The run did what was asked (an RLM answered, a goal was achieved or completed).
+    Completed,
+    /// A goal pursuit ended without achieving its objective.
+    NotAchieved,
+    /// An RLM ended without a valid answer.
+    NoAnswer,
+    /// A fault (provider unreachable after retries, I/O) ended the run.
+    Fault,
 }
 
 impl FinishReason {
@@ -56,13 +70,19 @@ impl FinishReason {
             FinishReason::WallClockExceeded => "wall_clock_exceeded",
             FinishReason::TokenBudgetExceeded => "token_budget_exceeded",
             FinishReason::CostBudgetExceeded => "cost_budget_exceeded",
+            FinishReason::CallBudgetExceeded => "call_budget_exceeded",
+            FinishReason::Completed => "completed",
+            FinishReason::NotAchieved => "not_achieved",
+            FinishReason::NoAnswer => "no_answer",
+            FinishReason::Fault => "error",
         }
     }
 
     /// The process exit status the CLI uses for this reason (0 only for a normal finish).
     pub fn exit_code(&self) -> i32 {
         match self {
-            FinishReason::NoMoreToolCalls => 0,
+            FinishReason::NoMoreToolCalls | FinishReason::Completed => 0,
+            FinishReason::Fault => 1,
             FinishReason::BudgetExceeded => 3,
             FinishReason::ProviderStop(_) => 4,
             FinishReason::Stuck => 5,
@@ -73,7 +93,28 @@ impl FinishReason {
             FinishReason::WallClockExceeded => 10,
             FinishReason::TokenBudgetExceeded => 11,
             FinishReason::CostBudgetExceeded => 12,
+            FinishReason::NotAchieved => 13,
+            FinishReason::NoAnswer => 14,
+            FinishReason::CallBudgetExceeded => 15,
         }
+    }
+
+    /// Whether the run did what was asked.
+    pub fn is_success(&self) -> bool {
+        matches!(self, FinishReason::NoMoreToolCalls | FinishReason::Completed)
+    }
+
+    /// Whether a limit of the run tree (budget, wall clock) or cancellation ended the run, as
+    /// opposed to the run's own logic.
+    pub fn is_tree_stop(&self) -> bool {
+        matches!(
+            self,
+            FinishReason::Cancelled
+                | FinishReason::WallClockExceeded
+                | FinishReason::TokenBudgetExceeded
+                | FinishReason::CostBudgetExceeded
+                | FinishReason::CallBudgetExceeded
+        )
     }
 }
 
@@ -83,91 +124,6 @@ impl std::fmt::Display for FinishReason {
             FinishReason::ProviderStop(r) => write!(f, "provider_stop({r})"),
             other => f.write_str(other.as_str()),
         }
-    }
-}
-
-/// Limits of the budget shared by a whole run tree.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BudgetLimits {
-    /// Total tokens over the tree.
-    pub max_tokens: Option<u64>,
-    /// Total USD over the tree.
-    pub max_cost_usd: Option<f64>,
-    /// Wall clock for the whole tree.
-    pub wall_clock: Option<Duration>,
-}
-
-/// The budget one run tree shares: tokens, USD and wall clock, checked before each model call.
-#[derive(Debug)]
-pub struct Budget {
-    limits: BudgetLimits,
-    started: Instant,
-    tokens: AtomicU64,
-    cost_micro_usd: AtomicU64,
-}
-
-impl Budget {
-    /// A budget starting now.
-    pub fn new(limits: BudgetLimits) -> Self {
-        Self { limits, started: Instant::now(), tokens: AtomicU64::new(0), cost_micro_usd: AtomicU64::new(0) }
-    }
-
-    /// A budget with no limits.
-    pub fn unlimited() -> Self {
-        Self::new(BudgetLimits::default())
-    }
-
-    /// The limits.
-    pub fn limits(&self) -> &BudgetLimits {
-        &self.limits
-    }
-
-    /// Records spending.
-    pub fn record(&self, usage: &Usage, cost_usd: Option<f64>) {
-        self.tokens.fetch_add(usage.total(), Ordering::SeqCst);
-        if let Some(c) = cost_usd {
-            self.cost_micro_usd.fetch_add((c * 1e6).round().max(0.0) as u64, Ordering::SeqCst);
-        }
-    }
-
-    /// Tokens spent by the tree.
-    pub fn tokens_used(&self) -> u64 {
-        self.tokens.load(Ordering::SeqCst)
-    }
-
-    /// USD spent by the tree.
-    pub fn cost_used(&self) -> f64 {
-        self.cost_micro_usd.load(Ordering::SeqCst) as f64 / 1e6
-    }
-
-    /// Time since the tree started.
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    /// Time left on the wall clock, if it is limited.
-    pub fn remaining_time(&self) -> Option<Duration> {
-        self.limits.wall_clock.map(|w| w.saturating_sub(self.started.elapsed()))
-    }
-
-    /// The instant the tree's wall clock runs out, if it is limited. Every node of the tree
-    /// computes the same instant, so nested runs time out together.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.limits.wall_clock.map(|w| self.started + w)
-    }
-
-    /// The finish reason if any limit is reached, else `None`.
-    pub fn exhausted(&self) -> Option<FinishReason> {
-        if self.limits.wall_clock.is_some_and(|w| self.started.elapsed() >= w) {
-            return Some(FinishReason::WallClockExceeded);
-        }
-        if self.limits.max_tokens.is_some_and(|t| self.tokens_used() >= t) {
-            return Some(FinishReason::TokenBudgetExceeded);
-        }
-        if self.limits.max_cost_usd.is_some_and(|c| self.cost_used() >= c) {
-            return Some(FinishReason::CostBudgetExceeded);
-        }
-        None
     }
 }
 
@@ -297,6 +253,21 @@ impl RunScope {
         })
     }
 
+    /// A child whose budget is carved from this node's: `limits` apply to everything spent
+    /// under the child, and this node's limits still apply (the child can only be narrower).
+    pub fn child_with_budget(&self, name: &str, limits: BudgetLimits) -> Result<RunScope, DepthError> {
+        let mut child = self.child(name)?;
+        child.budget = self.budget.child(limits);
+        Ok(child)
+    }
+
+    /// This node with its own narrower budget (same ids): for a library caller that wants a
+    /// limit on the part of the tree it runs, without another level of nesting.
+    pub fn with_budget(mut self, limits: BudgetLimits) -> Self {
+        self.budget = self.budget.child(limits);
+        self
+    }
+
     /// This node's ids.
     pub fn ids(&self) -> &RunIds {
         &self.ids
@@ -354,6 +325,68 @@ impl RunScope {
         );
     }
 
+    /// The one guarded model call of the run tree. Before the call: cancellation and the
+    /// budget tree (tokens, USD, wall clock) are checked and one model call is reserved (unless
+    /// [`ModelCall::reserved`] says the caller reserved it, e.g. for a whole batch). During it:
+    /// cancellation, the tree's deadline and the caller's own deadline cut it off; retries and
+    /// (with [`ModelCall::stream_text`]) text deltas become events. After it: usage and cost are
+    /// recorded at every level and a `Usage` event is emitted. A provider fault emits an
+    /// `Error` event and is returned.
+    pub async fn call_model(
+        &self,
+        provider: &dyn ChatProvider,
+        request: ChatRequest,
+        call: ModelCall,
+    ) -> Result<ChatResponse, ModelCallError> {
+        if let Some(reason) = self.stop_reason() {
+            return Err(ModelCallError::Stopped(reason));
+        }
+        if !call.reserved {
+            self.budget.reserve_calls(1).map_err(ModelCallError::Stopped)?;
+        }
+        let step = call.step;
+        let work = async {
+            let mut stream = provider.stream(request).await?;
+            while let Some(event) = stream.next().await {
+                match event? {
+                    StreamEvent::TextDelta(delta) if call.stream_text => self.emit(step, EventKind::PartialText { delta }),
+                    StreamEvent::TextDelta(_) => {}
+                    StreamEvent::Retry { attempt, delay_ms, reason } => {
+                        self.emit(step, EventKind::Retry { attempt, delay_ms, reason })
+                    }
+                    StreamEvent::Completed(r) => return Ok(r),
+                }
+            }
+            Err(ProviderError::Truncated {
+                provider: provider.name().to_string(),
+                message: "stream ended without a final response".into(),
+            })
+        };
+        let deadline = earliest(self.budget.deadline(), call.deadline);
+        let timed = async {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
+                None => Some(work.await),
+            }
+        };
+        let result = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Err(ModelCallError::Stopped(FinishReason::Cancelled)),
+            r = timed => r,
+        };
+        match result {
+            None => Err(ModelCallError::Stopped(FinishReason::WallClockExceeded)),
+            Some(Err(e)) => {
+                self.emit(step, EventKind::Error { message: e.to_string() });
+                Err(ModelCallError::Provider(e))
+            }
+            Some(Ok(response)) => {
+                self.record_response(step, &response);
+                Ok(response)
+            }
+        }
+    }
+
     /// Usage of this node including descendants.
     pub fn usage(&self) -> Usage {
         self.totals.usage()
@@ -371,6 +404,39 @@ impl RunScope {
         }
         self.budget.exhausted()
     }
+}
+
+/// How one guarded model call is made (see [`RunScope::call_model`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelCall {
+    /// The caller's step, for events.
+    pub step: u32,
+    /// The caller's own deadline; the earlier of it and the tree's applies.
+    pub deadline: Option<Instant>,
+    /// Emit text deltas as `PartialText` events.
+    pub stream_text: bool,
+    /// The caller already reserved this call on the budget (e.g. for a whole batch).
+    pub reserved: bool,
+}
+
+impl ModelCall {
+    /// A call at this step, with no deadline of its own.
+    pub fn at(step: u32) -> Self {
+        Self { step, ..Default::default() }
+    }
+}
+
+/// Why a guarded model call produced no response.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelCallError {
+    /// The run tree must stop (cancellation, a budget, the wall clock); no call was made, or
+    /// it was cut off.
+    #[error("stopped: {0}")]
+    Stopped(FinishReason),
+    /// The provider failed after its retries.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
 }
 
 /// A fresh unique run id.

@@ -2,19 +2,18 @@
 //! appended in call order), and this repeats until a finish condition. Every limit ends the
 //! run with a [`FinishReason`] and its transcript; `Err` is kept for faults.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Decision, EventKind};
+use crate::event::EventKind;
+use crate::invoke::{DEFAULT_MAX_OUTPUT_CHARS, ToolInvoker, ToolLimits, ToolOutcome};
 use crate::message::{Message, Role, ToolCall, Usage};
-use crate::provider::{ChatOptions, ChatProvider, ChatRequest, ChatResponse, ProviderError, StopReason, StreamEvent};
-use crate::run::{FinishReason, RunScope};
-use crate::tool::{ToolContext, ToolGate, ToolRegistry};
+use crate::provider::{ChatOptions, ChatProvider, ChatRequest, ProviderError, StopReason};
+use crate::run::{FinishReason, ModelCall, ModelCallError, RunScope};
+use crate::tool::{ToolGate, ToolRegistry};
 use crate::transcript::{Transcript, TranscriptError, TranscriptLog};
 
 /// Limits of one run (the tree-wide budget lives in [`crate::Budget`]).
@@ -35,8 +34,21 @@ pub struct RunLimits {
     pub tool_concurrency: usize,
     /// Time allowed for one tool call.
     pub tool_timeout: Option<Duration>,
+    /// Characters of one tool result kept (head and tail).
+    pub max_tool_output_chars: usize,
     /// Deepest nesting allowed for runs started under this one.
     pub max_depth: u32,
+}
+
+impl RunLimits {
+    /// The limits of this run's tool calls.
+    pub fn tool_limits(&self) -> ToolLimits {
+        ToolLimits {
+            timeout: self.tool_timeout,
+            concurrency: self.tool_concurrency,
+            max_output_chars: self.max_tool_output_chars,
+        }
+    }
 }
 
 impl Default for RunLimits {
@@ -49,6 +61,7 @@ impl Default for RunLimits {
             wall_clock: None,
             tool_concurrency: 8,
             tool_timeout: None,
+            max_tool_output_chars: DEFAULT_MAX_OUTPUT_CHARS,
             max_depth: crate::run::DEFAULT_MAX_DEPTH,
         }
     }
@@ -76,7 +89,7 @@ pub struct AgentConfig {
 pub const PLAN_MODE_PROMPT: &str = "Plan mode: do not call any tools yet. Reply with a short numbered plan of the \
 steps and tool calls you would make to reach the goal. The plan will be reviewed before anything runs.";
 
-/// The outcome of a run.
+/// The outcome of a run (also the partial result of a run a fault ended, in [`RunError`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// Why it ended.
@@ -95,7 +108,7 @@ pub struct RunResult {
     pub run_id: String,
 }
 
-/// A fault that stopped a run.
+/// Why a run ended with a fault.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
@@ -110,6 +123,18 @@ pub enum AgentError {
     Transcript(#[from] TranscriptError),
 }
 
+/// A fault ended the run; `partial` holds everything gathered until then (finish reason
+/// [`FinishReason::Fault`]). The run's `RunFinished` event carried the error.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RunError {
+    /// The fault.
+    #[source]
+    pub error: AgentError,
+    /// The transcript, usage and steps up to the fault.
+    pub partial: Box<RunResult>,
+}
+
 /// A model with tools and a configuration; `run` pursues one goal.
 #[derive(Clone)]
 pub struct Agent {
@@ -122,11 +147,6 @@ pub struct Agent {
 /// The agent loop is usually called the runtime.
 pub type AgentRuntime = Agent;
 
-enum ModelOutcome {
-    Response(ChatResponse),
-    Stop(FinishReason),
-}
-
 struct Recorder {
     transcript: Transcript,
     log: Option<TranscriptLog>,
@@ -138,6 +158,13 @@ impl Recorder {
             log.append(&m)?;
         }
         self.transcript.push(m)?;
+        Ok(())
+    }
+
+    fn push_outcomes(&mut self, outcomes: Vec<ToolOutcome>) -> Result<(), AgentError> {
+        for o in outcomes {
+            self.push(Message::tool_result(o.id, o.output, o.is_error))?;
+        }
         Ok(())
     }
 }
@@ -191,34 +218,76 @@ impl Agent {
         &self.provider
     }
 
+    /// The tool executor of a run: this agent's tools and gate under its limits.
+    pub fn invoker(&self) -> ToolInvoker {
+        let mut invoker = ToolInvoker::new(self.tools.clone()).with_limits(self.config.limits.tool_limits());
+        invoker.set_gate(self.gate.clone());
+        invoker
+    }
+
     /// Runs a goal as a fresh root run with no sink and no tree budget.
-    pub async fn run(&self, goal: &str) -> Result<RunResult, AgentError> {
+    pub async fn run(&self, goal: &str) -> Result<RunResult, RunError> {
         let scope = RunScope::detached(&self.config.name).with_max_depth(self.config.limits.max_depth);
         self.run_in(goal, &scope).await
     }
 
     /// Runs a goal in the given run-tree node.
-    pub async fn run_in(&self, goal: &str, scope: &RunScope) -> Result<RunResult, AgentError> {
+    pub async fn run_in(&self, goal: &str, scope: &RunScope) -> Result<RunResult, RunError> {
         self.continue_in(Vec::new(), goal, scope).await
     }
 
     /// Continues an earlier conversation (e.g. a session's previous turns) with a new user
-    /// message. The system prompt is added only when `history` has none.
+    /// message. The system prompt is added only when `history` has none. Every run ends with
+    /// a `RunFinished` event, a fault included.
     pub async fn continue_in(
         &self,
         history: Vec<Message>,
         input: &str,
         scope: &RunScope,
-    ) -> Result<RunResult, AgentError> {
-        let log = match &self.config.transcript_path {
-            Some(p) => Some(TranscriptLog::open(p)?),
-            None => None,
-        };
+    ) -> Result<RunResult, RunError> {
         let mut rec = Recorder { transcript: Transcript::new(), log: None };
+        scope.emit(0, EventKind::RunStarted { goal: input.to_string() });
+        let mut steps = 0u32;
+        let outcome = match self.start(&mut rec, history, input) {
+            Ok(()) => self.drive(&mut rec, scope, &mut steps).await,
+            Err(e) => Err(e),
+        };
+        let (finish_reason, error) = match outcome {
+            Ok(reason) => (reason, None),
+            Err(e) => (FinishReason::Fault, Some(e)),
+        };
+        let result = RunResult {
+            output: rec.transcript.last_assistant_text().unwrap_or_default().to_string(),
+            messages: rec.transcript.into_messages(),
+            usage: scope.usage(),
+            cost_usd: scope.cost_usd(),
+            steps,
+            run_id: scope.ids().run_id.clone(),
+            finish_reason,
+        };
+        scope.emit(
+            steps,
+            EventKind::RunFinished {
+                finish_reason: result.finish_reason.clone(),
+                error: error.as_ref().map(ToString::to_string),
+                usage: result.usage,
+                cost_usd: result.cost_usd,
+            },
+        );
+        match error {
+            None => Ok(result),
+            Some(error) => Err(RunError { error, partial: Box::new(result) }),
+        }
+    }
+
+    /// The history, the transcript log, the system prompt and the new user message.
+    fn start(&self, rec: &mut Recorder, history: Vec<Message>, input: &str) -> Result<(), AgentError> {
         for m in history {
             rec.push(m)?;
         }
-        rec.log = log;
+        if let Some(p) = &self.config.transcript_path {
+            rec.log = Some(TranscriptLog::open(p)?);
+        }
         if !rec.transcript.messages().iter().any(|m| m.role == Role::System) {
             let mut system = self.config.system_prompt.clone().unwrap_or_default();
             if self.config.plan_mode {
@@ -231,64 +300,35 @@ impl Agent {
                 rec.push(Message::system(system))?;
             }
         }
-        rec.push(Message::user(input))?;
-        scope.emit(0, EventKind::RunStarted { goal: input.to_string() });
-        let (finish_reason, steps) = self.drive(&mut rec, scope).await?;
-        let usage = scope.usage();
-        let cost_usd = scope.cost_usd();
-        scope.emit(steps, EventKind::TurnFinished { finish_reason: finish_reason.to_string(), usage, cost_usd });
-        Ok(RunResult {
-            finish_reason,
-            output: rec.transcript.last_assistant_text().unwrap_or_default().to_string(),
-            messages: rec.transcript.into_messages(),
-            usage,
-            cost_usd,
-            steps,
-            run_id: scope.ids().run_id.clone(),
-        })
+        rec.push(Message::user(input))
     }
 
-    fn deadline(&self, scope: &RunScope, started: Instant) -> Option<Instant> {
-        let own = self.config.limits.wall_clock.map(|w| started + w);
-        let tree = scope.budget().deadline();
-        match (own, tree) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    async fn drive(&self, rec: &mut Recorder, scope: &RunScope) -> Result<(FinishReason, u32), AgentError> {
+    async fn drive(&self, rec: &mut Recorder, scope: &RunScope, step: &mut u32) -> Result<FinishReason, AgentError> {
         let limits = &self.config.limits;
-        let started = Instant::now();
-        let deadline = self.deadline(scope, started);
-        let mut step = 0u32;
+        let invoker = self.invoker();
+        let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
         let mut denials = 0u32;
-        let mut last_call: Option<(String, String)> = None;
-        let mut repeats = 0u32;
+        let mut stuck = StuckDetector::new(limits.stuck_threshold);
         loop {
-            if let Some(reason) = scope.stop_reason() {
-                return Ok((reason, step));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok((FinishReason::WallClockExceeded, step));
-            }
-            if step >= limits.max_steps {
-                return Ok((FinishReason::BudgetExceeded, step));
+            if *step >= limits.max_steps {
+                return Ok(FinishReason::BudgetExceeded);
             }
             if limits.max_transcript_chars.is_some_and(|max| rec.transcript.size_chars() > max) {
-                return Ok((FinishReason::TranscriptLimit, step));
+                return Ok(FinishReason::TranscriptLimit);
             }
-            step += 1;
             let request = ChatRequest {
                 messages: rec.transcript.messages().to_vec(),
                 tools: if self.config.plan_mode { Vec::new() } else { self.tools.specs() },
                 options: self.config.options.clone(),
             };
-            let response = match self.call_model(request, scope, step, deadline).await? {
-                ModelOutcome::Response(r) => r,
-                ModelOutcome::Stop(reason) => return Ok((reason, step)),
+            let call = ModelCall { step: *step + 1, deadline, stream_text: true, reserved: false };
+            let response = match scope.call_model(self.provider.as_ref(), request, call).await {
+                Ok(r) => r,
+                Err(ModelCallError::Stopped(reason)) => return Ok(reason),
+                Err(ModelCallError::Provider(e)) => return Err(e.into()),
             };
-            scope.record_response(step, &response);
+            *step += 1;
+            let step = *step;
             let mut message = response.message;
             message.role = Role::Assistant;
             message.tool_call_id = None;
@@ -298,224 +338,76 @@ impl Agent {
             }
             rec.push(message)?;
             if calls.is_empty() {
-                let reason = if self.config.plan_mode {
+                return Ok(if self.config.plan_mode {
                     FinishReason::PlanPending
                 } else if response.stop_reason.is_natural() {
                     FinishReason::NoMoreToolCalls
                 } else {
                     FinishReason::ProviderStop(response.stop_reason.to_string())
-                };
-                return Ok((reason, step));
-            }
-            for c in &calls {
-                scope.emit(step, EventKind::ToolCall { call: c.clone() });
+                });
             }
             // Calls that cannot run still get exactly one result each.
-            let skip_reason = if self.config.plan_mode {
+            let skip = if self.config.plan_mode {
                 Some((FinishReason::PlanPending, "not executed: plan mode, the plan awaits approval".to_string()))
             } else if response.stop_reason == StopReason::MaxTokens {
                 Some((
                     FinishReason::ProviderStop(StopReason::MaxTokens.to_string()),
                     "not executed: the response was cut off by the token limit".to_string(),
                 ))
+            } else if stuck.observe(&calls) {
+                Some((
+                    FinishReason::Stuck,
+                    format!(
+                        "not executed: the same call was repeated {} times in a row; the run stopped as stuck",
+                        limits.stuck_threshold
+                    ),
+                ))
             } else {
-                let mut stuck = false;
-                for c in &calls {
-                    let key = (c.name.clone(), c.arguments.to_string());
-                    if last_call.as_ref() == Some(&key) {
-                        repeats += 1;
-                    } else {
-                        repeats = 1;
-                        last_call = Some(key);
-                    }
-                    if limits.stuck_threshold > 0 && repeats >= limits.stuck_threshold {
-                        stuck = true;
-                    }
-                }
-                stuck.then(|| {
-                    (
-                        FinishReason::Stuck,
-                        format!(
-                            "not executed: the same call was repeated {} times in a row; the run stopped as stuck",
-                            limits.stuck_threshold
-                        ),
-                    )
-                })
+                None
             };
-            if let Some((reason, text)) = skip_reason {
-                for c in &calls {
-                    self.push_result(rec, scope, step, c, text.clone(), true, 0)?;
-                }
-                return Ok((reason, step));
+            if let Some((reason, text)) = skip {
+                rec.push_outcomes(invoker.skip_all(&calls, scope, step, &text))?;
+                return Ok(reason);
             }
-            let denied = self.check_permissions(&calls, scope, step).await;
-            denials += denied.len() as u32;
-            let cancelled = self.run_tools(rec, scope, step, &calls, &denied, deadline).await?;
-            if let Some(reason) = cancelled {
-                return Ok((reason, step));
+            let outcomes = invoker.invoke_all(&calls, scope, step, deadline).await;
+            denials += outcomes.iter().filter(|o| o.denied).count() as u32;
+            let stop = outcomes.iter().find_map(|o| o.stop.clone());
+            rec.push_outcomes(outcomes)?;
+            if let Some(reason) = stop {
+                return Ok(reason);
             }
             if limits.max_permission_denials > 0 && denials >= limits.max_permission_denials {
-                return Ok((FinishReason::PermissionDenialLimit, step));
+                return Ok(FinishReason::PermissionDenialLimit);
             }
         }
     }
+}
 
-    async fn call_model(
-        &self,
-        request: ChatRequest,
-        scope: &RunScope,
-        step: u32,
-        deadline: Option<Instant>,
-    ) -> Result<ModelOutcome, AgentError> {
-        let cancel = scope.cancel_token().clone();
-        let work = async {
-            let mut stream = self.provider.stream(request).await?;
-            while let Some(event) = stream.next().await {
-                match event? {
-                    StreamEvent::TextDelta(delta) => scope.emit(step, EventKind::PartialText { delta }),
-                    StreamEvent::Retry { attempt, delay_ms, reason } => {
-                        scope.emit(step, EventKind::Retry { attempt, delay_ms, reason })
-                    }
-                    StreamEvent::Completed(r) => return Ok(r),
-                }
-            }
-            Err(ProviderError::Truncated {
-                provider: self.provider.name().to_string(),
-                message: "stream ended without a final response".into(),
-            })
-        };
-        let timed = async {
-            match deadline {
-                Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
-                None => Some(work.await),
-            }
-        };
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Ok(ModelOutcome::Stop(FinishReason::Cancelled)),
-            r = timed => match r {
-                None => Ok(ModelOutcome::Stop(FinishReason::WallClockExceeded)),
-                Some(Ok(resp)) => Ok(ModelOutcome::Response(resp)),
-                Some(Err(e)) => {
-                    scope.emit(step, EventKind::Error { message: e.to_string() });
-                    Err(e.into())
-                }
-            }
-        }
+/// Counts identical consecutive tool calls (same name and arguments).
+struct StuckDetector {
+    threshold: u32,
+    last: Option<(String, String)>,
+    repeats: u32,
+}
+
+impl StuckDetector {
+    fn new(threshold: u32) -> Self {
+        Self { threshold, last: None, repeats: 0 }
     }
 
-    async fn check_permissions(&self, calls: &[ToolCall], scope: &RunScope, step: u32) -> HashMap<String, String> {
-        let mut denied = HashMap::new();
-        let Some(gate) = &self.gate else { return denied };
+    /// Feeds a message's calls; true when the run is stuck.
+    fn observe(&mut self, calls: &[ToolCall]) -> bool {
+        let mut stuck = false;
         for c in calls {
-            let verdict = gate.check(c, self.tools.get(&c.name)).await;
-            scope.emit(
-                step,
-                EventKind::Permission {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    decision: verdict.decision,
-                    reason: verdict.reason.clone(),
-                },
-            );
-            if verdict.decision == Decision::Deny {
-                denied.insert(c.id.clone(), verdict.reason);
+            let key = (c.name.clone(), c.arguments.to_string());
+            if self.last.as_ref() == Some(&key) {
+                self.repeats += 1;
+            } else {
+                self.repeats = 1;
+                self.last = Some(key);
             }
+            stuck |= self.threshold > 0 && self.repeats >= self.threshold;
         }
-        denied
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push_result(
-        &self,
-        rec: &mut Recorder,
-        scope: &RunScope,
-        step: u32,
-        call: &ToolCall,
-        output: String,
-        is_error: bool,
-        duration_ms: u64,
-    ) -> Result<(), AgentError> {
-        scope.emit(
-            step,
-            EventKind::ToolResult {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                output: output.clone(),
-                is_error,
-                duration_ms,
-            },
-        );
-        rec.push(Message::tool_result(call.id.clone(), output, is_error))
-    }
-
-    /// Runs the allowed calls concurrently and appends one result per call in call order.
-    /// Returns a finish reason when cancellation or the deadline interrupted the tools.
-    async fn run_tools(
-        &self,
-        rec: &mut Recorder,
-        scope: &RunScope,
-        step: u32,
-        calls: &[ToolCall],
-        denied: &HashMap<String, String>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<FinishReason>, AgentError> {
-        let cancel = scope.cancel_token().clone();
-        let tool_timeout = self.config.limits.tool_timeout;
-        // Owned calls keep the per-call futures free of a borrowed closure argument, so a run
-        // nested inside a tool (a sub-agent) still yields a `Send` future.
-        let futures = calls.iter().cloned().map(|call| {
-            let cancel = cancel.clone();
-            let denial = denied.get(&call.id).cloned();
-            async move {
-                let t0 = Instant::now();
-                if let Some(reason) = denial {
-                    return (format!("permission denied: {reason}"), true, 0, None);
-                }
-                let ctx = ToolContext { scope: scope.clone(), step, call_id: call.id.clone() };
-                let limit = match (tool_timeout, deadline) {
-                    (Some(t), Some(d)) => Some((Instant::now() + t).min(d)),
-                    (Some(t), None) => Some(Instant::now() + t),
-                    (None, d) => d,
-                };
-                let run = self.tools.call(&call, &ctx);
-                let outcome = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => Err(FinishReason::Cancelled),
-                    r = async {
-                        match limit {
-                            Some(l) => tokio::time::timeout_at(l.into(), run).await.ok(),
-                            None => Some(run.await),
-                        }
-                    } => r.ok_or(FinishReason::WallClockExceeded),
-                };
-                let ms = t0.elapsed().as_millis() as u64;
-                match outcome {
-                    Ok(Ok(out)) => (out, false, ms, None),
-                    Ok(Err(e)) => (format!("error: {e}"), true, ms, None),
-                    Err(FinishReason::Cancelled) => (
-                        "cancelled: the run was cancelled before this call finished".to_string(),
-                        true,
-                        ms,
-                        Some(FinishReason::Cancelled),
-                    ),
-                    Err(_) => {
-                        let whole_run = deadline.is_some_and(|d| Instant::now() >= d);
-                        let reason = whole_run.then_some(FinishReason::WallClockExceeded);
-                        (format!("error: timed out after {:.1}s", ms as f64 / 1000.0), true, ms, reason)
-                    }
-                }
-            }
-        });
-        let results: Vec<_> =
-            futures::stream::iter(futures).buffered(self.config.limits.tool_concurrency.max(1)).collect().await;
-        let mut stop = None;
-        for (call, (output, is_error, ms, reason)) in calls.iter().zip(results) {
-            self.push_result(rec, scope, step, call, output, is_error, ms)?;
-            if stop.is_none() {
-                stop = reason;
-            }
-        }
-        Ok(stop)
+        stuck
     }
 }

@@ -16,6 +16,30 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
 }
 
+/// The same for `Option<Duration>` (`None` is written as null):
+/// `#[serde(with = "recursive_core::serde_secs::option")]`.
+pub mod option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the duration as seconds, or null.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads seconds or null; negative, infinite or NaN values are an error.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(serde::de::Error::custom),
+            None => Ok(None),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};

@@ -17,8 +17,8 @@ use serde_json::Value;
 use crate::event::EventKind;
 use crate::message::{Message, ToolSpec, Usage};
 use crate::run::{DepthError, FinishReason, RunScope};
-use crate::runtime::{Agent, AgentError, RunResult};
-use crate::tool::{Tool, ToolContext, ToolError, schema_for};
+use crate::runtime::{Agent, RunError, RunResult};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOrigin, schema_for};
 
 /// Why a sub-agent invocation produced no outcome.
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +32,8 @@ pub enum SubAgentError {
     Agent {
         /// The sub-agent's name.
         agent: String,
-        /// The fault.
-        source: AgentError,
+        /// The fault, with the child's partial result.
+        source: RunError,
     },
 }
 
@@ -164,9 +164,9 @@ impl SubAgent {
             },
         );
         let result = self.agent.continue_in(history, input, child).await;
-        let finish_reason = match &result {
-            Ok(r) => r.finish_reason.to_string(),
-            Err(e) => format!("error: {e}"),
+        let (finish_reason, error) = match &result {
+            Ok(r) => (r.finish_reason.clone(), None),
+            Err(e) => (e.partial.finish_reason.clone(), Some(e.to_string())),
         };
         parent.emit(
             step,
@@ -174,6 +174,7 @@ impl SubAgent {
                 agent: self.name.clone(),
                 child_run_id: child.ids().run_id.clone(),
                 finish_reason,
+                error,
                 usage: child.usage(),
                 cost_usd: child.cost_usd(),
             },
@@ -307,6 +308,10 @@ impl Tool for SubAgentTool {
             description: agent.description.clone(),
             parameters: schema_for::<SubAgentArgs>(),
         }
+    }
+
+    fn origin(&self) -> ToolOrigin {
+        ToolOrigin::Agent
     }
 
     async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {

@@ -25,6 +25,13 @@ pub fn clip_chars(s: &str, max_chars: usize) -> String {
     }
 }
 
+/// `text` on one line (newlines shown as `⏎`), cut to at most `max_chars` characters like
+/// [`clip_chars`]: for log lines and terminal output.
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let flat: String = text.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+    clip_chars(&flat, max_chars)
+}
+
 /// Keeps the first and last characters of `text` (at most `max` in all) with a marker in
 /// between saying how many characters were cut.
 pub fn truncate_middle(text: &str, max: usize) -> String {

@@ -1,5 +1,8 @@
 //! Tools: the [`Tool`] trait, typed tools whose JSON Schema is derived from their argument
 //! type, the [`ToolRegistry`], and the [`ToolGate`] hook that permission policies implement.
+//! A tool declares what a policy needs to know about it — whether it only reads, where it
+//! comes from ([`ToolOrigin`]) and which of a call's arguments are paths — so no policy code
+//! knows tool names.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::event::Decision;
 use crate::message::{ToolCall, ToolSpec};
@@ -63,6 +66,21 @@ impl ToolContext {
     }
 }
 
+/// Where a tool comes from (permission defaults differ by origin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolOrigin {
+    /// Built into the program or registered by a library caller.
+    Local,
+    /// A tool of an MCP server.
+    Mcp {
+        /// The server's configured name.
+        server: String,
+    },
+    /// A whole agent offered as a tool.
+    Agent,
+}
+
 /// Something the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {
@@ -76,6 +94,34 @@ pub trait Tool: Send + Sync {
     fn read_only(&self) -> bool {
         false
     }
+
+    /// Where the tool comes from.
+    fn origin(&self) -> ToolOrigin {
+        ToolOrigin::Local
+    }
+
+    /// The paths a call with these arguments reaches, as written; `None` when the tool takes
+    /// no path (path rules then never match it).
+    fn paths(&self, _arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// The string values of the named arguments, for [`Tool::paths`]: each argument may be a
+/// string or an array of strings; `default` stands in when none is given.
+pub fn path_arguments(arguments: &Map<String, Value>, names: &[&str], default: Option<&str>) -> Option<Vec<String>> {
+    let mut paths = Vec::new();
+    for name in names {
+        match arguments.get(*name) {
+            Some(Value::String(p)) => paths.push(p.clone()),
+            Some(Value::Array(items)) => paths.extend(items.iter().filter_map(Value::as_str).map(str::to_string)),
+            _ => {}
+        }
+    }
+    if paths.is_empty() {
+        return default.map(|d| vec![d.to_string()]);
+    }
+    Some(paths)
 }
 
 /// A tool with typed arguments; wrap it with [`typed`] (or register it with
@@ -98,6 +144,11 @@ pub trait TypedTool: Send + Sync + 'static {
 
     /// Runs the tool.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// The paths a call reaches (see [`Tool::paths`]).
+    fn paths(&self, _arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Adapts a [`TypedTool`] to [`Tool`]: derives the schema, deserializes the arguments and
@@ -141,6 +192,10 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn read_only(&self) -> bool {
         self.0.read_only()
+    }
+
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        self.0.paths(arguments)
     }
 }
 
@@ -218,25 +273,29 @@ impl ToolRegistry {
     }
 
     /// Calls a tool by name with raw arguments; unknown tools and invalid argument JSON are
-    /// errors the model can read.
+    /// errors the model can read. This is the bare call: the run tree's guarantees
+    /// (permissions, timeout, cancellation, output cap, events) are added by
+    /// [`crate::ToolInvoker`], which every path of the tree uses.
     pub async fn call(&self, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
         let tool = self.tools.get(&call.name).ok_or_else(|| {
             ToolError::failed(format!("unknown tool `{}`; available tools: {}", call.name, self.names().join(", ")))
         })?;
-        let args = match &call.arguments {
-            Value::String(raw) => match serde_json::from_str::<Value>(raw) {
-                Ok(v) if v.is_object() => v,
-                _ => {
-                    return Err(ToolError::InvalidArguments {
-                        tool: call.name.clone(),
-                        message: format!("arguments must be a JSON object, got text: {raw}"),
-                    });
-                }
-            },
-            Value::Null => Value::Object(Default::default()),
-            v => v.clone(),
-        };
-        tool.call(args, ctx).await
+        tool.call(Value::Object(call_arguments(call)?), ctx).await
+    }
+}
+
+/// A call's arguments as an object: raw JSON text is parsed, null is an empty object; anything
+/// else is an [`ToolError::InvalidArguments`].
+pub fn call_arguments(call: &ToolCall) -> Result<Map<String, Value>, ToolError> {
+    let invalid = |message: String| ToolError::InvalidArguments { tool: call.name.clone(), message };
+    match &call.arguments {
+        Value::Object(m) => Ok(m.clone()),
+        Value::Null => Ok(Map::new()),
+        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(invalid(format!("arguments must be a JSON object, got text: {raw}"))),
+        },
+        other => Err(invalid(format!("arguments must be a JSON object, got: {other}"))),
     }
 }
 

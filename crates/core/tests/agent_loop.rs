@@ -320,7 +320,7 @@ async fn events_carry_run_ids_steps_and_stream_text() {
             EventKind::RunStarted { .. } => "start",
             EventKind::ToolCall { .. } => "call",
             EventKind::ToolResult { .. } => "result",
-            EventKind::TurnFinished { .. } => "finish",
+            EventKind::RunFinished { .. } => "finish",
             _ => "",
         })
         .filter(|k| !k.is_empty())

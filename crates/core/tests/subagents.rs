@@ -231,7 +231,7 @@ async fn three_nested_levels_report_on_one_sink_with_rolled_up_usage() {
     let finished_usage = |on: &[&AgentEvent]| {
         on.iter()
             .find_map(|e| match &e.kind {
-                EventKind::TurnFinished { usage, .. } => Some(usage.total()),
+                EventKind::RunFinished { usage, .. } => Some(usage.total()),
                 _ => None,
             })
             .unwrap()
@@ -275,7 +275,7 @@ fn child_completion(events: &[AgentEvent]) -> String {
         .iter()
         .find_map(|e| match &e.kind {
             EventKind::SubAgentCompleted { agent, finish_reason, .. } if agent == "child" => {
-                Some(finish_reason.clone())
+                Some(finish_reason.to_string())
             }
             _ => None,
         })

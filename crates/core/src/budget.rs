@@ -1,0 +1,283 @@
+//! The budget tree: tokens, USD, model calls and wall clock. A run tree starts with one root
+//! [`Budget`]; a node that needs tighter limits (a sub-agent, a goal pursuit, an RLM and its
+//! sub-calls) carves a child from its parent. A child can only be narrower: spending is
+//! recorded at every level up to the root, a limit at any level stops the node, and a child's
+//! deadline is never later than its parent's.
+//!
+//! Model calls are reserved before they are made (all-or-nothing over every level), and the
+//! token and USD limits are checked before each call. A limit reached while calls are in
+//! flight lets those calls finish, so the tree overshoots a token or USD cap by at most the
+//! usage of the calls already in flight when it was reached; the model-call cap is never
+//! overshot.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Usage;
+use crate::run::FinishReason;
+
+/// Limits of one budget node. `None` means "no limit of its own" (the parent's still apply).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BudgetLimits {
+    /// Total tokens spent under this node.
+    pub max_tokens: Option<u64>,
+    /// Total USD spent under this node.
+    pub max_cost_usd: Option<f64>,
+    /// Model calls made under this node.
+    pub max_model_calls: Option<u64>,
+    /// Wall clock from the moment the node is created.
+    #[serde(with = "crate::serde_secs::option")]
+    pub wall_clock: Option<Duration>,
+}
+
+/// A limit is not a finite, non-negative number.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid budget limit `{name}`: {value} (must be a finite number >= 0)")]
+pub struct BudgetLimitError {
+    /// The limit's name.
+    pub name: &'static str,
+    /// The value given.
+    pub value: f64,
+}
+
+impl BudgetLimits {
+    /// Checks that every limit is a finite, non-negative number (a NaN cost cap would
+    /// otherwise disable the cap silently).
+    pub fn validate(&self) -> Result<(), BudgetLimitError> {
+        if let Some(c) = self.max_cost_usd
+            && !(c.is_finite() && c >= 0.0)
+        {
+            return Err(BudgetLimitError { name: "max_cost_usd", value: c });
+        }
+        Ok(())
+    }
+}
+
+/// One node of the budget tree.
+#[derive(Debug)]
+pub struct Budget {
+    limits: BudgetLimits,
+    deadline: Option<Instant>,
+    started: Instant,
+    tokens: AtomicU64,
+    cost_micro_usd: AtomicU64,
+    calls: AtomicU64,
+    parent: Option<Arc<Budget>>,
+}
+
+impl Budget {
+    /// A root budget starting now.
+    pub fn new(limits: BudgetLimits) -> Self {
+        let started = Instant::now();
+        let deadline = limits.wall_clock.and_then(|w| started.checked_add(w));
+        Self {
+            limits,
+            deadline,
+            started,
+            tokens: AtomicU64::new(0),
+            cost_micro_usd: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            parent: None,
+        }
+    }
+
+    /// A root budget with no limits.
+    pub fn unlimited() -> Self {
+        Self::new(BudgetLimits::default())
+    }
+
+    /// A child node carved from this one: its own limits apply to what is spent under it, and
+    /// every ancestor's limits still apply. Its deadline is the earlier of its own and this
+    /// node's.
+    pub fn child(self: &Arc<Self>, limits: BudgetLimits) -> Arc<Budget> {
+        let mut child = Budget::new(limits);
+        child.deadline = earliest(child.deadline, self.deadline);
+        child.parent = Some(self.clone());
+        Arc::new(child)
+    }
+
+    /// This node's own limits.
+    pub fn limits(&self) -> &BudgetLimits {
+        &self.limits
+    }
+
+    fn chain(&self) -> impl Iterator<Item = &Budget> {
+        std::iter::successors(Some(self), |b| b.parent.as_deref())
+    }
+
+    /// Records spending here and at every ancestor.
+    pub fn record(&self, usage: &Usage, cost_usd: Option<f64>) {
+        let micro = cost_usd.filter(|c| c.is_finite()).map(|c| (c * 1e6).round().max(0.0) as u64).unwrap_or(0);
+        for b in self.chain() {
+            b.tokens.fetch_add(usage.total(), Ordering::SeqCst);
+            b.cost_micro_usd.fetch_add(micro, Ordering::SeqCst);
+        }
+    }
+
+    /// Reserves `n` model calls at every level, or none when any level has fewer left (or a
+    /// token, USD or time limit is reached). Reserved calls count as spent.
+    pub fn reserve_calls(&self, n: u64) -> Result<(), FinishReason> {
+        if let Some(reason) = self.exhausted() {
+            return Err(reason);
+        }
+        let levels: Vec<&Budget> = self.chain().collect();
+        for (i, b) in levels.iter().enumerate() {
+            if !b.try_take_calls(n) {
+                for done in &levels[..i] {
+                    done.calls.fetch_sub(n, Ordering::SeqCst);
+                }
+                return Err(FinishReason::CallBudgetExceeded);
+            }
+        }
+        Ok(())
+    }
+
+    fn try_take_calls(&self, n: u64) -> bool {
+        let Some(max) = self.limits.max_model_calls else {
+            self.calls.fetch_add(n, Ordering::SeqCst);
+            return true;
+        };
+        self.calls.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| (c + n <= max).then_some(c + n)).is_ok()
+    }
+
+    /// Tokens spent under this node.
+    pub fn tokens_used(&self) -> u64 {
+        self.tokens.load(Ordering::SeqCst)
+    }
+
+    /// USD spent under this node.
+    pub fn cost_used(&self) -> f64 {
+        self.cost_micro_usd.load(Ordering::SeqCst) as f64 / 1e6
+    }
+
+    /// Model calls made (or reserved) under this node.
+    pub fn calls_used(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Model calls left before a limit at any level is reached (`None`: unlimited).
+    pub fn calls_left(&self) -> Option<u64> {
+        self.chain().filter_map(|b| b.limits.max_model_calls.map(|m| m.saturating_sub(b.calls_used()))).min()
+    }
+
+    /// Time since this node was created.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The instant the wall clock runs out at this node or any ancestor.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Time left before [`Budget::deadline`].
+    pub fn remaining_time(&self) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Why no further model call may be made, if a token, USD or time limit is reached at
+    /// this node or any ancestor.
+    pub fn exhausted(&self) -> Option<FinishReason> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(FinishReason::WallClockExceeded);
+        }
+        for b in self.chain() {
+            if b.limits.max_tokens.is_some_and(|t| b.tokens_used() >= t) {
+                return Some(FinishReason::TokenBudgetExceeded);
+            }
+            if b.limits.max_cost_usd.is_some_and(|c| b.cost_used() >= c) {
+                return Some(FinishReason::CostBudgetExceeded);
+            }
+        }
+        None
+    }
+}
+
+/// The earlier of two optional instants.
+pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(tokens: u64) -> Usage {
+        Usage { input_tokens: tokens, ..Default::default() }
+    }
+
+    #[test]
+    fn child_spending_counts_against_every_ancestor() {
+        let root = Arc::new(Budget::new(BudgetLimits { max_tokens: Some(100), ..Default::default() }));
+        let child = root.child(BudgetLimits::default());
+        child.record(&usage(100), Some(0.5));
+        assert_eq!(root.tokens_used(), 100);
+        assert_eq!(root.exhausted(), Some(FinishReason::TokenBudgetExceeded));
+        assert_eq!(child.exhausted(), Some(FinishReason::TokenBudgetExceeded), "the parent's cap stops the child");
+    }
+
+    #[test]
+    fn child_limit_stops_the_child_but_not_the_parent() {
+        let root = Arc::new(Budget::unlimited());
+        let child = root.child(BudgetLimits { max_cost_usd: Some(0.01), ..Default::default() });
+        child.record(&usage(1), Some(0.02));
+        assert_eq!(child.exhausted(), Some(FinishReason::CostBudgetExceeded));
+        assert_eq!(root.exhausted(), None);
+    }
+
+    #[test]
+    fn child_deadline_is_never_later_than_the_parent() {
+        let root = Arc::new(Budget::new(BudgetLimits { wall_clock: Some(Duration::from_secs(5)), ..Default::default() }));
+        let child = root.child(BudgetLimits { wall_clock: Some(Duration::from_secs(3600)), ..Default::default() });
+        assert_eq!(child.deadline(), root.deadline());
+        let tighter = root.child(BudgetLimits { wall_clock: Some(Duration::from_millis(1)), ..Default::default() });
+        assert!(tighter.deadline() < root.deadline());
+    }
+
+    #[test]
+    fn call_reservation_is_all_or_nothing_over_every_level() {
+        let root = Arc::new(Budget::new(BudgetLimits { max_model_calls: Some(10), ..Default::default() }));
+        let child = root.child(BudgetLimits { max_model_calls: Some(5), ..Default::default() });
+        assert_eq!(child.reserve_calls(6), Err(FinishReason::CallBudgetExceeded));
+        assert_eq!((root.calls_used(), child.calls_used()), (0, 0), "a refused batch spends nothing");
+        child.reserve_calls(5).unwrap();
+        assert_eq!(child.calls_left(), Some(0));
+        root.reserve_calls(5).unwrap();
+        assert_eq!(root.reserve_calls(1), Err(FinishReason::CallBudgetExceeded));
+        assert_eq!(root.calls_used(), 10);
+    }
+
+    #[test]
+    fn concurrent_reservations_never_overspend() {
+        let root = Arc::new(Budget::new(BudgetLimits { max_model_calls: Some(1000), ..Default::default() }));
+        let child = root.child(BudgetLimits::default());
+        let granted = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..400 {
+                        if child.reserve_calls(1).is_ok() {
+                            granted.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(granted.load(Ordering::SeqCst), 1000);
+        assert_eq!(root.calls_used(), 1000);
+    }
+
+    #[test]
+    fn nan_cost_cap_is_refused() {
+        let limits = BudgetLimits { max_cost_usd: Some(f64::NAN), ..Default::default() };
+        assert!(limits.validate().is_err());
+        assert!(BudgetLimits { max_cost_usd: Some(0.5), ..Default::default() }.validate().is_ok());
+    }
+}

@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use recursive_core::{ToolContext, ToolError, TypedTool};
+use recursive_core::{ToolContext, ToolError, TypedTool, path_arguments};
+use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -63,6 +64,10 @@ impl TypedTool for ReadFile {
 
     fn name(&self) -> &str {
         "read_file"
+    }
+
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        path_arguments(arguments, &["path"], None)
     }
 
     fn description(&self) -> String {
@@ -252,6 +257,10 @@ impl TypedTool for WriteFile {
         "write_file"
     }
 
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        path_arguments(arguments, &["path"], None)
+    }
+
     fn description(&self) -> String {
         "Create a file or replace its whole content. Missing parent directories are created. For small \
          changes to an existing file prefer apply_patch."
@@ -314,6 +323,10 @@ impl TypedTool for ListDir {
 
     fn name(&self) -> &str {
         "list_dir"
+    }
+
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        path_arguments(arguments, &["path"], Some("."))
     }
 
     fn description(&self) -> String {

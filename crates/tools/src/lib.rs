@@ -27,7 +27,7 @@ pub mod web;
 
 pub use config::{ListConfig, ReadConfig, SearchConfig, ShellConfig, ToolsConfig, WebConfig};
 pub use fs::{ListDir, ReadFile, WriteFile};
-pub use mcp::{McpConfig, McpServerConfig, McpServerStatus, McpStatus, McpTools, spawn_servers, start_servers};
+pub use mcp::{McpConfig, McpEvent, McpServerConfig, McpServerStatus, McpStatus, McpTools, spawn_servers, start_servers};
 pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
 pub use patch::ApplyPatch;
 pub use permissions::{
@@ -36,7 +36,7 @@ pub use permissions::{
 };
 pub use sandbox::{SandboxError, Workspace};
 pub use search::SearchFiles;
-pub use shell::RunShell;
+pub use shell::{RunShell, kill_running_commands};
 pub use web::WebFetch;
 
 /// Names of the tools [`read_only_tools`] returns.

@@ -36,7 +36,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
-use recursive_core::{EventKind, RunScope, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
+use recursive_core::{
+    EventKind, Extension, ExtensionEvent, RunScope, Tool, ToolContext, ToolError, ToolOrigin, ToolRegistry, ToolSpec,
+    path_arguments,
+};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
@@ -46,11 +49,10 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The name of the custom event reporting a server's start-up.
-pub const MCP_SERVER_EVENT: &str = "mcp_server";
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 20;
@@ -161,6 +163,40 @@ pub struct McpServerStatus {
     pub error: Option<String>,
 }
 
+/// The run-tree events of MCP servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum McpEvent {
+    /// A server's start-up ended (once per server).
+    McpServer(McpServerStatus),
+}
+
+impl ExtensionEvent for McpEvent {
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    fn render(&self) -> Option<String> {
+        match self {
+            McpEvent::McpServer(s) => Some(format!(
+                "mcp server {}: {}{}",
+                s.server,
+                serde_json::to_value(s.status).ok()?.as_str()?,
+                s.error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+            )),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Argument names an MCP tool's schema may use for paths; permission path rules apply to them.
+const PATH_ARGUMENT_NAMES: &[&str] =
+    &["path", "paths", "file", "file_path", "filepath", "filename", "directory", "dir", "source", "destination"];
+
 type Client = RunningService<RoleClient, ClientConfig>;
 
 /// The servers that started and their tools.
@@ -206,13 +242,7 @@ pub async fn start_servers(config: &McpConfig, scope: &RunScope) -> McpTools {
         let taken = taken.clone();
         async move {
             let (status, ready) = start_server(name, server, &taken).await;
-            scope.emit(
-                0,
-                EventKind::Custom {
-                    name: MCP_SERVER_EVENT.into(),
-                    data: serde_json::to_value(&status).unwrap_or_else(|_| json!({"server": name})),
-                },
-            );
+            scope.emit(0, EventKind::Extension(Extension::new(McpEvent::McpServer(status.clone()))));
             (status, ready)
         }
     });
@@ -422,6 +452,22 @@ impl std::fmt::Debug for McpTool {
 impl Tool for McpTool {
     fn spec(&self) -> ToolSpec {
         self.spec.clone()
+    }
+
+    fn origin(&self) -> ToolOrigin {
+        ToolOrigin::Mcp { server: self.server.clone() }
+    }
+
+    /// The arguments its input schema declares under a path-like name (`path`, `paths`,
+    /// `source`, `destination`...).
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        let declared = self.spec.parameters.get("properties").and_then(Value::as_object)?;
+        let names: Vec<&str> =
+            PATH_ARGUMENT_NAMES.iter().copied().filter(|n| declared.contains_key(*n)).collect();
+        if names.is_empty() {
+            return None;
+        }
+        path_arguments(arguments, &names, None)
     }
 
     async fn call(&self, arguments: Value, _ctx: &ToolContext) -> Result<String, ToolError> {

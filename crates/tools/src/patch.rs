@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use recursive_core::{ToolContext, ToolError, TypedTool};
+use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -38,6 +39,14 @@ impl TypedTool for ApplyPatch {
 
     fn name(&self) -> &str {
         "apply_patch"
+    }
+
+    /// Every path the patch adds, deletes, updates or moves to; `None` when it does not parse
+    /// (an allow rule then does not match, and the tool refuses it anyway).
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        let text = arguments.get("patch").and_then(Value::as_str)?;
+        let patch = crate::apply_patch::parse_patch(text).ok()?;
+        Some(patch.paths().into_iter().map(str::to_string).collect())
     }
 
     fn description(&self) -> String {

@@ -36,7 +36,7 @@
 //!      every file named in an `apply_patch` patch — taken relative to the workspace root. An
 //!      `allow` rule needs every path to match; `deny` and `ask` rules need one. A call that
 //!      touches no path never matches a rule with `path`.
-//! 3. Without a matching rule: tools of MCP servers (names with `__`) get `default_mcp`,
+//! 3. Without a matching rule: tools of MCP servers (their origin, not their name) get `default_mcp`,
 //!    read-only tools `default_read`, every other tool `default_write`.
 //!
 //! `ask` goes to the [`ApprovalHandler`] unless the user already answered "always" for that
@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use recursive_core::{GateVerdict, Tool, ToolCall, ToolGate};
+use recursive_core::{GateVerdict, Tool, ToolCall, ToolGate, ToolOrigin, call_arguments};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -423,13 +423,13 @@ impl PermissionPolicy {
 
     /// The rule or default that applies to a call, before any question is asked.
     pub fn decide(&self, call: &ToolCall, tool: &dyn Tool) -> RuleDecision {
-        let args = arguments(call);
+        let args = call_arguments(call).unwrap_or_default();
         for (i, compiled) in self.rules.iter().enumerate() {
-            if self.rule_matches(compiled, call, &args) {
+            if self.rule_matches(compiled, call, tool, &args) {
                 return RuleDecision { action: compiled.rule.action, source: compiled.rule.describe(i) };
             }
         }
-        if call.name.contains("__") {
+        if matches!(tool.origin(), ToolOrigin::Mcp { .. }) {
             RuleDecision { action: self.config.default_mcp, source: "default for MCP tools".into() }
         } else if tool.read_only() {
             RuleDecision { action: self.config.default_read, source: "default for read-only tools".into() }
@@ -441,7 +441,7 @@ impl PermissionPolicy {
         }
     }
 
-    fn rule_matches(&self, compiled: &CompiledRule, call: &ToolCall, args: &Map<String, Value>) -> bool {
+    fn rule_matches(&self, compiled: &CompiledRule, call: &ToolCall, tool: &dyn Tool, args: &Map<String, Value>) -> bool {
         if !compiled.tool.is_match(&call.name) {
             return false;
         }
@@ -453,7 +453,8 @@ impl PermissionPolicy {
             }
         }
         if let Some(glob) = &compiled.path {
-            let Some(paths) = touched_paths(call, args) else { return false };
+            // The tool declares which of its arguments are paths.
+            let Some(paths) = tool.paths(args) else { return false };
             if paths.is_empty() {
                 return false;
             }
@@ -524,34 +525,6 @@ fn command_matches(command: &str, prefix: &str, allow: bool) -> bool {
         || command.split(['\n', ';', '&', '|', '`', '(', ')']).any(|part| starts_with_word(part, prefix))
 }
 
-/// The call's arguments as an object (raw JSON text is parsed; anything else is empty).
-fn arguments(call: &ToolCall) -> Map<String, Value> {
-    match &call.arguments {
-        Value::Object(m) => m.clone(),
-        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        },
-        _ => Map::new(),
-    }
-}
-
-/// The paths a call touches, as written; `None` when they cannot be known.
-fn touched_paths(call: &ToolCall, args: &Map<String, Value>) -> Option<Vec<String>> {
-    if call.name == "apply_patch" {
-        let text = args.get("patch").and_then(Value::as_str)?;
-        let patch = crate::apply_patch::parse_patch(text).ok()?;
-        return Some(patch.paths().into_iter().map(str::to_string).collect());
-    }
-    if let Some(p) = args.get("path").and_then(Value::as_str) {
-        return Some(vec![p.to_string()]);
-    }
-    if matches!(call.name.as_str(), "list_dir" | "search_files") {
-        return Some(vec![".".into()]);
-    }
-    None
-}
-
 #[async_trait]
 impl ToolGate for PermissionPolicy {
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict {
@@ -611,6 +584,23 @@ mod tests {
         }
         fn read_only(&self) -> bool {
             self.read_only
+        }
+        // The fakes declare their paths and origin as the real tools of the same names do.
+        fn origin(&self) -> ToolOrigin {
+            match self.name.split_once("__") {
+                Some((server, _)) => ToolOrigin::Mcp { server: server.into() },
+                None => ToolOrigin::Local,
+            }
+        }
+        fn paths(&self, args: &Map<String, Value>) -> Option<Vec<String>> {
+            match self.name {
+                "apply_patch" => {
+                    let patch = crate::apply_patch::parse_patch(args.get("patch")?.as_str()?).ok()?;
+                    Some(patch.paths().into_iter().map(str::to_string).collect())
+                }
+                "list_dir" | "search_files" => recursive_core::path_arguments(args, &["path"], Some(".")),
+                _ => recursive_core::path_arguments(args, &["path"], None),
+            }
         }
     }
 

@@ -9,7 +9,8 @@ use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
-use recursive_core::{ToolContext, ToolError, TypedTool};
+use recursive_core::{ToolContext, ToolError, TypedTool, path_arguments};
+use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -58,6 +59,10 @@ impl TypedTool for SearchFiles {
 
     fn name(&self) -> &str {
         "search_files"
+    }
+
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        path_arguments(arguments, &["path"], Some("."))
     }
 
     fn description(&self) -> String {

@@ -14,8 +14,10 @@
 //! end with a marker saying how many bytes and lines were cut. A non-zero exit code is a normal
 //! result (the model reads it); a timeout or a command that cannot start is a tool error.
 
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -75,14 +77,38 @@ impl RunShell {
     }
 }
 
-/// Kills a process group when dropped, unless disarmed.
+/// Process groups of the commands running now, so a process about to exit at once (SIGTERM,
+/// a second Ctrl-C) can kill them all: destructors do not run on `exit`.
+static RUNNING: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Kills the process group of every `run_shell` command still running. For a process about to
+/// exit without unwinding; a cancelled call kills its own group anyway.
+pub fn kill_running_commands() {
+    let groups = RUNNING.lock().map(|mut g| std::mem::take(&mut *g)).unwrap_or_default();
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// Kills a process group when dropped (or asked); registered in [`RUNNING`] meanwhile.
 struct GroupKiller {
     pgid: Option<Pid>,
 }
 
 impl GroupKiller {
+    fn new(pid: Option<u32>) -> Self {
+        let pgid = pid.and_then(|id| i32::try_from(id).ok());
+        if let (Some(id), Ok(mut running)) = (pgid, RUNNING.lock()) {
+            running.insert(id);
+        }
+        Self { pgid: pgid.map(Pid::from_raw) }
+    }
+
     fn kill(&mut self) {
         if let Some(pgid) = self.pgid.take() {
+            if let Ok(mut running) = RUNNING.lock() {
+                running.remove(&pgid.as_raw());
+            }
             // ESRCH (nothing left in the group) is the common, harmless case.
             let _ = killpg(pgid, Signal::SIGKILL);
         }
@@ -203,7 +229,7 @@ impl TypedTool for RunShell {
             .kill_on_drop(true);
         let mut child =
             command.spawn().map_err(|e| ToolError::failed(format!("could not start `{}`: {e}", self.config.shell)))?;
-        let mut killer = GroupKiller { pgid: child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw) };
+        let mut killer = GroupKiller::new(child.id());
         let stdout = child.stdout.take().map(|p| collect(p, max_bytes));
         let stderr = child.stderr.take().map(|p| collect(p, max_bytes));
 

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use recursive_core::{
-    Agent, AgentConfig, Budget, EventKind, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope,
+    Agent, AgentConfig, Budget, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope,
 };
-use recursive_tools::mcp::{MCP_SERVER_EVENT, McpConfig, McpServerConfig, McpStatus, start_servers};
+use recursive_tools::mcp::{McpConfig, McpEvent, McpServerConfig, McpStatus, start_servers};
 use serde_json::{Value, json};
 
 fn fs_server() -> Option<(String, Vec<String>)> {
@@ -29,8 +29,8 @@ fn scope(sink: &MemorySink) -> RunScope {
 fn server_events(sink: &MemorySink) -> Vec<Value> {
     sink.events()
         .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::Custom { name, data } if name == MCP_SERVER_EVENT => Some(data),
+        .filter_map(|e| match e.kind.extension::<McpEvent>() {
+            Some(McpEvent::McpServer(status)) => Some(serde_json::to_value(status).unwrap()),
             _ => None,
         })
         .collect()

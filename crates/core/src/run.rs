@@ -428,7 +428,6 @@ impl ModelCall {
 
 /// Why a guarded model call produced no response.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
 pub enum ModelCallError {
     /// The run tree must stop (cancellation, a budget, the wall clock); no call was made, or
     /// it was cut off.

@@ -30,3 +30,15 @@ pub enum RlmError {
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
+
+/// A fault ended an RLM run; `partial` holds everything gathered until then (the trajectory,
+/// usage, sub-calls), with outcome `failed`.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RlmRunError {
+    /// The fault.
+    #[source]
+    pub error: RlmError,
+    /// What the run gathered before it.
+    pub partial: Box<crate::rlm::RlmResult>,
+}

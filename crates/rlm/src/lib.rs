@@ -8,7 +8,7 @@
 //! [`Sandbox`].
 //!
 //! ```no_run
-//! # async fn demo(provider: std::sync::Arc<dyn recursive_core::ChatProvider>) -> Result<(), recursive_rlm::RlmError> {
+//! # async fn demo(provider: std::sync::Arc<dyn recursive_core::ChatProvider>) -> Result<(), Box<dyn std::error::Error>> {
 //! use recursive_rlm::{Inputs, Rlm, RlmConfig};
 //! let rlm = Rlm::with_provider(provider, RlmConfig::default())?;
 //! let inputs = Inputs::from_file("report", "report.txt")?;
@@ -33,8 +33,10 @@
 //!   exactly one required property (the default `{"answer": string}` is), a bare value is
 //!   accepted as that property: `submit("text")` means `submit({"answer": "text"})`. Keyword
 //!   arguments build the object: `submit(answer="text")`.
-//! - **Budget.** One [`CallBudget`] of `max_llm_calls` per [`Rlm::run`], shared by the whole
-//!   invocation tree. Each `llm_query` costs 1, a batch costs its size (all or nothing), each
+//! - **Budget.** Each [`Rlm::run`] carves a node of `max_llm_calls` model calls from the run
+//!   tree's budget (core's [`recursive_core::Budget`]), shared by the whole invocation tree;
+//!   every model call goes through [`recursive_core::RunScope::call_model`] and every host
+//!   tool through [`recursive_core::ToolInvoker`]. Each `llm_query` costs 1, a batch costs its size (all or nothing), each
 //!   `rlm_query` costs 1, and a child run's own primary-model calls after its first (further
 //!   iterations and its extraction call) cost 1 each, so a child cannot spend more than the
 //!   budget its parent was given. The top-level run's own iterations are bounded by
@@ -46,9 +48,9 @@
 //! - **Sandbox limits** are per snippet and in process; see [`sandbox`] for how time and memory
 //!   are enforced without a global allocator.
 
-pub mod budget;
 pub mod convert;
 pub mod error;
+pub mod events;
 pub mod inputs;
 pub mod prompt;
 pub mod rewrite;
@@ -56,8 +58,8 @@ pub mod rlm;
 pub mod sandbox;
 pub mod schema;
 
-pub use budget::{BudgetExhausted, CallBudget};
-pub use error::RlmError;
+pub use error::{RlmError, RlmRunError};
+pub use events::RlmEvent;
 pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};
 pub use prompt::{DEFAULT_INSTRUCTIONS, extract_code_blocks, parse_json_reply, truncate_middle};
 pub use rlm::{PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet};

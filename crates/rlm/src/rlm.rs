@@ -11,16 +11,16 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use monty_types::{ExcType, MontyException, MontyObject};
 use recursive_core::{
-    ChatOptions, ChatProvider, ChatRequest, ChatResponse, EventKind, FinishReason, Message, RunScope, ToolCall,
-    ToolContext, ToolRegistry, Usage,
+    BudgetLimits, ChatOptions, ChatProvider, ChatRequest, ChatResponse, EventKind, FinishReason, Message, ModelCall,
+    ModelCallError, RunScope, ToolCall, ToolInvoker, ToolRegistry, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::budget::CallBudget;
 use crate::convert::{json_to_monty, monty_to_json, prompt_text};
-use crate::error::RlmError;
+use crate::error::{RlmError, RlmRunError};
+use crate::events::RlmEvent;
 use crate::inputs::{InputValue, Inputs};
 use crate::prompt::{
     CatalogFacts, DEFAULT_INSTRUCTIONS, NO_CODE_OBSERVATION, argument_order, catalog, extract_code_blocks,
@@ -124,7 +124,7 @@ pub struct RlmIteration {
     pub observation: String,
 }
 
-/// How an RLM run ended. Every variant is a normal end; faults are [`RlmError`]s.
+/// How an RLM run ended. Every variant is a normal end; faults are [`RlmRunError`]s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -145,6 +145,11 @@ pub enum RlmOutcome {
         /// Why.
         reason: FinishReason,
     },
+    /// A fault ended the run (provider unreachable after retries, the sandbox failed).
+    Failed {
+        /// The fault.
+        error: String,
+    },
 }
 
 impl RlmOutcome {
@@ -156,12 +161,26 @@ impl RlmOutcome {
             RlmOutcome::ExtractionFailed { .. } => "extraction_failed",
             RlmOutcome::CallBudgetExhausted => "call_budget_exhausted",
             RlmOutcome::Stopped { .. } => "stopped",
+            RlmOutcome::Failed { .. } => "failed",
         }
     }
 
     /// Whether the run produced a valid result.
     pub fn has_output(&self) -> bool {
         matches!(self, RlmOutcome::Submitted | RlmOutcome::Extracted)
+    }
+
+    /// The run tree's finish reason for this outcome: `completed` with a valid result,
+    /// `no_answer` when the extraction failed, the limit or cancellation that stopped it
+    /// otherwise.
+    pub fn finish_reason(&self) -> FinishReason {
+        match self {
+            RlmOutcome::Submitted | RlmOutcome::Extracted => FinishReason::Completed,
+            RlmOutcome::ExtractionFailed { .. } => FinishReason::NoAnswer,
+            RlmOutcome::CallBudgetExhausted => FinishReason::CallBudgetExceeded,
+            RlmOutcome::Stopped { reason } => reason.clone(),
+            RlmOutcome::Failed { .. } => FinishReason::Fault,
+        }
     }
 }
 
@@ -181,8 +200,8 @@ pub struct RlmResult {
     pub trajectory: Vec<RlmIteration>,
     /// Primary-model iterations used (the extraction call not counted).
     pub iterations: u32,
-    /// Sub-calls charged to the budget by this run and its child runs.
-    pub sub_calls: u32,
+    /// Model calls charged to the sub-call budget by this run and its child runs.
+    pub sub_calls: u64,
     /// Usage including sub-calls and child runs.
     pub usage: Usage,
     /// USD cost including sub-calls and child runs (0 where prices are unknown).
@@ -200,7 +219,7 @@ pub struct Rlm {
     config: RlmConfig,
     schema: Arc<OutputSchema>,
     child_schema: Arc<OutputSchema>,
-    tools: ToolRegistry,
+    tools: ToolInvoker,
 }
 
 impl std::fmt::Debug for Rlm {
@@ -320,7 +339,7 @@ impl Rlm {
     ) -> Result<Self, RlmError> {
         let schema = Arc::new(OutputSchema::new(config.output_schema.clone())?);
         let child_schema = Arc::new(OutputSchema::new(default_output_schema())?);
-        Ok(Self { primary, sub, config, schema, child_schema, tools: ToolRegistry::new() })
+        Ok(Self { primary, sub, config, schema, child_schema, tools: ToolInvoker::default() })
     }
 
     /// An RLM that uses one provider for both the primary and the sub-model (the model names
@@ -329,14 +348,15 @@ impl Rlm {
         Self::new(provider.clone(), provider, config)
     }
 
-    /// Makes these tools callable from snippets. Names must be Python identifiers that are
-    /// not keywords, common builtins, or the primitives (`llm_query`, `llm_query_batched`,
-    /// `rlm_query`, `submit`).
-    pub fn with_host_tools(mut self, tools: ToolRegistry) -> Result<Self, RlmError> {
-        for name in tools.names() {
+    /// Makes the invoker's tools callable from snippets; each call goes through the invoker
+    /// (its permission gate, timeout, output cap and events), as in the agent loop. Names must
+    /// be Python identifiers that are not keywords, common builtins, or the primitives
+    /// (`llm_query`, `llm_query_batched`, `rlm_query`, `submit`).
+    pub fn with_host_tools(mut self, tools: ToolInvoker) -> Result<Self, RlmError> {
+        for name in tools.tools().names() {
             check_tool_name(&name)?;
         }
-        self.tools.extend(&tools);
+        self.tools = tools;
         Ok(self)
     }
 
@@ -347,19 +367,24 @@ impl Rlm {
 
     /// The host tools.
     pub fn host_tools(&self) -> &ToolRegistry {
-        &self.tools
+        self.tools.tools()
     }
 
     /// Answers `question` over `inputs` as a run in `scope` (events go to the scope's sink;
     /// usage and cost roll up the tree; the tree's budget is honoured before each model call).
-    /// Each call has its own sub-call budget.
-    pub async fn run(&self, question: &str, inputs: Inputs, scope: &RunScope) -> Result<RlmResult, RlmError> {
+    ///
+    /// Each call carves its sub-call budget from the scope's budget: a node of the budget tree
+    /// limited to `max_llm_calls` model calls, which every sub-call and every model call of a
+    /// child RLM is charged to. A fault returns everything gathered so far in
+    /// [`RlmRunError::partial`].
+    pub async fn run(&self, question: &str, inputs: Inputs, scope: &RunScope) -> Result<RlmResult, RlmRunError> {
         let engine = Arc::new(self.clone());
         let tree = Arc::new(Tree {
-            budget: CallBudget::new(self.config.max_llm_calls),
             semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))),
+            calls_total: u64::from(self.config.max_llm_calls),
         });
-        let node = Node { rlm_depth: 0, counters: vec![Arc::new(AtomicU32::new(0))] };
+        let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
+        let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
         engine.run_node(question, &inputs, scope, tree, node).await
     }
 }
@@ -386,8 +411,10 @@ fn check_tool_name(name: &str) -> Result<(), RlmError> {
 
 /// Shared by every run of one invocation tree.
 struct Tree {
-    budget: CallBudget,
+    /// Sub-model calls in flight at once.
     semaphore: Arc<Semaphore>,
+    /// The size of the sub-call budget (for messages).
+    calls_total: u64,
 }
 
 /// Where a run sits among the RLM levels.
@@ -395,27 +422,48 @@ struct Tree {
 struct Node {
     /// 0 for the top-level run.
     rlm_depth: u32,
-    /// Sub-call counters of this run and its RLM ancestors.
-    counters: Vec<Arc<AtomicU32>>,
+    /// The scope sub-calls and child runs are made in: this run's node of the run tree, with
+    /// the budget node they are charged to (the sub-call budget, or a child run's own node
+    /// under it).
+    sub_scope: RunScope,
+    /// The run's first primary call was reserved by the `rlm_query` that started it.
+    first_reserved: bool,
 }
 
 impl Node {
-    fn charge(&self, tree: &Tree, n: u32) -> Result<(), crate::budget::BudgetExhausted> {
-        tree.budget.try_reserve(n)?;
-        for c in &self.counters {
-            c.fetch_add(n, Ordering::SeqCst);
-        }
-        Ok(())
+    /// Reserves `n` sub-calls, or says why not (nothing is spent then).
+    fn reserve(&self, tree: &Tree, n: u64) -> Result<(), String> {
+        let budget = self.sub_scope.budget();
+        budget.reserve_calls(n).map_err(|reason| match reason {
+            FinishReason::CallBudgetExceeded => format!(
+                "the sub-call budget is spent: {n} call(s) needed, {} of {} left",
+                budget.calls_left().unwrap_or(0),
+                tree.calls_total
+            ),
+            other => format!("the run must stop: {other}"),
+        })
     }
 
-    fn own_calls(&self) -> u32 {
-        self.counters.first().map(|c| c.load(Ordering::SeqCst)).unwrap_or(0)
+    /// Model calls charged under this node.
+    fn calls(&self) -> u64 {
+        self.sub_scope.budget().calls_used()
+    }
+
+    fn calls_left(&self) -> Option<u64> {
+        self.sub_scope.budget().calls_left()
     }
 }
 
 enum Primary {
     Reply(ChatResponse),
-    Stop(FinishReason),
+    Stop(RlmOutcome),
+}
+
+/// What a run has gathered so far (also what a fault leaves behind).
+#[derive(Default)]
+struct Progress {
+    trajectory: Vec<RlmIteration>,
+    iterations: u32,
 }
 
 impl Rlm {
@@ -445,7 +493,7 @@ impl Rlm {
         } else {
             &self.config.sub_options.model
         };
-        let specs = self.tools.specs();
+        let specs = self.tools.tools().specs();
         let facts = CatalogFacts {
             context_alias: summary.context_alias.as_deref(),
             timeout_secs: self.config.snippet_timeout.as_secs_f64(),
@@ -463,43 +511,27 @@ impl Rlm {
         format!("{instructions}\n\n{}", catalog(&facts))
     }
 
-    async fn call_primary(&self, scope: &RunScope, step: u32, messages: &[Message]) -> Result<Primary, RlmError> {
-        if let Some(reason) = scope.stop_reason() {
-            return Ok(Primary::Stop(reason));
-        }
+    async fn call_primary(&self, scope: &RunScope, call: ModelCall, messages: &[Message]) -> Result<Primary, RlmError> {
         let request = ChatRequest {
             messages: messages.to_vec(),
             tools: Vec::new(),
             options: self.config.primary_options.clone(),
         };
-        let deadline = scope.budget().remaining_time().map(|r| tokio::time::Instant::now() + r);
-        let cancel = scope.cancel_token().clone();
-        let call = self.primary.complete(request);
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Ok(Primary::Stop(FinishReason::Cancelled)),
-            r = async {
-                match deadline {
-                    Some(d) => tokio::time::timeout_at(d, call).await.ok(),
-                    None => Some(call.await),
-                }
-            } => r,
-        };
-        match outcome {
-            None => Ok(Primary::Stop(FinishReason::WallClockExceeded)),
-            Some(Err(e)) => {
-                scope.emit(step, EventKind::Error { message: e.to_string() });
-                Err(e.into())
-            }
-            Some(Ok(response)) => {
-                scope.record_response(step, &response);
-                scope.emit(step, EventKind::AssistantText { text: response.message.content.clone() });
+        match scope.call_model(self.primary.as_ref(), request, call).await {
+            Ok(response) => {
+                scope.emit(call.step, EventKind::AssistantText { text: response.message.content.clone() });
                 Ok(Primary::Reply(response))
             }
+            Err(ModelCallError::Stopped(FinishReason::CallBudgetExceeded)) => {
+                Ok(Primary::Stop(RlmOutcome::CallBudgetExhausted))
+            }
+            Err(ModelCallError::Stopped(reason)) => Ok(Primary::Stop(RlmOutcome::Stopped { reason })),
+            Err(ModelCallError::Provider(e)) => Err(e.into()),
         }
     }
 
-    /// Runs one RLM node (the top-level run or a child) to its end.
+    /// Runs one RLM node (the top-level run or a child) to its end: `rlm_finished` and
+    /// `run_finished` events close it, also after a fault, which keeps what was gathered.
     async fn run_node(
         self: Arc<Self>,
         question: &str,
@@ -507,11 +539,57 @@ impl Rlm {
         scope: &RunScope,
         tree: Arc<Tree>,
         node: Node,
-    ) -> Result<RlmResult, RlmError> {
+    ) -> Result<RlmResult, RlmRunError> {
         scope.emit(0, EventKind::RunStarted { goal: question.to_string() });
-        let schema = self.schema_for(&node).clone();
+        let mut progress = Progress::default();
+        let ended = self.clone().iterate(question, inputs, scope, &tree, &node, &mut progress).await;
+        let (output, outcome, error) = match ended {
+            Ok((output, outcome)) => (output, outcome, None),
+            Err(e) => (Value::Null, RlmOutcome::Failed { error: e.to_string() }, Some(e)),
+        };
+        let usage = scope.usage();
+        let cost_usd = scope.cost_usd();
+        scope.emit(progress.iterations, RlmEvent::RlmFinished { outcome: outcome.clone() }.into_kind());
+        scope.emit(
+            progress.iterations,
+            EventKind::RunFinished {
+                finish_reason: outcome.finish_reason(),
+                error: error.as_ref().map(ToString::to_string),
+                usage,
+                cost_usd,
+            },
+        );
+        let result = RlmResult {
+            output,
+            submitted: outcome == RlmOutcome::Submitted,
+            extracted: outcome == RlmOutcome::Extracted,
+            outcome,
+            trajectory: progress.trajectory,
+            iterations: progress.iterations,
+            sub_calls: node.calls(),
+            usage,
+            cost_usd,
+            run_id: scope.ids().run_id.clone(),
+        };
+        match error {
+            None => Ok(result),
+            Some(error) => Err(RlmRunError { error, partial: Box::new(result) }),
+        }
+    }
+
+    /// The iterations and, when they run out, the extraction.
+    async fn iterate(
+        self: Arc<Self>,
+        question: &str,
+        inputs: &Inputs,
+        scope: &RunScope,
+        tree: &Arc<Tree>,
+        node: &Node,
+        progress: &mut Progress,
+    ) -> Result<(Value, RlmOutcome), RlmError> {
+        let schema = self.schema_for(node).clone();
         let mut messages = vec![
-            Message::system(self.system_prompt(inputs, &node)),
+            Message::system(self.system_prompt(inputs, node)),
             Message::user(format!(
                 "Question:\n{question}\n\nInputs (read them through `inputs[...]`; the previews are not the \
                  data):\n{}",
@@ -525,15 +603,7 @@ impl Rlm {
             setup.push_str(&format!("context = inputs[{}]\n", Value::String(name.to_string())));
         }
         let sandbox =
-            match Sandbox::start(self.sandbox_limits(), vec![("inputs".to_string(), inputs.to_monty_dict())], &setup)
-                .await
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    scope.emit(0, EventKind::Error { message: e.to_string() });
-                    return Err(e.into());
-                }
-            };
+            Sandbox::start(self.sandbox_limits(), vec![("inputs".to_string(), inputs.to_monty_dict())], &setup).await?;
         let host = Arc::new(RunHost {
             engine: self.clone(),
             tree: tree.clone(),
@@ -544,99 +614,28 @@ impl Rlm {
             tool_calls: AtomicU32::new(0),
         });
         let max = self.config.max_iterations;
-        let mut trajectory: Vec<RlmIteration> = Vec::new();
-        let mut submitted: Option<Value> = None;
-        let mut ended: Option<RlmOutcome> = None;
-        let mut iterations = 0u32;
         for iteration in 1..=max {
-            if node.rlm_depth > 0 && iteration > 1 && node.charge(&tree, 1).is_err() {
-                ended = Some(RlmOutcome::CallBudgetExhausted);
-                break;
-            }
             host.step.store(iteration, Ordering::SeqCst);
             scope.emit(
                 iteration,
-                EventKind::Custom {
-                    name: "rlm_iteration".into(),
-                    data: json!({"iteration": iteration, "max_iterations": max, "llm_calls_left": tree.budget.left()}),
-                },
+                RlmEvent::RlmIteration { iteration, max_iterations: max, llm_calls_left: node.calls_left() }
+                    .into_kind(),
             );
-            let response = match self.call_primary(scope, iteration, &messages).await? {
+            let call = ModelCall { reserved: node.first_reserved && iteration == 1, ..ModelCall::at(iteration) };
+            let response = match self.call_primary(scope, call, &messages).await? {
                 Primary::Reply(r) => r,
-                Primary::Stop(reason) => {
-                    ended = Some(RlmOutcome::Stopped { reason });
-                    break;
-                }
+                Primary::Stop(outcome) => return Ok((Value::Null, outcome)),
             };
-            iterations = iteration;
+            progress.iterations = iteration;
             let reply = response.message.content.clone();
             messages.push(Message::assistant(reply.clone()));
-            let blocks = extract_code_blocks(&reply);
-            let mut snippets = Vec::new();
-            let mut parts: Vec<String> = Vec::new();
-            if blocks.is_empty() {
-                parts.push(NO_CODE_OBSERVATION.to_string());
-            }
-            let total = blocks.len();
-            for (i, code) in blocks.iter().enumerate() {
-                scope.emit(
-                    iteration,
-                    EventKind::Custom {
-                        name: "rlm_snippet".into(),
-                        data: json!({"iteration": iteration, "block": i + 1, "code": code}),
-                    },
-                );
-                let outcome = sandbox.execute(code, host.clone(), scope.cancel_token()).await;
-                let observation = if outcome.finished.is_some() {
-                    let shown = truncate_middle(outcome.stdout.trim_end(), self.config.observation_max_chars);
-                    if shown.is_empty() { "(submitted)".to_string() } else { format!("{shown}\n(submitted)") }
-                } else {
-                    truncate_middle(&snippet_observation(&outcome), self.config.observation_max_chars)
-                };
-                let error = outcome.error.as_ref().map(|e| e.kind);
-                scope.emit(
-                    iteration,
-                    EventKind::Custom {
-                        name: "rlm_observation".into(),
-                        data: json!({
-                            "iteration": iteration,
-                            "block": i + 1,
-                            "observation": observation,
-                            "error": error,
-                            "submitted": outcome.finished.is_some(),
-                            "duration_ms": outcome.duration_ms,
-                            "host_calls": outcome.host_calls,
-                        }),
-                    },
-                );
-                let header = if total > 1 { format!("--- block {} of {total} ---\n", i + 1) } else { String::new() };
-                parts.push(format!("{header}{observation}"));
-                snippets.push(RlmSnippet {
-                    code: code.clone(),
-                    observation,
-                    error,
-                    submitted: outcome.finished.is_some(),
-                    duration_ms: outcome.duration_ms,
-                });
-                if let Some(payload) = outcome.finished {
-                    submitted = Some(payload);
-                    break;
-                }
-                if error.is_some() && i + 1 < total {
-                    parts.push(format!(
-                        "[the remaining {} block(s) did not run because block {} failed]",
-                        total - i - 1,
-                        i + 1
-                    ));
-                    break;
-                }
-            }
+            let (snippets, mut parts, submitted) = self.run_blocks(&sandbox, &host, scope, iteration, &reply).await;
             let left = max - iteration;
             if submitted.is_none() {
                 let mut footer = format!(
                     "[{left} iteration(s) left; {} of {} sub-calls left]",
-                    tree.budget.left(),
-                    tree.budget.total()
+                    node.calls_left().unwrap_or(0),
+                    tree.calls_total
                 );
                 if left == 1 {
                     footer.push_str("\nThis is your last iteration: call submit(...) with your best result now.");
@@ -645,58 +644,97 @@ impl Rlm {
             }
             let observation = parts.join("\n");
             messages.push(Message::user(observation.clone()));
-            trajectory.push(RlmIteration { iteration, reply, snippets, observation });
-            if submitted.is_some() {
-                break;
+            progress.trajectory.push(RlmIteration { iteration, reply, snippets, observation });
+            if let Some(payload) = submitted {
+                return Ok((payload, RlmOutcome::Submitted));
             }
         }
         drop(sandbox);
-        let (output, outcome) = match (submitted, ended) {
-            (Some(payload), _) => (payload, RlmOutcome::Submitted),
-            (None, Some(outcome)) => (Value::Null, outcome),
-            (None, None) => self.extract(scope, &tree, &node, &schema, &mut messages, max + 1).await?,
-        };
-        let usage = scope.usage();
-        let cost_usd = scope.cost_usd();
-        scope
-            .emit(iterations, EventKind::TurnFinished { finish_reason: outcome.as_str().to_string(), usage, cost_usd });
-        Ok(RlmResult {
-            output,
-            submitted: outcome == RlmOutcome::Submitted,
-            extracted: outcome == RlmOutcome::Extracted,
-            outcome,
-            trajectory,
-            iterations,
-            sub_calls: node.own_calls(),
-            usage,
-            cost_usd,
-            run_id: scope.ids().run_id.clone(),
-        })
+        self.extract(scope, &schema, &mut messages, max + 1).await
+    }
+
+    /// Runs the code blocks of one reply in order, stopping at a submit or a failure. Returns
+    /// the snippets, the observation parts and the submitted payload, if any.
+    async fn run_blocks(
+        &self,
+        sandbox: &Sandbox,
+        host: &Arc<RunHost>,
+        scope: &RunScope,
+        iteration: u32,
+        reply: &str,
+    ) -> (Vec<RlmSnippet>, Vec<String>, Option<Value>) {
+        let blocks = extract_code_blocks(reply);
+        let mut snippets = Vec::new();
+        let mut parts: Vec<String> = Vec::new();
+        if blocks.is_empty() {
+            parts.push(NO_CODE_OBSERVATION.to_string());
+        }
+        let total = blocks.len();
+        for (i, code) in blocks.iter().enumerate() {
+            scope.emit(iteration, RlmEvent::RlmSnippet { iteration, block: i + 1, code: code.clone() }.into_kind());
+            let outcome = sandbox.execute(code, host.clone(), scope.cancel_token()).await;
+            let observation = if outcome.finished.is_some() {
+                let shown = truncate_middle(outcome.stdout.trim_end(), self.config.observation_max_chars);
+                if shown.is_empty() { "(submitted)".to_string() } else { format!("{shown}\n(submitted)") }
+            } else {
+                truncate_middle(&snippet_observation(&outcome), self.config.observation_max_chars)
+            };
+            let error = outcome.error.as_ref().map(|e| e.kind);
+            scope.emit(
+                iteration,
+                RlmEvent::RlmObservation {
+                    iteration,
+                    block: i + 1,
+                    observation: observation.clone(),
+                    error,
+                    submitted: outcome.finished.is_some(),
+                    duration_ms: outcome.duration_ms,
+                    host_calls: outcome.host_calls,
+                }
+                .into_kind(),
+            );
+            let header = if total > 1 { format!("--- block {} of {total} ---\n", i + 1) } else { String::new() };
+            parts.push(format!("{header}{observation}"));
+            snippets.push(RlmSnippet {
+                code: code.clone(),
+                observation,
+                error,
+                submitted: outcome.finished.is_some(),
+                duration_ms: outcome.duration_ms,
+            });
+            if let Some(payload) = outcome.finished {
+                return (snippets, parts, Some(payload));
+            }
+            if error.is_some() && i + 1 < total {
+                parts.push(format!(
+                    "[the remaining {} block(s) did not run because block {} failed]",
+                    total - i - 1,
+                    i + 1
+                ));
+                break;
+            }
+        }
+        (snippets, parts, None)
     }
 
     /// The final extraction call after the iterations ran out.
     async fn extract(
         &self,
         scope: &RunScope,
-        tree: &Tree,
-        node: &Node,
         schema: &OutputSchema,
         messages: &mut Vec<Message>,
         step: u32,
     ) -> Result<(Value, RlmOutcome), RlmError> {
-        if node.rlm_depth > 0 && node.charge(tree, 1).is_err() {
-            return Ok((Value::Null, RlmOutcome::CallBudgetExhausted));
-        }
         messages.push(Message::user(format!(
             "You have used all {} iterations without a valid submit. From the work above, give the final result \
              now. Reply with only a JSON value that matches this schema (no code, no other text):\n```json\n{}\n```",
             self.config.max_iterations,
             schema.schema()
         )));
-        scope.emit(step, EventKind::Custom { name: "rlm_extraction".into(), data: json!({"step": step}) });
-        let response = match self.call_primary(scope, step, messages).await? {
+        scope.emit(step, RlmEvent::RlmExtraction { step }.into_kind());
+        let response = match self.call_primary(scope, ModelCall::at(step), messages).await? {
             Primary::Reply(r) => r,
-            Primary::Stop(reason) => return Ok((Value::Null, RlmOutcome::Stopped { reason })),
+            Primary::Stop(outcome) => return Ok((Value::Null, outcome)),
         };
         let text = response.message.content;
         let parsed = match parse_json_reply(&text) {
@@ -706,22 +744,15 @@ impl Rlm {
                 wrapped.is_object().then_some(wrapped)
             }
         };
-        let Some(value) = parsed else {
-            let errors = vec!["the extraction reply contained no JSON".to_string()];
-            scope.emit(
-                step,
-                EventKind::Custom { name: "rlm_extraction_failed".into(), data: json!({"errors": errors}) },
-            );
-            return Ok((Value::String(text), RlmOutcome::ExtractionFailed { errors }));
+        let verdict = match &parsed {
+            None => Err(vec!["the extraction reply contained no JSON".to_string()]),
+            Some(value) => schema.validate(value),
         };
-        match schema.validate(&value) {
-            Ok(()) => Ok((value, RlmOutcome::Extracted)),
+        match verdict {
+            Ok(()) => Ok((parsed.unwrap_or(Value::Null), RlmOutcome::Extracted)),
             Err(errors) => {
-                scope.emit(
-                    step,
-                    EventKind::Custom { name: "rlm_extraction_failed".into(), data: json!({"errors": errors}) },
-                );
-                Ok((value, RlmOutcome::ExtractionFailed { errors }))
+                scope.emit(step, RlmEvent::RlmExtractionFailed { errors: errors.clone() }.into_kind());
+                Ok((parsed.unwrap_or(Value::String(text)), RlmOutcome::ExtractionFailed { errors }))
             }
         }
     }
@@ -782,7 +813,7 @@ fn bind_args(
 
 impl SandboxHost for RunHost {
     fn is_host_function(&self, name: &str) -> bool {
-        PRIMITIVES.contains(&name) || self.engine.tools.get(name).is_some()
+        PRIMITIVES.contains(&name) || self.engine.tools.tools().get(name).is_some()
     }
 
     fn call(&self, call: HostCall) -> HostReply {
@@ -806,7 +837,12 @@ impl RunHost {
     }
 
     fn sub_caller(&self) -> SubCaller {
-        SubCaller { engine: self.engine.clone(), tree: self.tree.clone(), scope: self.scope.clone(), step: self.step() }
+        SubCaller {
+            engine: self.engine.clone(),
+            tree: self.tree.clone(),
+            scope: self.node.sub_scope.clone(),
+            step: self.step(),
+        }
     }
 
     fn llm_query(&self, call: &HostCall) -> HostReply {
@@ -818,8 +854,8 @@ impl RunHost {
         if let Some(msg) = self.stopped() {
             return error_value(msg);
         }
-        if let Err(e) = self.node.charge(&self.tree, 1) {
-            return error_value(e.to_string());
+        if let Err(e) = self.node.reserve(&self.tree, 1) {
+            return error_value(e);
         }
         let caller = self.sub_caller();
         HostReply::Pending(Box::pin(async move {
@@ -842,11 +878,11 @@ impl RunHost {
         if let Some(msg) = self.stopped() {
             return error_value(msg);
         }
-        let n = prompts.len() as u32;
-        if let Err(e) = self.node.charge(&self.tree, n) {
+        let n = prompts.len() as u64;
+        if let Err(e) = self.node.reserve(&self.tree, n) {
             return error_value(format!(
                 "{e}; nothing was sent. Send a smaller batch (at most {} prompts) or submit.",
-                e.left
+                self.node.calls_left().unwrap_or(0)
             ));
         }
         let caller = self.sub_caller();
@@ -888,8 +924,8 @@ impl RunHost {
         if let Some(msg) = self.stopped() {
             return error_value(msg);
         }
-        if let Err(e) = self.node.charge(&self.tree, 1) {
-            return error_value(e.to_string());
+        if let Err(e) = self.node.reserve(&self.tree, 1) {
+            return error_value(e);
         }
         let child_depth = self.node.rlm_depth + 1;
         let fallback = |why: &str| {
@@ -910,10 +946,7 @@ impl RunHost {
             }
             self.scope.emit(
                 self.step(),
-                EventKind::Custom {
-                    name: "rlm_child_fallback".into(),
-                    data: json!({"reason": why, "prompt_chars": text.chars().count()}),
-                },
+                RlmEvent::RlmChildFallback { reason: why.to_string(), prompt_chars: text.chars().count() }.into_kind(),
             );
             HostReply::Pending(Box::pin(async move {
                 Ok(match caller.complete(text, "rlm_query").await {
@@ -925,7 +958,9 @@ impl RunHost {
         if child_depth > self.engine.config.max_depth {
             return fallback("max_depth");
         }
-        let child_scope = match self.scope.child("rlm") {
+        // The child's own budget node (no limit of its own) sits under the sub-call budget, so
+        // every model call of the child is charged to it and counted for the child.
+        let child_scope = match self.node.sub_scope.child_with_budget("rlm", BudgetLimits::default()) {
             Ok(s) => s,
             Err(e) => return fallback(&e.to_string()),
         };
@@ -942,56 +977,49 @@ impl RunHost {
         let input_names: Vec<String> = inputs.iter().map(|(n, _)| n.to_string()).collect();
         self.scope.emit(
             self.step(),
-            EventKind::Custom {
-                name: "rlm_child_started".into(),
-                data: json!({
-                    "child_run_id": child_scope.ids().run_id,
-                    "depth": child_scope.depth(),
-                    "rlm_depth": child_depth,
-                    "prompt_chars": prompt_chars,
-                    "inputs": input_names,
-                }),
-            },
+            RlmEvent::RlmChildStarted {
+                child_run_id: child_scope.ids().run_id.clone(),
+                depth: child_scope.depth(),
+                rlm_depth: child_depth,
+                prompt_chars,
+                inputs: input_names,
+            }
+            .into_kind(),
         );
-        let mut counters = vec![Arc::new(AtomicU32::new(0))];
-        counters.extend(self.node.counters.iter().cloned());
-        let child = Node { rlm_depth: child_depth, counters };
+        let child = Node { rlm_depth: child_depth, sub_scope: child_scope.clone(), first_reserved: true };
         let engine = self.engine.clone();
         let tree = self.tree.clone();
         let parent = self.scope.clone();
         let step = self.step();
         HostReply::Pending(Box::pin(async move {
-            let run: BoxFuture<'static, Result<RlmResult, RlmError>> = Box::pin({
+            let run: BoxFuture<'static, Result<RlmResult, RlmRunError>> = Box::pin({
                 let child_scope = child_scope.clone();
                 async move { engine.run_node(&question, &inputs, &child_scope, tree, child).await }
             });
-            let result = run.await;
-            let (reply, data) = match result {
-                Ok(r) => {
-                    let data = json!({
-                        "child_run_id": r.run_id,
-                        "outcome": r.outcome.as_str(),
-                        "iterations": r.iterations,
-                        "sub_calls": r.sub_calls,
-                        "usage": r.usage,
-                        "cost_usd": r.cost_usd,
-                    });
-                    let reply = if r.outcome.has_output() {
-                        match r.output.get("answer") {
-                            Some(Value::String(a)) => json!({ "result": a }),
-                            _ => json!({ "result": r.output }),
-                        }
-                    } else {
-                        json!({ "error": format!("the child run ended without a result ({})", r.outcome.as_str()) })
-                    };
-                    (reply, data)
-                }
-                Err(e) => (
-                    json!({ "error": format!("the child run failed: {e}") }),
-                    json!({"child_run_id": child_scope.ids().run_id, "error": e.to_string()}),
-                ),
+            let (r, error) = match run.await {
+                Ok(r) => (r, None),
+                Err(e) => (*e.partial, Some(e.error.to_string())),
             };
-            parent.emit(step, EventKind::Custom { name: "rlm_child_finished".into(), data });
+            let reply = match (&error, r.outcome.has_output()) {
+                (Some(e), _) => json!({ "error": format!("the child run failed: {e}") }),
+                (None, true) => match r.output.get("answer") {
+                    Some(Value::String(a)) => json!({ "result": a }),
+                    _ => json!({ "result": r.output }),
+                },
+                (None, false) => {
+                    json!({ "error": format!("the child run ended without a result ({})", r.outcome.as_str()) })
+                }
+            };
+            let finished = RlmEvent::RlmChildFinished {
+                child_run_id: r.run_id,
+                outcome: error.is_none().then_some(r.outcome),
+                iterations: r.iterations,
+                sub_calls: r.sub_calls,
+                usage: r.usage,
+                cost_usd: r.cost_usd,
+                error,
+            };
+            parent.emit(step, finished.into_kind());
             Ok(reply)
         }))
     }
@@ -1007,10 +1035,8 @@ impl RunHost {
         let verdict = self.schema.validate(&payload);
         self.scope.emit(
             self.step(),
-            EventKind::Custom {
-                name: "rlm_submit".into(),
-                data: json!({"valid": verdict.is_ok(), "errors": verdict.as_ref().err(), "output": payload}),
-            },
+            RlmEvent::RlmSubmit { valid: verdict.is_ok(), errors: verdict.as_ref().err().cloned(), output: payload.clone() }
+                .into_kind(),
         );
         match verdict {
             Ok(()) => HostReply::Finish(payload),
@@ -1028,8 +1054,11 @@ impl RunHost {
         }
     }
 
+    /// A host tool: through the run's tool executor (permission gate, timeout, output cap,
+    /// `tool_call`/`tool_result` events), like a tool call of the agent loop. A denied or failed
+    /// call answers `{"error": ...}`.
     fn host_tool(&self, call: &HostCall) -> HostReply {
-        let Some(tool) = self.engine.tools.get(&call.name).cloned() else {
+        let Some(tool) = self.engine.tools.tools().get(&call.name).cloned() else {
             return HostReply::Raise(MontyException::new(
                 ExcType::NameError,
                 Some(format!("name '{}' is not defined", call.name)),
@@ -1058,33 +1087,16 @@ impl RunHost {
         }
         let n = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let step = self.step();
-        let ctx = ToolContext { scope: self.scope.clone(), step, call_id: format!("rlm-{step}-{n}") };
-        let tool_call = ToolCall { id: ctx.call_id.clone(), name: call.name.clone(), arguments: Value::Object(args) };
+        let tool_call = ToolCall { id: format!("rlm-{step}-{n}"), name: call.name.clone(), arguments: Value::Object(args) };
+        let invoker = self.engine.tools.clone();
         let scope = self.scope.clone();
         HostReply::Pending(Box::pin(async move {
-            let t0 = Instant::now();
-            let result = tool.call(tool_call.arguments.clone(), &ctx).await;
-            let ms = t0.elapsed().as_millis() as u64;
-            let (output, is_error) = match &result {
-                Ok(text) => (text.clone(), false),
-                Err(e) => (e.to_string(), true),
-            };
-            scope.emit(
-                step,
-                EventKind::Custom {
-                    name: "rlm_host_tool".into(),
-                    data: json!({
-                        "name": tool_call.name,
-                        "arguments": tool_call.arguments,
-                        "is_error": is_error,
-                        "output_chars": output.chars().count(),
-                        "duration_ms": ms,
-                    }),
-                },
-            );
-            Ok(match result {
-                Ok(text) => Value::String(text),
-                Err(e) => json!({ "error": e.to_string() }),
+            let outcome = invoker.invoke(tool_call, &scope, step, None).await;
+            Ok(if outcome.is_error {
+                let message = outcome.output.strip_prefix("error: ").unwrap_or(&outcome.output);
+                json!({ "error": message })
+            } else {
+                Value::String(outcome.output)
             })
         }))
     }
@@ -1107,7 +1119,8 @@ struct SubCallError {
     message: String,
 }
 
-/// Makes sub-model calls for one run: concurrency-limited, observable, usage recorded.
+/// Makes sub-model calls for one run: concurrency-limited, observable, each a guarded model
+/// call of the run tree already reserved on the sub-call budget.
 struct SubCaller {
     engine: Arc<Rlm>,
     tree: Arc<Tree>,
@@ -1117,17 +1130,9 @@ struct SubCaller {
 
 impl SubCaller {
     async fn complete(&self, prompt: String, kind: &str) -> Result<String, SubCallError> {
-        let stop = |r: FinishReason| SubCallError { kind: "Stopped", message: format!("the run must stop: {r}") };
-        if let Some(r) = self.scope.stop_reason() {
-            return Err(stop(r));
-        }
-        let cancel = self.scope.cancel_token().clone();
         let Ok(_permit) = self.tree.semaphore.acquire().await else {
             return Err(SubCallError { kind: "Internal", message: "the sub-call limiter is closed".into() });
         };
-        if let Some(r) = self.scope.stop_reason() {
-            return Err(stop(r));
-        }
         let prompt_chars = prompt.chars().count();
         let request = ChatRequest {
             messages: vec![Message::user(prompt)],
@@ -1135,50 +1140,28 @@ impl SubCaller {
             options: self.engine.config.sub_options.clone(),
         };
         let t0 = Instant::now();
-        let result = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(stop(FinishReason::Cancelled)),
-            r = self.engine.sub.complete(request) => r.map_err(|e| SubCallError { kind: "ProviderError", message: e.to_string() }),
+        let call = ModelCall { reserved: true, ..ModelCall::at(self.step) };
+        let result = self.scope.call_model(self.engine.sub.as_ref(), request, call).await.map_err(|e| match e {
+            ModelCallError::Stopped(r) => SubCallError { kind: "Stopped", message: format!("the run must stop: {r}") },
+            other => SubCallError { kind: "ProviderError", message: other.to_string() },
+        });
+        let (response_chars, error) = match &result {
+            Ok(r) => (Some(r.message.content.chars().count()), None),
+            Err(e) => (None, Some(e.message.clone())),
         };
-        let latency_ms = t0.elapsed().as_millis() as u64;
-        match result {
-            Ok(response) => {
-                self.scope.record_response(self.step, &response);
-                self.scope.emit(
-                    self.step,
-                    EventKind::Custom {
-                        name: "rlm_sub_call".into(),
-                        data: json!({
-                            "kind": kind,
-                            "prompt_chars": prompt_chars,
-                            "response_chars": response.message.content.chars().count(),
-                            "latency_ms": latency_ms,
-                            "usage": response.usage,
-                            "cost_usd": response.cost_usd,
-                            "model": response.model,
-                            "ok": true,
-                        }),
-                    },
-                );
-                Ok(response.message.content)
+        self.scope.emit(
+            self.step,
+            RlmEvent::RlmSubCall {
+                kind: kind.to_string(),
+                prompt_chars,
+                response_chars,
+                latency_ms: t0.elapsed().as_millis() as u64,
+                ok: result.is_ok(),
+                error,
             }
-            Err(e) => {
-                self.scope.emit(
-                    self.step,
-                    EventKind::Custom {
-                        name: "rlm_sub_call".into(),
-                        data: json!({
-                            "kind": kind,
-                            "prompt_chars": prompt_chars,
-                            "latency_ms": latency_ms,
-                            "ok": false,
-                            "error": e.message,
-                        }),
-                    },
-                );
-                Err(e)
-            }
-        }
+            .into_kind(),
+        );
+        result.map(|r| r.message.content)
     }
 }
 

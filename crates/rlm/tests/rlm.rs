@@ -12,7 +12,8 @@ use recursive_core::{
     MemorySink, Message, MockProvider, MockReply, ProviderError, Role, RunScope, StopReason, ToolContext, ToolError,
     ToolRegistry, TypedTool, Usage,
 };
-use recursive_rlm::{Inputs, Rlm, RlmConfig, RlmOutcome, RlmResult, SnippetErrorKind};
+use recursive_core::{ExtensionEvent, ToolInvoker};
+use recursive_rlm::{Inputs, Rlm, RlmConfig, RlmEvent, RlmOutcome, RlmResult, SnippetErrorKind};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -58,15 +59,14 @@ fn observation(r: &RlmResult, iteration: usize) -> &str {
     &r.trajectory[iteration].observation
 }
 
+/// The RLM events of one type (by its tag), in order.
 fn custom<'a>(events: &'a [AgentEvent], name: &str) -> Vec<&'a AgentEvent> {
-    events.iter().filter(|e| matches!(&e.kind, EventKind::Custom { name: n, .. } if n == name)).collect()
+    events.iter().filter(|e| e.kind.extension::<RlmEvent>().is_some_and(|r| r.to_json()["type"] == name)).collect()
 }
 
-fn custom_data(e: &AgentEvent) -> &Value {
-    match &e.kind {
-        EventKind::Custom { data, .. } => data,
-        _ => unreachable!(),
-    }
+/// The fields of an RLM event.
+fn custom_data(e: &AgentEvent) -> Value {
+    e.kind.extension::<RlmEvent>().unwrap().to_json()
 }
 
 /// A provider that counts how many calls are in flight at once (each takes `latency`).
@@ -335,13 +335,13 @@ async fn rlm_query_starts_a_child_run_and_falls_back_at_the_depth_cap() {
     assert!(
         child_events
             .iter()
-            .any(|e| matches!(&e.kind, EventKind::TurnFinished { finish_reason, .. } if finish_reason == "submitted"))
+            .any(|e| matches!(&e.kind, EventKind::RunFinished { finish_reason: FinishReason::Completed, .. }))
     );
     let fallback = custom(&events, "rlm_child_fallback");
     assert_eq!(fallback.len(), 1);
     assert_eq!(fallback[0].ids.run_id, child_id);
     let finished = custom(&events, "rlm_child_finished");
-    assert_eq!(custom_data(finished[0])["outcome"], "submitted");
+    assert_eq!(custom_data(finished[0])["outcome"]["kind"], "submitted");
     // Usage rolls up: the root's totals include the child's primary calls and the sub-call.
     let all: u64 = events
         .iter()
@@ -400,7 +400,7 @@ async fn host_tools_are_callable_from_snippets() {
     )]);
     let mut tools = ToolRegistry::new();
     tools.register_typed(WordCount);
-    let machine = rlm(&p, &echo_sub(), RlmConfig::default()).with_host_tools(tools).unwrap();
+    let machine = rlm(&p, &echo_sub(), RlmConfig::default()).with_host_tools(ToolInvoker::new(tools)).unwrap();
     let (scope, sink) = scope_with_sink();
     let r = machine.run("count", Inputs::new(), &scope).await.unwrap();
     assert!(
@@ -412,7 +412,12 @@ async fn host_tools_are_callable_from_snippets() {
     // The catalog told the model how to call it.
     let system = &p.requests()[0].messages[0].content;
     assert!(system.contains("word_count(text, min_len)"), "{system}");
-    assert_eq!(custom(&sink.events(), "rlm_host_tool").len(), 4);
+    let results = sink
+        .events()
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::ToolResult { name, .. } if name == "word_count"))
+        .count();
+    assert_eq!(results, 4, "every host tool call is a tool call of the run tree");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -434,7 +439,9 @@ async fn host_tools_cannot_take_reserved_names() {
     for name in ["llm_query", "submit", "rlm_query", "llm_query_batched"] {
         let mut tools = ToolRegistry::new();
         tools.register(Arc::new(Named(name)));
-        let err = rlm(&primary(&[]), &echo_sub(), RlmConfig::default()).with_host_tools(tools).unwrap_err();
+        let err = rlm(&primary(&[]), &echo_sub(), RlmConfig::default())
+            .with_host_tools(ToolInvoker::new(tools))
+            .unwrap_err();
         assert!(err.to_string().contains("reserved"), "{err}");
     }
 }
@@ -570,13 +577,12 @@ async fn every_step_is_observable() {
     assert_eq!(sub.len(), 1);
     let d = custom_data(sub[0]);
     assert_eq!(d["prompt_chars"], 5);
-    assert_eq!(d["usage"]["input_tokens"], 7);
     assert!(d["latency_ms"].is_u64());
     assert_eq!(sub[0].step, 1);
     let usage_events = events.iter().filter(|e| matches!(e.kind, EventKind::Usage { .. })).count();
     assert_eq!(usage_events, 3);
     assert!(
-        matches!(&events.last().unwrap().kind, EventKind::TurnFinished { finish_reason, .. } if finish_reason == "submitted")
+        matches!(&events.last().unwrap().kind, EventKind::RunFinished { finish_reason: FinishReason::Completed, .. })
     );
     assert!(events.iter().all(|e| e.ids.run_id == scope.ids().run_id));
 }

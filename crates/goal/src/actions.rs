@@ -1,23 +1,22 @@
 //! Action types an atomic goal can be executed with. Each is an [`ActionExecutor`] registered
 //! by name in an [`ActionRegistry`], so new types plug in without touching the pursuit loop.
-//! Built in: `tool` (one call through the [`ToolRegistry`]), `analyze` and `synthesize` (a
+//! Built in: `tool` (one call through the run tree's [`ToolInvoker`], so permission rules,
+//! timeouts and output caps apply as in the agent loop), `analyze` and `synthesize` (a guarded
 //! model call over the evidence) and `delegate` (a task handed to a named [`Delegate`], e.g. a
 //! [`SubAgent`]; other crates add their own delegates, such as an RLM).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use async_trait::async_trait;
 use recursive_core::{
-    ChatOptions, ChatProvider, ChatRequest, EventKind, FinishReason, Message, RunScope, SubAgent, SubAgentError,
-    ToolCall, ToolContext, ToolRegistry,
+    ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, RunScope, SubAgent,
+    SubAgentError, ToolCall, ToolInvoker,
 };
 use serde_json::Value;
 
 use crate::context::GoalContext;
-use crate::model::{ModelCallError, call_model};
 use crate::structured::ActionPlan;
 
 /// Why an action produced no output.
@@ -31,13 +30,16 @@ pub enum ActionError {
     /// `constrained`.
     #[error("{0}")]
     Constrained(String),
+    /// The provider failed after its retries; the goal ends `failed` with the fault recorded.
+    #[error("{0}")]
+    Fault(String),
 }
 
 impl From<ModelCallError> for ActionError {
     fn from(e: ModelCallError) -> Self {
         match e {
             ModelCallError::Stopped(r) => ActionError::Constrained(r.to_string()),
-            other => ActionError::Failed(other.to_string()),
+            ModelCallError::Provider(e) => ActionError::Fault(e.to_string()),
         }
     }
 }
@@ -109,9 +111,9 @@ impl ActionRegistry {
     }
 
     /// `tool` (when there are tools), `analyze` and `synthesize`.
-    pub fn standard(provider: Arc<dyn ChatProvider>, tools: ToolRegistry, options: ChatOptions) -> Self {
+    pub fn standard(provider: Arc<dyn ChatProvider>, tools: ToolInvoker, options: ChatOptions) -> Self {
         let mut r = Self::new();
-        if !tools.is_empty() {
+        if !tools.tools().is_empty() {
             r.register(Arc::new(ToolAction::new(tools)));
         }
         r.register(Arc::new(ModelAction::analyze(provider.clone(), options.clone())));
@@ -165,16 +167,16 @@ impl ActionRegistry {
     }
 }
 
-/// `tool`: one call through a [`ToolRegistry`]; `target` is the tool name and `input` its JSON
+/// `tool`: one call through a [`ToolInvoker`]; `target` is the tool name and `input` its JSON
 /// arguments object.
 pub struct ToolAction {
-    tools: ToolRegistry,
+    tools: ToolInvoker,
     next_id: AtomicU64,
 }
 
 impl ToolAction {
     /// An action over these tools.
-    pub fn new(tools: ToolRegistry) -> Self {
+    pub fn new(tools: ToolInvoker) -> Self {
         Self { tools, next_id: AtomicU64::new(1) }
     }
 
@@ -200,15 +202,16 @@ impl ActionExecutor for ToolAction {
     fn description(&self) -> String {
         let mut d =
             String::from("call one tool. `target` = the tool name, `input` = its arguments as a JSON object. Tools:");
-        for spec in self.tools.specs() {
+        for spec in self.tools.tools().specs() {
             d.push_str(&format!("\n    - {}: {} Arguments schema: {}", spec.name, spec.description, spec.parameters));
         }
         d
     }
 
     fn check(&self, plan: &ActionPlan) -> Result<(), String> {
-        if self.tools.get(&plan.target).is_none() {
-            return Err(format!("unknown tool `{}`; available tools: {}", plan.target, self.tools.names().join(", ")));
+        let tools = self.tools.tools();
+        if tools.get(&plan.target).is_none() {
+            return Err(format!("unknown tool `{}`; available tools: {}", plan.target, tools.names().join(", ")));
         }
         Self::arguments(plan).map(|_| ())
     }
@@ -224,26 +227,12 @@ impl ActionExecutor for ToolAction {
             name: plan.target.clone(),
             arguments,
         };
-        let scope = request.scope;
-        scope.emit(0, EventKind::ToolCall { call: call.clone() });
-        let ctx = ToolContext { scope: scope.clone(), step: 0, call_id: call.id.clone() };
-        let t0 = Instant::now();
-        let result = self.tools.call(&call, &ctx).await;
-        let (output, is_error) = match &result {
-            Ok(out) => (out.clone(), false),
-            Err(e) => (format!("error: {e}"), true),
-        };
-        scope.emit(
-            0,
-            EventKind::ToolResult {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                output,
-                is_error,
-                duration_ms: t0.elapsed().as_millis() as u64,
-            },
-        );
-        result.map(ActionOutput::text).map_err(|e| ActionError::Failed(format!("tool `{}`: {e}", call.name)))
+        let outcome = self.tools.invoke(call, request.scope, 0, None).await;
+        match outcome.stop {
+            Some(reason) => Err(ActionError::Constrained(reason.to_string())),
+            None if outcome.is_error => Err(ActionError::Failed(format!("tool `{}`: {}", outcome.name, outcome.output))),
+            None => Ok(ActionOutput::text(outcome.output)),
+        }
     }
 }
 
@@ -320,7 +309,7 @@ impl ActionExecutor for ModelAction {
             tools: Vec::new(),
             options,
         };
-        let response = call_model(self.provider.as_ref(), req, request.scope).await?;
+        let response = request.scope.call_model(self.provider.as_ref(), req, ModelCall::at(0)).await?;
         if response.message.content.trim().is_empty() {
             return Err(ActionError::Failed(format!("{}: the model returned no text", self.name)));
         }

@@ -12,7 +12,6 @@ pub mod config;
 pub mod context;
 pub mod layers;
 pub mod log;
-pub mod model;
 pub mod outcome;
 pub mod prompts;
 pub mod pursuer;
@@ -26,8 +25,7 @@ pub use actions::{
 pub use config::{Constraints, GoalConfig, SimilarityMetric};
 pub use context::{Evidence, GoalContext};
 pub use layers::{Layering, layer};
-pub use log::{ExecutionLog, GoalEvent, GoalEventKind, LogReadError, trace, trace_id};
-pub use model::{ModelCallError, call_model};
+pub use log::{ExecutionLog, GoalEvent, GoalEventKind, GoalRunEvent, LogReadError, trace, trace_id};
 pub use outcome::{GoalOutcome, GoalResult, GoalStatus};
 pub use prompts::Phase;
 pub use pursuer::{GoalError, GoalObserver, GoalPursuer};

@@ -7,9 +7,12 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
-use recursive_core::{JsonlFile, read_jsonl};
+use recursive_core::text::one_line;
+use recursive_core::{ExtensionEvent, JsonlFile, read_jsonl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::outcome::GoalStatus;
 
 /// What happened to a goal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -75,15 +78,80 @@ pub struct GoalEvent {
     /// The parent goal.
     #[serde(default)]
     pub parent_goal: Option<String>,
-    /// The goal's status when this event ends it (`completed`, `constrained`...).
+    /// The goal's status when this event ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<GoalStatus>,
     /// The run-tree node of the goal.
     #[serde(default)]
     pub run_id: Option<String>,
     /// Event data (assessment, plan, result...).
     #[serde(default)]
     pub data: Value,
+}
+
+/// A goal event as it travels in the run tree's event stream: the log entry without the
+/// fields the run tree already carries (time, run id, run depth).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GoalRunEvent {
+    /// Something happened to a goal.
+    Goal {
+        /// What happened.
+        event: GoalEventKind,
+        /// The goal's hierarchical id.
+        goal_id: String,
+        /// The goal.
+        goal: String,
+        /// Its depth in the goal tree.
+        goal_depth: u32,
+        /// The parent goal's id.
+        #[serde(default)]
+        parent_goal_id: Option<String>,
+        /// The goal's status when this event ends it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<GoalStatus>,
+        /// Event data.
+        #[serde(default)]
+        data: Value,
+    },
+}
+
+impl From<&GoalEvent> for GoalRunEvent {
+    fn from(e: &GoalEvent) -> Self {
+        GoalRunEvent::Goal {
+            event: e.event,
+            goal_id: e.goal_id.clone(),
+            goal: e.goal.clone(),
+            goal_depth: e.depth,
+            parent_goal_id: e.parent_goal_id.clone(),
+            status: e.status,
+            data: e.data.clone(),
+        }
+    }
+}
+
+impl ExtensionEvent for GoalRunEvent {
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The live goal tree line: `[status] goal`, or `[event] goal` while it runs.
+    fn render(&self) -> Option<String> {
+        let GoalRunEvent::Goal { event, goal, status, data, .. } = self;
+        let label = match (status, event) {
+            (Some(s), _) => s.as_str().to_string(),
+            (None, GoalEventKind::Achieved) if data.get("achieved") == Some(&Value::Bool(false)) => {
+                "not yet achieved".to_string()
+            }
+            (None, e) => e.as_str().to_string(),
+        };
+        Some(format!("[{label}] {}", one_line(goal, 100)))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// Failure reading a log back.

@@ -3,7 +3,7 @@
 //! cost.
 
 use chrono::{DateTime, Utc};
-use recursive_core::Usage;
+use recursive_core::{FinishReason, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::context::Evidence;
@@ -101,9 +101,25 @@ pub struct GoalOutcome {
     /// The run-tree node it ran in, if one was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The provider fault that ended it, if one did (after the provider's retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
 }
 
 impl GoalOutcome {
+    /// The run tree's finish reason for this goal: `completed` when achieved or completed,
+    /// `error` when a provider fault ended it, `not_achieved` otherwise. (Whether the run was
+    /// cancelled is the caller's to say: the scope knows.)
+    pub fn finish_reason(&self) -> FinishReason {
+        if self.status.is_success() {
+            FinishReason::Completed
+        } else if self.fault.is_some() {
+            FinishReason::Fault
+        } else {
+            FinishReason::NotAchieved
+        }
+    }
+
     /// This goal and all its descendants, depth first.
     pub fn walk(&self) -> Vec<&GoalOutcome> {
         let mut out = vec![self];

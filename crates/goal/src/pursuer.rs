@@ -4,9 +4,16 @@
 //! later layers seeing earlier results), ask after each layer whether the goal is already
 //! **achieved** (skipping the rest if so), and **synthesize** the sub-results.
 //!
-//! Each goal runs in its own child [`RunScope`] named `goal-d{depth}`, so usage and cost roll
-//! up and the tree's budget applies; every event goes to the execution log and, as
-//! `EventKind::Custom { name: "goal_<event>" }`, to the run tree's event stream.
+//! A pursuit carves its node of the budget tree from the caller's (`max_cost_usd`, `max_time`),
+//! so every model call of every goal — also of goals running concurrently — is checked against
+//! the constraints before it is made. Each goal runs in its own child [`RunScope`] named
+//! `goal-d{depth}`, so usage and cost roll up; every event goes to the execution log and, as a
+//! typed [`GoalRunEvent`], to the run tree's event stream; each goal's node ends with a
+//! `run_finished` event.
+//!
+//! A goal's status is honest: a goal whose sub-goals mostly failed is `failed`, one whose
+//! synthesis was cut short by a limit or cancellation is `constrained`, and a provider fault
+//! that ended a goal is kept in [`GoalOutcome::fault`].
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,7 +25,8 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use recursive_core::{
-    ChatProvider, ChatRequest, EventKind, FinishReason, Message, ResponseFormat, RunScope, ToolRegistry,
+    BudgetLimits, ChatProvider, ChatRequest, EventKind, Extension, FinishReason, Message, ModelCall, ModelCallError,
+    ResponseFormat, RunScope, ToolInvoker,
 };
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -28,8 +36,7 @@ use crate::actions::{ActionError, ActionRegistry, ActionRequest};
 use crate::config::GoalConfig;
 use crate::context::{Evidence, GoalContext};
 use crate::layers::layer;
-use crate::log::{ExecutionLog, GoalEvent, GoalEventKind};
-use crate::model::{ModelCallError, call_model};
+use crate::log::{ExecutionLog, GoalEvent, GoalEventKind, GoalRunEvent};
 use crate::outcome::{GoalOutcome, GoalResult, GoalStatus};
 use crate::prompts::{self, Phase};
 use crate::similarity::{CycleKind, CycleMatch, Embedder, cosine, find_text_cycle, normalize};
@@ -75,15 +82,15 @@ impl std::fmt::Debug for GoalPursuer {
 struct Pursuit {
     objective: String,
     started: Instant,
+    /// The caller's scope with the pursuit's own budget node (cost and time constraints).
     scope: RunScope,
-    cost_base: f64,
     goal_count: AtomicUsize,
     all_goals: Mutex<Vec<String>>,
 }
 
 impl Pursuit {
     fn cost(&self) -> f64 {
-        (self.scope.cost_usd() - self.cost_base).max(0.0)
+        self.scope.budget().cost_used()
     }
 }
 
@@ -123,9 +130,10 @@ struct Frame<'a> {
 }
 
 impl GoalPursuer {
-    /// A pursuer with the standard action types (`tool` when `tools` is not empty, `analyze`,
-    /// `synthesize`) and an in-memory log.
-    pub fn new(provider: Arc<dyn ChatProvider>, tools: ToolRegistry, config: GoalConfig) -> Self {
+    /// A pursuer with the standard action types (`tool` when `tools` has any, `analyze`,
+    /// `synthesize`) and an in-memory log. Tool calls go through `tools` (its permission
+    /// gate and limits).
+    pub fn new(provider: Arc<dyn ChatProvider>, tools: ToolInvoker, config: GoalConfig) -> Self {
         let actions = ActionRegistry::standard(provider.clone(), tools, config.options.clone());
         Self {
             provider,
@@ -192,11 +200,16 @@ impl GoalPursuer {
             return Err(GoalError::EmptyObjective);
         }
         let number = self.pursuits.fetch_add(1, Ordering::SeqCst) + 1;
+        let c = &self.config.constraints;
+        let limits = BudgetLimits {
+            max_cost_usd: Some(c.max_cost_usd),
+            wall_clock: Some(c.max_time),
+            ..Default::default()
+        };
         let pursuit = Pursuit {
             objective: objective.to_string(),
             started: Instant::now(),
-            scope: scope.clone(),
-            cost_base: scope.cost_usd(),
+            scope: scope.clone().with_budget(limits),
             goal_count: AtomicUsize::new(0),
             all_goals: Mutex::new(vec![objective.to_string()]),
         };
@@ -208,13 +221,15 @@ impl GoalPursuer {
             evidence: Vec::new(),
             depth: 0,
         };
-        Ok(self.pursue_node(&pursuit, node, scope).await)
+        Ok(self.pursue_node(&pursuit, node, &pursuit.scope).await)
     }
 
     fn pursue_node<'a>(&'a self, p: &'a Pursuit, node: Node, parent_scope: &'a RunScope) -> BoxFuture<'a, GoalOutcome> {
         Box::pin(async move { self.run_node(p, node, parent_scope).await })
     }
 
+    /// Pursues one goal in its own child node of the run tree, which ends with a
+    /// `run_finished` event saying how the goal ended.
     async fn run_node(&self, p: &Pursuit, node: Node, parent_scope: &RunScope) -> GoalOutcome {
         let started_at = Utc::now();
         let t0 = Instant::now();
@@ -232,28 +247,44 @@ impl GoalPursuer {
                 );
             }
         };
+        scope.emit(0, EventKind::RunStarted { goal: node.goal.clone() });
         let frame = Frame { node: &node, scope: Some(&scope), started_at, t0 };
-        let ctx = self.context(p, &node);
+        let outcome = self.run_goal(p, &frame, &scope).await;
+        scope.emit(
+            0,
+            EventKind::RunFinished {
+                finish_reason: outcome.finish_reason(),
+                error: outcome.fault.clone(),
+                usage: scope.usage(),
+                cost_usd: scope.cost_usd(),
+            },
+        );
+        outcome
+    }
+
+    async fn run_goal(&self, p: &Pursuit, frame: &Frame<'_>, scope: &RunScope) -> GoalOutcome {
+        let node = frame.node;
+        let ctx = self.context(p, node);
         self.record(
-            &node,
-            &scope,
+            node,
+            scope,
             GoalEventKind::Started,
             None,
             json!({ "objective": p.objective, "stack": node.stack, "evidence_items": node.evidence.len() }),
         );
 
-        if let Some(reason) = self.violation(p, &ctx, &scope) {
-            return self.end(&frame, &scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
+        if let Some(reason) = self.violation(p, &ctx, scope) {
+            return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
-        if let Some(m) = self.find_cycle(&node, &scope).await {
+        if let Some(m) = self.find_cycle(node, scope).await {
             let reason =
                 format!("repeats the goal `{}` on its stack ({:?} match, score {:.2})", m.ancestor, m.kind, m.score);
             let data = json!({ "reason": reason, "ancestor": m.ancestor, "score": m.score, "kind": m.kind });
-            self.record(&node, &scope, GoalEventKind::CycleDetected, Some(GoalStatus::CycleDetected), data);
-            return self.outcome(&frame, GoalStatus::CycleDetected, Some(reason), None, GoalResult::default(), vec![]);
+            self.record(node, scope, GoalEventKind::CycleDetected, Some(GoalStatus::CycleDetected), data);
+            return self.outcome(frame, GoalStatus::CycleDetected, Some(reason), None, GoalResult::default(), vec![]);
         }
         if let Some(reason) = self.count_goal(p) {
-            return self.end(&frame, &scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
+            return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
 
         // Assess.
@@ -264,7 +295,7 @@ impl GoalPursuer {
         }
         let actions = &self.actions;
         let assessment = self
-            .structured::<Assessment>(Phase::Assess, user, &scope, |a| match (&a.executable, &a.action) {
+            .structured::<Assessment>(Phase::Assess, user, scope, |a| match (&a.executable, &a.action) {
                 (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
                 (true, Some(plan)) => actions.check(plan),
                 (false, _) => Ok(()),
@@ -272,27 +303,27 @@ impl GoalPursuer {
             .await;
         let assessment = match assessment {
             Ok(a) => a,
-            Err(e) => return self.phase_failed(&frame, &scope, Phase::Assess, e),
+            Err(e) => return self.phase_failed(p, frame, scope, Phase::Assess, e),
         };
         self.record(
-            &node,
-            &scope,
+            node,
+            scope,
             GoalEventKind::Assessed,
             None,
             json!({ "executable": assessment.executable, "reasoning": assessment.reasoning, "action": assessment.action }),
         );
 
         if let (true, Some(plan)) = (assessment.executable, assessment.action.as_ref()) {
-            return self.execute(&frame, &scope, &ctx, plan).await;
+            return self.execute(frame, scope, &ctx, plan).await;
         }
         if at_max_depth {
             let reason = format!(
                 "max_depth: the goal needs decomposition but is at depth {}, the maximum",
                 self.config.constraints.max_depth
             );
-            return self.end(&frame, &scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
+            return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
-        self.decompose_and_pursue(p, &frame, &scope, &ctx).await
+        self.decompose_and_pursue(p, frame, scope, &ctx).await
     }
 
     fn context(&self, p: &Pursuit, node: &Node) -> GoalContext {
@@ -318,22 +349,22 @@ impl GoalPursuer {
         self.spending_stop(p, scope)
     }
 
-    /// The constraints that forbid further spending: time, cost, the tree's budget.
+    /// The constraints that forbid further spending (the pursuit's budget node: time and
+    /// cost; the tree's budget; cancellation), said in the pursuit's terms.
     fn spending_stop(&self, p: &Pursuit, scope: &RunScope) -> Option<String> {
         let c = &self.config.constraints;
-        let elapsed = p.started.elapsed();
-        if elapsed >= c.max_time {
-            return Some(format!(
+        let reason = scope.stop_reason()?;
+        Some(match reason {
+            FinishReason::WallClockExceeded if p.started.elapsed() >= c.max_time => format!(
                 "max_time: {:.1}s elapsed of {:.1}s allowed",
-                elapsed.as_secs_f64(),
+                p.started.elapsed().as_secs_f64(),
                 c.max_time.as_secs_f64()
-            ));
-        }
-        let cost = p.cost();
-        if cost >= c.max_cost_usd {
-            return Some(format!("max_cost: ${cost:.4} spent of ${:.4} allowed", c.max_cost_usd));
-        }
-        scope.stop_reason().map(|r| format!("run tree stopped: {r}"))
+            ),
+            FinishReason::CostBudgetExceeded if p.cost() >= c.max_cost_usd => {
+                format!("max_cost: ${:.4} spent of ${:.4} allowed", p.cost(), c.max_cost_usd)
+            }
+            other => format!("run tree stopped: {other}"),
+        })
     }
 
     fn count_goal(&self, p: &Pursuit) -> Option<String> {
@@ -413,10 +444,11 @@ impl GoalPursuer {
         let mut attempt = 0;
         loop {
             let request = ChatRequest { messages: messages.clone(), tools: Vec::new(), options: options.clone() };
-            let response = call_model(self.provider.as_ref(), request, scope).await.map_err(|e| match e {
-                ModelCallError::Stopped(r) => PhaseError::Stopped(r),
-                other => PhaseError::Provider(other.to_string()),
-            })?;
+            let response =
+                scope.call_model(self.provider.as_ref(), request, ModelCall::at(0)).await.map_err(|e| match e {
+                    ModelCallError::Stopped(r) => PhaseError::Stopped(r),
+                    ModelCallError::Provider(e) => PhaseError::Provider(e.to_string()),
+                })?;
             let raw = response.message.content;
             let problem = match parse_lenient::<T>(&raw) {
                 Ok(value) => match validate(&value) {
@@ -466,7 +498,11 @@ impl GoalPursuer {
                 let data = json!({ "action": plan, "status": "failed", "error": reason });
                 self.record(node, scope, GoalEventKind::Executed, Some(GoalStatus::Failed), data);
                 let result = GoalResult { summary: reason.clone(), ..Default::default() };
-                self.outcome(frame, GoalStatus::Failed, Some(reason), Some(plan.clone()), result, vec![])
+                let mut o = self.outcome(frame, GoalStatus::Failed, Some(reason.clone()), Some(plan.clone()), result, vec![]);
+                if matches!(e, ActionError::Fault(_)) {
+                    o.fault = Some(reason);
+                }
+                o
             }
         }
     }
@@ -495,7 +531,7 @@ impl GoalPursuer {
             .await;
         let mut plan = match plan {
             Ok(d) => d,
-            Err(e) => return self.phase_failed(frame, scope, Phase::Decompose, e),
+            Err(e) => return self.phase_failed(p, frame, scope, Phase::Decompose, e),
         };
         let mut issues = Vec::new();
         if plan.sub_goals.len() > self.config.max_subgoals {
@@ -632,10 +668,20 @@ impl GoalPursuer {
                 if status == GoalStatus::Constrained { GoalEventKind::Constrained } else { GoalEventKind::Failed };
             self.record(node, scope, kind, Some(status), json!({ "reason": reason }));
             let result = GoalResult { summary: reason.clone(), limitations, ..Default::default() };
-            return self.outcome(frame, status, Some(reason), None, result, children);
+            // When every sub-goal was ended by a provider fault, so is this goal.
+            let fault = children
+                .iter()
+                .filter(|c| c.status != GoalStatus::Skipped)
+                .map(|c| c.fault.clone())
+                .collect::<Option<Vec<String>>>()
+                .and_then(|f| f.into_iter().next());
+            let mut o = self.outcome(frame, status, Some(reason), None, result, children);
+            o.fault = fault;
+            return o;
         }
 
-        let mut result = match self.spending_stop(p, scope) {
+        let mut stopped = self.spending_stop(p, scope);
+        let mut result = match &stopped {
             Some(stop) => {
                 limitations.push(format!("synthesized without a model call: {stop}"));
                 mechanical(&succeeded)
@@ -661,8 +707,11 @@ impl GoalPursuer {
                         evidence: Vec::new(),
                     },
                     Err(e) => {
-                        let (_, reason) = e.status_and_reason(Phase::Synthesize);
+                        let (status, reason) = e.status_and_reason(Phase::Synthesize);
                         limitations.push(format!("synthesized without the model: {reason}"));
+                        if status == GoalStatus::Constrained {
+                            stopped = Some(reason);
+                        }
                         mechanical(&succeeded)
                     }
                 }
@@ -670,7 +719,7 @@ impl GoalPursuer {
         };
         result.limitations.extend(limitations);
         result.evidence = evidence;
-        let status = if achieved.is_some() { GoalStatus::Achieved } else { GoalStatus::Completed };
+        let (status, reason) = synthesis_status(&children, achieved.is_some(), stopped);
         self.record(
             node,
             scope,
@@ -683,13 +732,27 @@ impl GoalPursuer {
                 "limitations": result.limitations,
             }),
         );
-        self.outcome(frame, status, None, None, result, children)
+        self.outcome(frame, status, reason, None, result, children)
     }
 
-    fn phase_failed(&self, frame: &Frame<'_>, scope: &RunScope, phase: Phase, e: PhaseError) -> GoalOutcome {
-        let (status, reason) = e.status_and_reason(phase);
+    fn phase_failed(
+        &self,
+        p: &Pursuit,
+        frame: &Frame<'_>,
+        scope: &RunScope,
+        phase: Phase,
+        e: PhaseError,
+    ) -> GoalOutcome {
+        let (status, mut reason) = e.status_and_reason(phase);
+        if let (PhaseError::Stopped(_), Some(stop)) = (&e, self.spending_stop(p, scope)) {
+            reason = stop;
+        }
         let kind = if status == GoalStatus::Constrained { GoalEventKind::Constrained } else { GoalEventKind::Failed };
-        self.end(frame, scope, kind, status, reason)
+        let mut o = self.end(frame, scope, kind, status, reason.clone());
+        if matches!(e, PhaseError::Provider(_)) {
+            o.fault = Some(reason);
+        }
+        o
     }
 
     /// Records a terminal event with a reason and returns the matching outcome.
@@ -729,6 +792,7 @@ impl GoalPursuer {
             usage: frame.scope.map(RunScope::usage).unwrap_or_default(),
             cost_usd: frame.scope.map(RunScope::cost_usd).unwrap_or_default(),
             run_id: frame.scope.map(|s| s.ids().run_id.clone()),
+            fault: None,
         }
     }
 
@@ -749,7 +813,7 @@ impl GoalPursuer {
             depth: node.depth,
             parent_goal_id: node.parent.as_ref().map(|p| p.0.clone()),
             parent_goal: node.parent.as_ref().map(|p| p.1.clone()),
-            status: status.map(|s| s.as_str().to_string()),
+            status,
             run_id: Some(scope.ids().run_id.clone()),
             data,
         };
@@ -757,16 +821,27 @@ impl GoalPursuer {
             tracing::warn!("goal log write failed: {e}");
             scope.emit(0, EventKind::Error { message: format!("goal log write failed: {e}") });
         }
-        scope.emit(
-            0,
-            EventKind::Custom {
-                name: format!("goal_{}", kind.as_str()),
-                data: serde_json::to_value(&event).unwrap_or(Value::Null),
-            },
-        );
+        scope.emit(0, EventKind::Extension(Extension::new(GoalRunEvent::from(&event))));
         if let Some(observer) = &self.observer {
             observer(&event);
         }
+    }
+}
+
+/// The status of a decomposed goal once its sub-goals ran: achieved when the model judged it
+/// so; constrained when a limit or cancellation cut the work short; failed when most sub-goals
+/// (not counting skipped ones) did not succeed; completed otherwise.
+fn synthesis_status(children: &[GoalOutcome], achieved: bool, stopped: Option<String>) -> (GoalStatus, Option<String>) {
+    let considered = children.iter().filter(|c| c.status != GoalStatus::Skipped).count();
+    let failed = children.iter().filter(|c| c.status != GoalStatus::Skipped && !c.status.is_success()).count();
+    if achieved {
+        (GoalStatus::Achieved, None)
+    } else if let Some(stop) = stopped {
+        (GoalStatus::Constrained, Some(stop))
+    } else if failed * 2 > considered {
+        (GoalStatus::Failed, Some(format!("{failed} of {considered} sub-goals did not succeed")))
+    } else {
+        (GoalStatus::Completed, None)
     }
 }
 
@@ -795,10 +870,5 @@ fn mechanical(succeeded: &[&GoalOutcome]) -> GoalResult {
 }
 
 fn clip(text: &str) -> String {
-    const MAX: usize = 4000;
-    if text.chars().count() <= MAX {
-        return text.to_string();
-    }
-    let head: String = text.chars().take(MAX).collect();
-    format!("{head}… (+{} chars)", text.chars().count() - MAX)
+    recursive_core::text::clip_chars(text, 4000)
 }

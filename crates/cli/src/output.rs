@@ -45,8 +45,8 @@ impl EventSink for CliSink {
                 }
             }
             EventKind::AssistantText { .. } if event.ids.depth == 0 && self.stream_text => self.end_line(),
-            // `recursive goal` draws its own live goal tree from these.
-            EventKind::Custom { name, .. } if name.starts_with("goal_") => {}
+            // A fault of the root run is printed once, by the command, as its error line.
+            EventKind::Error { .. } if event.ids.depth == 0 => {}
             _ => {
                 if !self.quiet
                     && let Some(line) = self.stderr.format(event)
@@ -79,9 +79,12 @@ pub fn usage_json(u: &Usage) -> Value {
     })
 }
 
-/// The `recursive run --json` object.
-pub fn run_json(r: &RunResult) -> Value {
+/// The `recursive run --json` object: `outcome` is the finish reason (`error` after a fault,
+/// with `error` saying which); everything gathered so far is there either way.
+pub fn run_json(r: &RunResult, error: Option<&str>) -> Value {
     json!({
+        "outcome": r.finish_reason.as_str(),
+        "error": error,
         "finish_reason": r.finish_reason.as_str(),
         "finish_detail": match &r.finish_reason { recursive_core::FinishReason::ProviderStop(s) => Some(s.clone()), _ => None },
         "output": r.output,

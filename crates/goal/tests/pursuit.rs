@@ -772,3 +772,72 @@ async fn empty_objective_is_an_error() {
     let p = pursuer(&MockProvider::default(), GoalConfig::default());
     assert!(p.pursue("   ", &RunScope::detached("t")).await.is_err());
 }
+
+#[tokio::test]
+async fn concurrent_goals_overshoot_the_cost_cap_by_at_most_the_calls_in_flight() {
+    // Eight independent sub-goals run concurrently; each call costs $0.003 and the cap is
+    // $0.012. The cap is checked before every model call, so once it is reached only the calls
+    // already in flight may still land.
+    let subs: Vec<Value> = (0..8).map(|i| sub(&format!("Probe server {i}"), &[])).collect();
+    let mut world = World::new().plan("Probe the fleet", json!(subs));
+    world.cost_per_call = Some(0.003);
+    let provider = world.provider().with_latency(Duration::from_millis(20));
+    let mut config = GoalConfig::default();
+    config.constraints.max_cost_usd = 0.012;
+    config.layer_concurrency = 8;
+
+    let out = pursuer(&provider, config).pursue("Probe the fleet", &RunScope::detached("t")).await.unwrap();
+
+    let in_flight_bound = 8.0 * 0.003;
+    assert!(out.cost_usd <= 0.012 + in_flight_bound + 1e-9, "spent {}", out.cost_usd);
+    // Each of the eight goals needs two calls; the cap allows four, so most goals were cut short.
+    assert!(provider.request_count() < 16, "{} calls", provider.request_count());
+    assert_ne!(out.status, GoalStatus::Completed);
+    assert_eq!(out.finish_reason(), FinishReason::NotAchieved);
+}
+
+#[tokio::test]
+async fn a_majority_of_failed_sub_goals_fails_the_goal() {
+    // Five of eight sub-goals call a tool that does not exist twice over, so they fail.
+    let subs: Vec<Value> = (0..8).map(|i| sub(&format!("Step {i}"), &[])).collect();
+    let mut world = World::new().plan("Do eight things", json!(subs));
+    for i in 0..5 {
+        world = world.action(&format!("Step {i}"), json!({"type": "no_such_action", "target": "", "input": ""}));
+    }
+    let provider = world.provider();
+    let out = pursuer(&provider, GoalConfig::default()).pursue("Do eight things", &RunScope::detached("t")).await.unwrap();
+
+    let failed = out.children.iter().filter(|c| c.status == GoalStatus::Failed).count();
+    assert_eq!(failed, 5);
+    assert_eq!(out.status, GoalStatus::Failed);
+    assert_eq!(out.reason.as_deref(), Some("5 of 8 sub-goals did not succeed"));
+    assert_eq!(out.finish_reason(), FinishReason::NotAchieved);
+}
+
+#[tokio::test]
+async fn cancelling_the_pursuit_never_ends_it_completed() {
+    let provider = World::new()
+        .plan("Survey the field", json!([sub("Read survey one", &[]), sub("Read survey two", &[])]))
+        .provider()
+        .with_latency(Duration::from_millis(50));
+    let scope = RunScope::detached("t");
+    let token = scope.cancel_token().clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        token.cancel();
+    });
+    let out = pursuer(&provider, GoalConfig::default()).pursue("Survey the field", &scope).await.unwrap();
+    assert!(!out.status.is_success(), "{:?}", out.status);
+    assert!(out.reason.as_deref().is_some_and(|r| r.contains("cancelled")), "{:?}", out.reason);
+}
+
+#[tokio::test]
+async fn a_provider_fault_at_the_root_is_kept_as_the_fault() {
+    let provider = MockProvider::with_handler(|_| {
+        Err(ProviderError::Http { provider: "mock".into(), status: 500, message: "down".into(), retry_after_secs: None })
+    });
+    let out = pursuer(&provider, GoalConfig::default()).pursue("Anything", &RunScope::detached("t")).await.unwrap();
+    assert_eq!(out.status, GoalStatus::Failed);
+    assert!(out.fault.as_deref().is_some_and(|f| f.contains("HTTP 500")), "{:?}", out.fault);
+    assert_eq!(out.finish_reason(), FinishReason::Fault);
+}

@@ -3,16 +3,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use clap::Args;
-use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, RunScope};
-use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalEvent, GoalPursuer};
+use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, EventKind, FinishReason, RunScope};
+use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalPursuer};
+use serde_json::json;
 
 use crate::ProviderArgs;
 use crate::config;
-use crate::provider;
+use crate::provider::{self, ConfigError};
 
 /// Arguments of `goal`.
 #[derive(Debug, Args)]
@@ -55,6 +55,12 @@ pub struct GoalArgs {
     /// Long inputs an `rlm` delegate may read ([NAME=]PATH, repeatable).
     #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH")]
     pub inputs: Vec<String>,
+    /// Approve every tool call that would ask.
+    #[arg(long, conflicts_with = "no_ask")]
+    pub yes: bool,
+    /// Deny every tool call that would ask, without prompting.
+    #[arg(long)]
+    pub no_ask: bool,
 }
 
 /// Delegates a goal to an RLM over the command's `--input` files.
@@ -75,8 +81,17 @@ impl Delegate for RlmDelegate {
 
     async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError> {
         let child = scope.child("rlm").map_err(|e| ActionError::Constrained(e.to_string()))?;
-        let result =
-            self.rlm.run(task, self.inputs.clone(), &child).await.map_err(|e| ActionError::Failed(e.to_string()))?;
+        let result = self.rlm.run(task, self.inputs.clone(), &child).await.map_err(|e| match e.error {
+            recursive_rlm::RlmError::Provider(p) => ActionError::Fault(p.to_string()),
+            other => ActionError::Failed(other.to_string()),
+        })?;
+        let finish = result.outcome.finish_reason();
+        if finish.is_tree_stop() {
+            return Err(ActionError::Constrained(format!("the RLM stopped: {finish}")));
+        }
+        if !result.outcome.has_output() {
+            return Err(ActionError::Failed(format!("the RLM gave no valid answer ({})", result.outcome.as_str())));
+        }
         Ok(match &result.output {
             serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
                 m["answer"].as_str().unwrap_or_default().to_string()
@@ -86,50 +101,27 @@ impl Delegate for RlmDelegate {
     }
 }
 
-fn live_line(e: &GoalEvent) -> Option<String> {
-    let event = e.event.as_str().to_string();
-    let status = match (&e.status, event.as_str()) {
-        (Some(s), _) => s.clone(),
-        (None, "achieved") if e.data.get("achieved") == Some(&serde_json::Value::Bool(false)) => {
-            "not yet achieved".into()
-        }
-        _ => event,
-    };
-    Some(format!(
-        "{}[{}] {} (depth {})",
-        "  ".repeat(e.depth as usize),
-        status,
-        recursive_core::event::clip(&e.goal, 100),
-        e.depth
-    ))
-}
-
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref())?;
     let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
+    if !(args.max_cost.is_finite() && args.max_cost >= 0.0) {
+        return Err(ConfigError(format!("--max-cost {}: expected a number of USD >= 0", args.max_cost)).into());
+    }
     let mut goal_config = GoalConfig::default();
     goal_config.constraints.max_depth = args.max_depth;
-    goal_config.constraints.max_time = Duration::from_secs_f64(args.max_time);
+    goal_config.constraints.max_time = super::seconds("--max-time", args.max_time)?;
     goal_config.constraints.max_cost_usd = args.max_cost;
     goal_config.constraints.max_goals = args.max_goals as usize;
     goal_config.similarity_threshold = args.similarity_threshold;
     goal_config.options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
 
-    // Each goal is one level of the run tree, plus a level for the work a goal delegates.
-    let budget = BudgetLimits {
-        max_cost_usd: Some(args.max_cost),
-        wall_clock: Some(goal_config.constraints.max_time),
-        ..Default::default()
-    };
-    let scope = super::root_scope("goal", &args.provider, false, budget, None)?.with_max_depth(args.max_depth + 3);
-
-    let workspace = recursive_tools::Workspace::new(match &args.workspace {
-        Some(d) => d.clone(),
-        None => std::env::current_dir()?,
-    })?;
-    let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
-    let tools = recursive_tools::read_only_tools(&workspace, &tools_config);
+    // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
+    // level of the run tree, plus a level for the work a goal delegates.
+    let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?
+        .with_max_depth(args.max_depth + 3);
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
+    let tools = setup.invoker(setup.read_only.clone());
     let mut pursuer = GoalPursuer::new(provider.clone(), tools.clone(), goal_config);
     if !args.inputs.is_empty() {
         let inputs = super::rlm::load_inputs(&args.inputs)?;
@@ -153,35 +145,46 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.log {
         pursuer = pursuer.with_log(path)?;
     }
-    if !args.provider.quiet {
-        pursuer = pursuer.with_observer(|e| {
-            if let Some(line) = live_line(e) {
-                eprintln!("{line}");
-            }
-        });
-    }
+    scope.emit(0, EventKind::RunStarted { goal: args.objective.clone() });
     let outcome = pursuer.pursue(&args.objective, &scope).await?;
-    if args.json {
-        println!("{}", serde_json::to_string(&outcome)?);
+    let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
+        FinishReason::Cancelled
     } else {
-        if outcome.result.summary.is_empty() {
-            println!("{}", outcome.reason.clone().unwrap_or_default());
-        } else {
-            println!("{}", outcome.result.summary);
+        outcome.finish_reason()
+    };
+    scope.emit(
+        0,
+        EventKind::RunFinished {
+            finish_reason: finish.clone(),
+            error: outcome.fault.clone(),
+            usage: scope.usage(),
+            cost_usd: scope.cost_usd(),
+        },
+    );
+    if args.json {
+        let mut v = serde_json::to_value(&outcome)?;
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("outcome".into(), json!(finish.as_str()));
+            obj.insert("error".into(), json!(outcome.fault));
         }
+        println!("{}", serde_json::to_string(&v)?);
+    } else if outcome.result.summary.is_empty() {
+        println!("{}", outcome.reason.clone().unwrap_or_default());
+    } else {
+        println!("{}", outcome.result.summary);
     }
     if !args.json && !args.provider.quiet {
         eprintln!(
-            "goal {}: {} goal(s), {} tokens, ${:.4}",
+            "goal {}{}: {} goal(s), {} tokens, ${:.4}",
             outcome.status.as_str(),
+            outcome.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
             outcome.count(),
             outcome.usage.total(),
             outcome.cost_usd
         );
     }
-    let ok = matches!(outcome.status, recursive_goal::GoalStatus::Achieved | recursive_goal::GoalStatus::Completed);
-    Ok(if ok { 0 } else { GOAL_NOT_ACHIEVED })
+    if let Some(fault) = &outcome.fault {
+        eprintln!("error: {fault}");
+    }
+    Ok(finish.exit_code() as u8)
 }
-
-/// Exit status when the objective ends failed, constrained, cycle-detected or skipped.
-pub const GOAL_NOT_ACHIEVED: u8 = 13;

@@ -1,4 +1,6 @@
-//! One module per subcommand.
+//! One module per subcommand, and the wiring they share: the root run scope with its sinks,
+//! budget and signal handling, and the tool executor every command gives its tools through
+//! (the same permission policy and limits for `run`, `rlm` and `goal`).
 
 pub mod goal;
 pub mod patch;
@@ -6,15 +8,27 @@ pub mod rlm;
 pub mod run;
 pub mod trace;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use recursive_core::{Budget, BudgetLimits, EventSink, FanoutSink, JsonlSink, RunScope};
+use recursive_core::{
+    Budget, BudgetLimits, EventSink, FanoutSink, JsonlSink, RunLimits, RunScope, ToolGate, ToolInvoker, ToolRegistry,
+};
+use serde::Deserialize;
 
 use crate::ProviderArgs;
+use crate::config::LoadedConfig;
 use crate::output::CliSink;
+use crate::provider::ConfigError;
 
-/// Builds the root run scope: sinks (stderr/stdout, optional JSONL), the tree budget, and
-/// Ctrl-C wired to cancellation.
+/// How long a run may take to wind down after SIGTERM before the process exits anyway.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+
+/// Builds the root run scope: sinks (stderr/stdout, optional JSONL), the tree budget, and the
+/// signals: the first Ctrl-C or a SIGTERM cancels the run (which then ends with its final
+/// event and exit status 8); a second Ctrl-C exits at once with 130. SIGTERM and the second
+/// Ctrl-C kill the process groups of running shell commands first.
 pub fn root_scope(
     name: &str,
     args: &ProviderArgs,
@@ -22,6 +36,7 @@ pub fn root_scope(
     limits: BudgetLimits,
     extra: Option<Arc<dyn EventSink>>,
 ) -> anyhow::Result<RunScope> {
+    limits.validate().map_err(|e| ConfigError(e.to_string()))?;
     let mut sink = FanoutSink::new().with(Arc::new(CliSink::new(stream_text, args.quiet)));
     if let Some(path) = &args.events {
         let jsonl =
@@ -32,15 +47,141 @@ pub fn root_scope(
         sink.push(extra);
     }
     let scope = RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)));
-    let token = scope.cancel_token().clone();
+    watch_signals(scope.cancel_token().clone());
+    Ok(scope)
+}
+
+fn watch_signals(token: tokio_util::sync::CancellationToken) {
+    let interrupt = token.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             eprintln!("\ninterrupted: cancelling the run (press Ctrl-C again to abort)");
-            token.cancel();
+            interrupt.cancel();
             if tokio::signal::ctrl_c().await.is_ok() {
+                recursive_tools::kill_running_commands();
                 std::process::exit(130);
             }
         }
     });
-    Ok(scope)
+    tokio::spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            return;
+        };
+        if term.recv().await.is_some() {
+            eprintln!("\nterminated: cancelling the run");
+            recursive_tools::kill_running_commands();
+            token.cancel();
+            tokio::time::sleep(TERM_GRACE).await;
+            std::process::exit(143);
+        }
+    });
+}
+
+/// The `[limits]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsFile {
+    max_depth: Option<u32>,
+    tool_concurrency: Option<usize>,
+    stuck_threshold: Option<u32>,
+    max_transcript_chars: Option<usize>,
+    max_permission_denials: Option<u32>,
+    tool_timeout_secs: Option<f64>,
+    max_tool_output_chars: Option<usize>,
+}
+
+impl LimitsFile {
+    /// Run limits: the defaults, with what the table sets.
+    pub fn run_limits(&self, max_steps: u32, default_denials: u32) -> anyhow::Result<RunLimits> {
+        let mut limits = RunLimits { max_steps, ..Default::default() };
+        if let Some(d) = self.max_depth {
+            limits.max_depth = d;
+        }
+        if let Some(c) = self.tool_concurrency {
+            limits.tool_concurrency = c;
+        }
+        if let Some(s) = self.stuck_threshold {
+            limits.stuck_threshold = s;
+        }
+        if let Some(c) = self.max_tool_output_chars {
+            limits.max_tool_output_chars = c;
+        }
+        limits.max_transcript_chars = self.max_transcript_chars;
+        limits.max_permission_denials = self.max_permission_denials.unwrap_or(default_denials);
+        limits.tool_timeout = match self.tool_timeout_secs {
+            Some(secs) => Some(Duration::try_from_secs_f64(secs).map_err(|_| {
+                ConfigError(format!("[limits] tool_timeout_secs = {secs} is not a usable number of seconds"))
+            })?),
+            None => None,
+        };
+        Ok(limits)
+    }
+}
+
+/// The tools of a command and the permission policy and limits every call of the run tree
+/// goes through.
+pub struct ToolSetup {
+    /// The built-in tools (all of them; commands pick what they offer).
+    pub builtin: ToolRegistry,
+    /// The read-only built-in tools.
+    pub read_only: ToolRegistry,
+    /// The permission policy of the whole tree.
+    pub gate: Arc<dyn ToolGate>,
+    /// Run limits from `[limits]`.
+    pub limits: RunLimits,
+}
+
+impl ToolSetup {
+    /// Reads `[tools]`, `[permissions]` and `[limits]`; `yes`/`no_ask` answer the policy's
+    /// questions without a terminal.
+    pub fn load(
+        config: &LoadedConfig,
+        workspace: Option<&Path>,
+        yes: bool,
+        no_ask: bool,
+        max_steps: u32,
+    ) -> anyhow::Result<Self> {
+        let limits_file: LimitsFile = config.section(&config.file.limits, "limits")?;
+        let permissions: recursive_tools::PermissionsConfig = config.section(&config.file.permissions, "permissions")?;
+        let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
+        let limits = limits_file.run_limits(max_steps, permissions.max_denials)?;
+        let workspace = recursive_tools::Workspace::new(workspace_dir(workspace)?)?;
+        let approver = recursive_tools::approver_for_flags(yes, no_ask);
+        let gate: Arc<dyn ToolGate> = Arc::new(
+            recursive_tools::PermissionPolicy::new(permissions, approver)
+                .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
+                .with_workspace(workspace.clone()),
+        );
+        Ok(Self {
+            builtin: recursive_tools::builtin_tools(&workspace, &tools_config),
+            read_only: recursive_tools::read_only_tools(&workspace, &tools_config),
+            gate,
+            limits,
+        })
+    }
+
+    /// An executor over these tools with the policy and the limits.
+    pub fn invoker(&self, tools: ToolRegistry) -> ToolInvoker {
+        ToolInvoker::new(tools).with_gate(self.gate.clone()).with_limits(self.limits.tool_limits())
+    }
+}
+
+fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = match arg {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    if !dir.is_dir() {
+        return Err(ConfigError(format!("workspace {} is not a directory", dir.display())).into());
+    }
+    Ok(dir)
+}
+
+/// A positive number of seconds as a duration; a usage error otherwise (NaN, infinite,
+/// negative or too large).
+pub fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(ConfigError(format!("{flag} {secs}: expected a positive number of seconds")).into());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| ConfigError(format!("{flag} {secs}: too large")).into())
 }

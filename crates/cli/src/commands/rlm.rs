@@ -2,7 +2,6 @@
 //! inputs live in a sandboxed Python REPL; the model never sees them whole.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -50,6 +49,12 @@ pub struct RlmArgs {
     /// Workspace for the read-only host tools (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Approve every host-tool call that would ask.
+    #[arg(long, conflicts_with = "no_ask")]
+    pub yes: bool,
+    /// Deny every host-tool call that would ask, without prompting.
+    #[arg(long)]
+    pub no_ask: bool,
     #[command(flatten)]
     pub provider: ProviderArgs,
 }
@@ -107,7 +112,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         max_iterations: args.max_iterations,
         max_llm_calls: args.max_llm_calls,
         max_depth: args.max_depth,
-        snippet_timeout: Duration::from_secs_f64(args.timeout),
+        snippet_timeout: super::seconds("--timeout", args.timeout)?,
         ..Default::default()
     };
     if let Some(path) = &args.schema {
@@ -119,16 +124,15 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     rlm_config.primary_options = ChatOptions { model: model.clone(), ..Default::default() };
     rlm_config.sub_options = ChatOptions { model: args.sub_model.clone().unwrap_or(model), ..Default::default() };
 
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
     let scope = super::root_scope("rlm", &args.provider, false, BudgetLimits::default(), None)?;
-    let workspace_dir = match &args.workspace {
-        Some(d) => d.clone(),
-        None => std::env::current_dir()?,
-    };
-    let workspace = recursive_tools::Workspace::new(workspace_dir)?;
-    let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
-    let host_tools = recursive_tools::read_only_tools(&workspace, &tools_config);
+    let host_tools = setup.invoker(setup.read_only.clone());
     let rlm = recursive_rlm::Rlm::new(provider.clone(), provider, rlm_config)?.with_host_tools(host_tools)?;
-    let result = rlm.run(&args.question, inputs, &scope).await?;
+    let (result, error) = match rlm.run(&args.question, inputs, &scope).await {
+        Ok(r) => (r, None),
+        Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
+    };
+    let finish = result.outcome.finish_reason();
 
     if let Some(path) = &args.trajectory {
         std::fs::write(path, serde_json::to_string_pretty(&result.trajectory)?)
@@ -136,6 +140,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     }
     if args.json {
         let out = json!({
+            "outcome": finish.as_str(),
+            "error": error,
+            "rlm_outcome": result.outcome,
             "output": result.output,
             "submitted": result.submitted,
             "extracted": result.extracted,
@@ -146,24 +153,38 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             "trajectory": result.trajectory,
         });
         println!("{}", serde_json::to_string(&out)?);
-    } else {
-        let answer = match &result.output {
-            serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
-                m["answer"].as_str().unwrap_or_default().to_string()
-            }
-            other => serde_json::to_string_pretty(other)?,
-        };
-        println!("{answer}");
+    } else if result.outcome.has_output() {
+        println!("{}", answer_text(&result.output)?);
     }
     if !args.json && !args.provider.quiet {
+        let how = match &result.outcome {
+            recursive_rlm::RlmOutcome::Submitted => "submitted".to_string(),
+            recursive_rlm::RlmOutcome::Extracted => "extracted (no valid submit)".to_string(),
+            recursive_rlm::RlmOutcome::ExtractionFailed { errors } => {
+                format!("no valid answer: the extraction failed ({})", errors.join("; "))
+            }
+            other => format!("no answer: {}", other.finish_reason()),
+        };
         eprintln!(
-            "{} after {} iteration(s), {} sub-call(s), {} tokens, ${:.4}",
-            if result.submitted { "submitted" } else { "extracted (no valid submit)" },
+            "{how} after {} iteration(s), {} sub-call(s), {} tokens, ${:.4}",
             result.iterations,
             result.sub_calls,
             result.usage.total(),
             result.cost_usd
         );
     }
-    Ok(0)
+    if let Some(e) = &error {
+        eprintln!("error: {e}");
+    }
+    Ok(finish.exit_code() as u8)
+}
+
+/// The answer as printed: the text of a `{"answer": text}` result, pretty JSON otherwise.
+fn answer_text(output: &serde_json::Value) -> anyhow::Result<String> {
+    Ok(match output {
+        serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
+            m["answer"].as_str().unwrap_or_default().to_string()
+        }
+        other => serde_json::to_string_pretty(other)?,
+    })
 }

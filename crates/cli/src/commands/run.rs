@@ -1,9 +1,8 @@
 //! `recursive run`: the agent loop on one goal, with the built-in tools scoped to the
 //! workspace, permission rules, MCP servers and sub-agents.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -101,29 +100,6 @@ pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
     Ok((def.name.clone().unwrap_or_else(|| name.to_string()), def))
 }
 
-/// Limits from the `[limits]` table.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct LimitsFile {
-    max_depth: Option<u32>,
-    tool_concurrency: Option<usize>,
-    stuck_threshold: Option<u32>,
-    max_transcript_chars: Option<usize>,
-    max_permission_denials: Option<u32>,
-    tool_timeout_secs: Option<f64>,
-}
-
-fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let dir = match arg {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir()?,
-    };
-    if !dir.is_dir() {
-        return Err(ConfigError(format!("workspace {} is not a directory", dir.display())).into());
-    }
-    Ok(dir)
-}
-
 /// What the model is told when its plan is approved.
 pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
 
@@ -149,38 +125,22 @@ async fn approve_plan(args: &RunArgs) -> bool {
 pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref())?;
     let (provider, settings) = provider::build(&args.provider, &config).await?;
-    let limits_file: LimitsFile = config.section(&config.file.limits, "limits")?;
-    let permissions: recursive_tools::PermissionsConfig = config.section(&config.file.permissions, "permissions")?;
-    let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
     let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
-
-    let mut limits = RunLimits { max_steps: args.max_steps, ..Default::default() };
-    if let Some(d) = limits_file.max_depth {
-        limits.max_depth = d;
-    }
-    if let Some(c) = limits_file.tool_concurrency {
-        limits.tool_concurrency = c;
-    }
-    if let Some(s) = limits_file.stuck_threshold {
-        limits.stuck_threshold = s;
-    }
-    limits.max_transcript_chars = limits_file.max_transcript_chars;
-    limits.max_permission_denials = limits_file.max_permission_denials.unwrap_or(permissions.max_denials);
-    limits.tool_timeout = limits_file.tool_timeout_secs.map(Duration::from_secs_f64);
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
+    let limits = setup.limits.clone();
 
     let budget = BudgetLimits {
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost,
-        wall_clock: args.timeout.map(Duration::from_secs_f64),
+        wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
+        ..Default::default()
     };
     let scope = super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(limits.max_depth);
 
     // Bad sub-agent files are reported before any server or model is started.
     let agent_files =
         args.agents.iter().map(String::as_str).map(load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
-    let workspace = recursive_tools::Workspace::new(workspace_dir(args.workspace.as_deref())?)?;
-    let builtin = recursive_tools::builtin_tools(&workspace, &tools_config);
-    let mut tools = if args.no_tools { ToolRegistry::new() } else { builtin.clone() };
+    let mut tools = if args.no_tools { ToolRegistry::new() } else { setup.builtin.clone() };
     let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
     tools.extend(mcp.registry());
 
@@ -191,21 +151,16 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         ..Default::default()
     };
     // One policy for the whole tree: sub-agents ask, allow and deny by the same rules.
-    let approver = recursive_tools::approver_for_flags(args.yes, args.no_ask);
-    let gate: Arc<dyn recursive_core::ToolGate> = Arc::new(
-        recursive_tools::PermissionPolicy::new(permissions, approver)
-            .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
-            .with_workspace(workspace.clone()),
-    );
     for (name, def) in agent_files {
-        let sub_tools = builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
+        let sub_tools =
+            setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
         let mut sub_options = options.clone();
         if let Some(m) = def.model {
             sub_options.model = m;
         }
         let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
         let agent =
-            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(gate.clone()).with_config(AgentConfig {
+            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
                 name: name.clone(),
                 system_prompt: def.system_prompt,
                 options: sub_options,
@@ -216,7 +171,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
     }
 
-    let agent = Agent::new(provider).with_tools(tools).with_gate(gate).with_config(AgentConfig {
+    let agent = Agent::new(provider).with_tools(tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
         name: "main".into(),
         system_prompt: args.system.clone(),
         options,
@@ -224,15 +179,22 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         plan_mode: args.plan,
         transcript_path: args.transcript.clone(),
     });
-    let mut result = agent.run_in(&args.goal, &scope).await?;
-    if result.finish_reason == FinishReason::PlanPending && approve_plan(&args).await {
+    let mut outcome = agent.run_in(&args.goal, &scope).await;
+    if let Ok(result) = &outcome
+        && result.finish_reason == FinishReason::PlanPending
+        && approve_plan(&args).await
+    {
         let mut executor = agent.clone();
         executor.config_mut().plan_mode = false;
-        result = executor.continue_in(result.messages, PLAN_APPROVED, &scope).await?;
+        outcome = executor.continue_in(result.messages.clone(), PLAN_APPROVED, &scope).await;
     }
     mcp.shutdown().await;
+    let (result, error) = match outcome {
+        Ok(r) => (r, None),
+        Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
+    };
     if args.json {
-        println!("{}", serde_json::to_string(&output::run_json(&result))?);
+        println!("{}", serde_json::to_string(&output::run_json(&result, error.as_deref()))?);
     } else if !args.provider.quiet {
         eprintln!(
             "finished: {} after {} step(s), {} tokens, ${:.4}",
@@ -241,6 +203,9 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
             result.usage.total(),
             result.cost_usd
         );
+    }
+    if let Some(e) = &error {
+        eprintln!("error: {e}");
     }
     Ok(result.finish_reason.exit_code() as u8)
 }
@@ -259,7 +224,7 @@ mod tests {
     #[test]
     fn loaded_config_defaults_when_table_absent() {
         let c = LoadedConfig::default();
-        let l: LimitsFile = c.section(&None, "limits").unwrap();
-        assert!(l.max_depth.is_none());
+        let l: super::super::LimitsFile = c.section(&None, "limits").unwrap();
+        assert_eq!(l.run_limits(5, 3).unwrap().max_steps, 5);
     }
 }

@@ -9,6 +9,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use recursive_core::{AgentEvent, EventKind, Usage};
+use recursive_goal::{GoalEvent, GoalRunEvent};
+use recursive_rlm::RlmEvent;
 use serde_json::Value;
 
 /// Arguments of `trace`.
@@ -51,6 +53,10 @@ pub struct Node {
     pub children: Vec<String>,
     /// Usage and cost including descendants, when the log states them.
     pub reported_total: Option<(Usage, f64)>,
+    /// The status came from a goal status or an RLM outcome, which say more than the run's
+    /// finish reason.
+    #[serde(skip)]
+    pub settled: bool,
 }
 
 /// A tree of nodes keyed by id, with roots in order of appearance.
@@ -99,46 +105,42 @@ impl Tree {
                 n.own_usage.add(usage);
                 n.own_cost += cost_usd.unwrap_or(0.0);
             }
-            EventKind::TurnFinished { finish_reason, .. } => self.node(&id).status = finish_reason.clone(),
-            EventKind::Custom { name, data } => {
-                let goal = data.get("goal").and_then(Value::as_str).map(str::to_string);
-                let status = data.get("status").and_then(Value::as_str).map(str::to_string);
+            EventKind::RunFinished { finish_reason, .. } => {
                 let n = self.node(&id);
-                if let Some(g) = goal
-                    && n.goal.is_empty()
-                {
-                    n.goal = g;
+                if !n.settled {
+                    n.status = finish_reason.to_string();
                 }
-                if let Some(s) = status {
-                    n.status = s;
-                } else if let Some(stage) = name.strip_prefix("goal_") {
-                    n.status = stage.to_string();
+            }
+            EventKind::Extension(ext) => {
+                if let Some(GoalRunEvent::Goal { goal, status, event, .. }) = ext.get::<GoalRunEvent>() {
+                    let n = self.node(&id);
+                    if n.goal.is_empty() {
+                        n.goal = goal;
+                    }
+                    n.settled = status.is_some();
+                    n.status = status.map(|s| s.to_string()).unwrap_or_else(|| event.as_str().to_string());
+                } else if let Some(RlmEvent::RlmFinished { outcome }) = ext.get::<RlmEvent>() {
+                    let n = self.node(&id);
+                    n.status = outcome.as_str().to_string();
+                    n.settled = true;
                 }
             }
             _ => {}
         }
     }
 
-    /// Adds one line of a goal execution log (`{timestamp, event, goal, depth, parent_goal, data}`).
-    pub fn add_goal_log(&mut self, v: &Value) {
-        let goal = v.get("goal").and_then(Value::as_str).unwrap_or_default().to_string();
-        let parent = v.get("parent_goal").and_then(Value::as_str).map(str::to_string);
-        let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(0) as u32;
-        let id = v.get("goal_id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| goal.clone());
-        let parent_id = v.get("parent_goal_id").and_then(Value::as_str).map(str::to_string).or(parent);
-        if let Some(at) = v.get("timestamp").and_then(Value::as_str).and_then(|t| t.parse().ok()) {
-            self.touch(&id, at);
-        }
-        let event = v.get("event").and_then(Value::as_str).unwrap_or_default().to_string();
-        let data = v.get("data").cloned().unwrap_or(Value::Null);
+    /// Adds one line of a goal execution log.
+    pub fn add_goal_log(&mut self, e: &GoalEvent) {
+        let id = e.goal_id.clone();
+        self.touch(&id, e.timestamp);
         let n = self.node(&id);
-        n.name = format!("goal-d{depth}");
-        n.goal = goal;
-        n.depth = depth;
-        n.parent = parent_id;
-        n.status = v.get("status").and_then(Value::as_str).map(str::to_string).unwrap_or(event);
-        if let Some(u) = data.get("usage_total").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
-            let cost = data.get("cost_total_usd").and_then(Value::as_f64).unwrap_or(0.0);
+        n.name = format!("goal-d{}", e.depth);
+        n.goal = e.goal.clone();
+        n.depth = e.depth;
+        n.parent = e.parent_goal_id.clone();
+        n.status = e.status.map(|s| s.to_string()).unwrap_or_else(|| e.event.as_str().to_string());
+        if let Some(u) = e.data.get("usage_total").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
+            let cost = e.data.get("cost_total_usd").and_then(Value::as_f64).unwrap_or(0.0);
             n.reported_total = Some((u, cost));
         }
     }
@@ -251,7 +253,9 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
     let mut tree = Tree::default();
     for (line, v) in lines {
         if v.get("goal_id").is_some() && v.get("event").is_some() {
-            tree.add_goal_log(&v);
+            let e: GoalEvent = serde_json::from_value(v)
+                .with_context(|| format!("{}:{line}: not a goal log line", path.display()))?;
+            tree.add_goal_log(&e);
         } else if v.get("run_id").is_some() {
             let e: AgentEvent = serde_json::from_value(v)
                 .with_context(|| format!("{}:{line}: not a Recursive event", path.display()))?;

@@ -704,7 +704,7 @@ async fn jsonl_log_is_written_as_it_goes_and_trace_returns_a_subtree() {
     let p = pursuer(&provider, GoalConfig::default())
         .with_log(&path)
         .unwrap()
-        .with_observer(move |e| seen2.lock().unwrap().push((e.goal.clone(), e.event, e.status.clone())));
+        .with_observer(move |e| seen2.lock().unwrap().push((e.goal.clone(), e.event, e.status)));
 
     let out = p.pursue("Write the report", &observed_root(sink.clone())).await.unwrap();
     assert_eq!(out.count(), 5);

@@ -179,7 +179,7 @@ async fn fan_out() {
         let r = rlm.run("q", Inputs::new(), &RunScope::detached("bench")).await.unwrap();
         let total_ms = t.elapsed().as_secs_f64() * 1000.0;
         assert_eq!(r.output, json!({"answer": PROMPTS.to_string()}), "{:#?}", r.trajectory);
-        assert_eq!(r.sub_calls, PROMPTS as u32);
+        assert_eq!(r.sub_calls, PROMPTS as u64);
         let snippet_ms = r.trajectory[0].snippets[0].duration_ms as f64;
         walls.push((snippet_ms, total_ms));
         ratios.push(snippet_ms / ideal_ms);

@@ -52,8 +52,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// The name of the custom event reporting a server's start-up.
-
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 20;
 

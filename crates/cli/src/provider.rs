@@ -65,7 +65,11 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
         settings.base_url = Some(u.clone());
     }
     if let Some(t) = args.request_timeout {
-        settings.timeout = Some(std::time::Duration::from_secs_f64(t));
+        let timeout = std::time::Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| ConfigError(format!("--request-timeout {t}: expected a positive number of seconds")))?;
+        settings.timeout = Some(timeout);
     }
     if let Some(r) = &args.record {
         settings.record = Some(r.clone());

@@ -3,58 +3,11 @@
 //! all driven by scripted model replies (`--provider mock --mock-script`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use serde_json::json;
 
-use serde_json::{Value, json};
+mod common;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("notes.txt"), "hello world\n").unwrap();
-        Self { dir }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn script(&self, name: &str, replies: Value) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, serde_json::to_string(&replies).unwrap()).unwrap();
-        p
-    }
-
-    /// The binary, run in the temp dir with no provider credentials and no user config.
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_recursive"));
-        c.current_dir(self.dir.path())
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .env("OLLAMA_HOST", "127.0.0.1:9")
-            .env("HOME", self.dir.path())
-            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-}
-
-fn stdout_json(out: &Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {text}"))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{Env, s, stdout_json};
 
 #[test]
 fn no_provider_exits_two_with_instructions() {

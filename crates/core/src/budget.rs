@@ -234,7 +234,8 @@ mod tests {
 
     #[test]
     fn child_deadline_is_never_later_than_the_parent() {
-        let root = Arc::new(Budget::new(BudgetLimits { wall_clock: Some(Duration::from_secs(5)), ..Default::default() }));
+        let root =
+            Arc::new(Budget::new(BudgetLimits { wall_clock: Some(Duration::from_secs(5)), ..Default::default() }));
         let child = root.child(BudgetLimits { wall_clock: Some(Duration::from_secs(3600)), ..Default::default() });
         assert_eq!(child.deadline(), root.deadline());
         let tighter = root.child(BudgetLimits { wall_clock: Some(Duration::from_millis(1)), ..Default::default() });

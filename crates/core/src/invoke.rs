@@ -311,8 +311,11 @@ mod tests {
     async fn results_come_back_in_call_order_with_events() {
         let sink = MemorySink::new();
         let scope = RunScope::root("t", Arc::new(sink.clone()), Arc::new(crate::Budget::unlimited()));
-        let calls =
-            [call("a", json!({"text": "slow", "sleep_ms": 50})), call("b", json!({"text": "fast"})), call("c", json!(7))];
+        let calls = [
+            call("a", json!({"text": "slow", "sleep_ms": 50})),
+            call("b", json!({"text": "fast"})),
+            call("c", json!(7)),
+        ];
         let out = invoker().invoke_all(&calls, &scope, 1, None).await;
         let ids: Vec<&str> = out.iter().map(|o| o.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c"]);

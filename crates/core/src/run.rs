@@ -51,7 +51,8 @@ pub enum FinishReason {
     NotAchieved,
     /// An RLM ended without a valid answer.
     NoAnswer,
-    /// A fault (provider unreachable after retries, I/O) ended the run.
+    /// A fault (provider unreachable after retries, I/O) ended the run (`error` in JSON).
+    #[serde(rename = "error")]
     Fault,
 }
 
@@ -349,7 +350,9 @@ impl RunScope {
             let mut stream = provider.stream(request).await?;
             while let Some(event) = stream.next().await {
                 match event? {
-                    StreamEvent::TextDelta(delta) if call.stream_text => self.emit(step, EventKind::PartialText { delta }),
+                    StreamEvent::TextDelta(delta) if call.stream_text => {
+                        self.emit(step, EventKind::PartialText { delta })
+                    }
                     StreamEvent::TextDelta(_) => {}
                     StreamEvent::Retry { attempt, delay_ms, reason } => {
                         self.emit(step, EventKind::Retry { attempt, delay_ms, reason })
@@ -488,6 +491,14 @@ mod tests {
         assert_eq!(root.stop_reason(), None);
         root.record_usage(&Usage { input_tokens: 10, ..Default::default() }, None);
         assert_eq!(root.stop_reason(), Some(FinishReason::TokenBudgetExceeded));
+    }
+
+    #[test]
+    fn finish_reasons_serialize_under_their_printed_names() {
+        for r in [FinishReason::Fault, FinishReason::NotAchieved, FinishReason::Cancelled, FinishReason::Completed] {
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["kind"], r.as_str());
+        }
     }
 
     #[test]

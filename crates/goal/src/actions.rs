@@ -230,7 +230,9 @@ impl ActionExecutor for ToolAction {
         let outcome = self.tools.invoke(call, request.scope, 0, None).await;
         match outcome.stop {
             Some(reason) => Err(ActionError::Constrained(reason.to_string())),
-            None if outcome.is_error => Err(ActionError::Failed(format!("tool `{}`: {}", outcome.name, outcome.output))),
+            None if outcome.is_error => {
+                Err(ActionError::Failed(format!("tool `{}`: {}", outcome.name, outcome.output)))
+            }
             None => Ok(ActionOutput::text(outcome.output)),
         }
     }

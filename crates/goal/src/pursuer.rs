@@ -201,11 +201,8 @@ impl GoalPursuer {
         }
         let number = self.pursuits.fetch_add(1, Ordering::SeqCst) + 1;
         let c = &self.config.constraints;
-        let limits = BudgetLimits {
-            max_cost_usd: Some(c.max_cost_usd),
-            wall_clock: Some(c.max_time),
-            ..Default::default()
-        };
+        let limits =
+            BudgetLimits { max_cost_usd: Some(c.max_cost_usd), wall_clock: Some(c.max_time), ..Default::default() };
         let pursuit = Pursuit {
             objective: objective.to_string(),
             started: Instant::now(),
@@ -498,7 +495,8 @@ impl GoalPursuer {
                 let data = json!({ "action": plan, "status": "failed", "error": reason });
                 self.record(node, scope, GoalEventKind::Executed, Some(GoalStatus::Failed), data);
                 let result = GoalResult { summary: reason.clone(), ..Default::default() };
-                let mut o = self.outcome(frame, GoalStatus::Failed, Some(reason.clone()), Some(plan.clone()), result, vec![]);
+                let mut o =
+                    self.outcome(frame, GoalStatus::Failed, Some(reason.clone()), Some(plan.clone()), result, vec![]);
                 if matches!(e, ActionError::Fault(_)) {
                     o.fault = Some(reason);
                 }

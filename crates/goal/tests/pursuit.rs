@@ -188,8 +188,13 @@ async fn atomic_goal_is_executed_with_the_chosen_action() {
     let events = sink.events();
     let goal_events: Vec<(&AgentEvent, GoalRunEvent)> =
         events.iter().filter_map(|e| e.kind.extension::<GoalRunEvent>().map(|g| (e, g))).collect();
-    let kinds: Vec<GoalEventKind> =
-        goal_events.iter().map(|(_, g)| match g { GoalRunEvent::Goal { event, .. } => *event, _ => unreachable!() }).collect();
+    let kinds: Vec<GoalEventKind> = goal_events
+        .iter()
+        .map(|(_, g)| match g {
+            GoalRunEvent::Goal { event, .. } => *event,
+            _ => unreachable!(),
+        })
+        .collect();
     assert_eq!(kinds, vec![GoalEventKind::Started, GoalEventKind::Assessed, GoalEventKind::Executed]);
     let (executed, GoalRunEvent::Goal { goal, status, goal_depth, .. }) = goal_events.last().unwrap() else {
         unreachable!()
@@ -199,7 +204,10 @@ async fn atomic_goal_is_executed_with_the_chosen_action() {
     assert_eq!((goal.as_str(), *status, *goal_depth), ("Name three primes", Some(GoalStatus::Completed), 0));
     // The goal's node ends with a typed run_finished event.
     let finished = events.iter().rev().find(|e| e.ids.name == "goal-d1").unwrap();
-    assert!(matches!(finished.kind, EventKind::RunFinished { finish_reason: FinishReason::Completed, .. }), "{finished:?}");
+    assert!(
+        matches!(finished.kind, EventKind::RunFinished { finish_reason: FinishReason::Completed, .. }),
+        "{finished:?}"
+    );
     assert_eq!(events.iter().filter(|e| matches!(e.kind, EventKind::Usage { .. })).count(), 2);
 }
 
@@ -805,7 +813,8 @@ async fn a_majority_of_failed_sub_goals_fails_the_goal() {
         world = world.action(&format!("Step {i}"), json!({"type": "no_such_action", "target": "", "input": ""}));
     }
     let provider = world.provider();
-    let out = pursuer(&provider, GoalConfig::default()).pursue("Do eight things", &RunScope::detached("t")).await.unwrap();
+    let out =
+        pursuer(&provider, GoalConfig::default()).pursue("Do eight things", &RunScope::detached("t")).await.unwrap();
 
     let failed = out.children.iter().filter(|c| c.status == GoalStatus::Failed).count();
     assert_eq!(failed, 5);
@@ -834,7 +843,12 @@ async fn cancelling_the_pursuit_never_ends_it_completed() {
 #[tokio::test]
 async fn a_provider_fault_at_the_root_is_kept_as_the_fault() {
     let provider = MockProvider::with_handler(|_| {
-        Err(ProviderError::Http { provider: "mock".into(), status: 500, message: "down".into(), retry_after_secs: None })
+        Err(ProviderError::Http {
+            provider: "mock".into(),
+            status: 500,
+            message: "down".into(),
+            retry_after_secs: None,
+        })
     });
     let out = pursuer(&provider, GoalConfig::default()).pursue("Anything", &RunScope::detached("t")).await.unwrap();
     assert_eq!(out.status, GoalStatus::Failed);

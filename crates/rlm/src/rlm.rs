@@ -1035,8 +1035,12 @@ impl RunHost {
         let verdict = self.schema.validate(&payload);
         self.scope.emit(
             self.step(),
-            RlmEvent::RlmSubmit { valid: verdict.is_ok(), errors: verdict.as_ref().err().cloned(), output: payload.clone() }
-                .into_kind(),
+            RlmEvent::RlmSubmit {
+                valid: verdict.is_ok(),
+                errors: verdict.as_ref().err().cloned(),
+                output: payload.clone(),
+            }
+            .into_kind(),
         );
         match verdict {
             Ok(()) => HostReply::Finish(payload),
@@ -1087,7 +1091,8 @@ impl RunHost {
         }
         let n = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let step = self.step();
-        let tool_call = ToolCall { id: format!("rlm-{step}-{n}"), name: call.name.clone(), arguments: Value::Object(args) };
+        let tool_call =
+            ToolCall { id: format!("rlm-{step}-{n}"), name: call.name.clone(), arguments: Value::Object(args) };
         let invoker = self.engine.tools.clone();
         let scope = self.scope.clone();
         HostReply::Pending(Box::pin(async move {

@@ -439,9 +439,8 @@ async fn host_tools_cannot_take_reserved_names() {
     for name in ["llm_query", "submit", "rlm_query", "llm_query_batched"] {
         let mut tools = ToolRegistry::new();
         tools.register(Arc::new(Named(name)));
-        let err = rlm(&primary(&[]), &echo_sub(), RlmConfig::default())
-            .with_host_tools(ToolInvoker::new(tools))
-            .unwrap_err();
+        let err =
+            rlm(&primary(&[]), &echo_sub(), RlmConfig::default()).with_host_tools(ToolInvoker::new(tools)).unwrap_err();
         assert!(err.to_string().contains("reserved"), "{err}");
     }
 }
@@ -581,9 +580,10 @@ async fn every_step_is_observable() {
     assert_eq!(sub[0].step, 1);
     let usage_events = events.iter().filter(|e| matches!(e.kind, EventKind::Usage { .. })).count();
     assert_eq!(usage_events, 3);
-    assert!(
-        matches!(&events.last().unwrap().kind, EventKind::RunFinished { finish_reason: FinishReason::Completed, .. })
-    );
+    assert!(matches!(
+        &events.last().unwrap().kind,
+        EventKind::RunFinished { finish_reason: FinishReason::Completed, .. }
+    ));
     assert!(events.iter().all(|e| e.ids.run_id == scope.ids().run_id));
 }
 

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use recursive_core::{ToolContext, ToolError, TypedTool, path_arguments};
-use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::config::{ListConfig, ReadConfig};
 use crate::sandbox::Workspace;

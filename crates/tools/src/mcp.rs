@@ -460,8 +460,7 @@ impl Tool for McpTool {
     /// `source`, `destination`...).
     fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
         let declared = self.spec.parameters.get("properties").and_then(Value::as_object)?;
-        let names: Vec<&str> =
-            PATH_ARGUMENT_NAMES.iter().copied().filter(|n| declared.contains_key(*n)).collect();
+        let names: Vec<&str> = PATH_ARGUMENT_NAMES.iter().copied().filter(|n| declared.contains_key(*n)).collect();
         if names.is_empty() {
             return None;
         }

@@ -4,9 +4,9 @@
 
 use async_trait::async_trait;
 use recursive_core::{ToolContext, ToolError, TypedTool};
-use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::apply_patch::apply_patch;
 use crate::fs::blocking;

@@ -441,7 +441,13 @@ impl PermissionPolicy {
         }
     }
 
-    fn rule_matches(&self, compiled: &CompiledRule, call: &ToolCall, tool: &dyn Tool, args: &Map<String, Value>) -> bool {
+    fn rule_matches(
+        &self,
+        compiled: &CompiledRule,
+        call: &ToolCall,
+        tool: &dyn Tool,
+        args: &Map<String, Value>,
+    ) -> bool {
         if !compiled.tool.is_match(&call.name) {
             return false;
         }

@@ -10,9 +10,9 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use recursive_core::{ToolContext, ToolError, TypedTool, path_arguments};
-use serde_json::{Map, Value};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::config::SearchConfig;
 use crate::fs::{blocking, resolve};

@@ -7,9 +7,7 @@
 
 use std::sync::Arc;
 
-use recursive_core::{
-    Agent, AgentConfig, Budget, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope,
-};
+use recursive_core::{Agent, AgentConfig, Budget, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope};
 use recursive_tools::mcp::{McpConfig, McpEvent, McpServerConfig, McpStatus, start_servers};
 use serde_json::{Value, json};
 

@@ -142,7 +142,8 @@ impl ToolSetup {
         max_steps: u32,
     ) -> anyhow::Result<Self> {
         let limits_file: LimitsFile = config.section(&config.file.limits, "limits")?;
-        let permissions: recursive_tools::PermissionsConfig = config.section(&config.file.permissions, "permissions")?;
+        let permissions: recursive_tools::PermissionsConfig =
+            config.section(&config.file.permissions, "permissions")?;
         let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
         let limits = limits_file.run_limits(max_steps, permissions.max_denials)?;
         let workspace = recursive_tools::Workspace::new(workspace_dir(workspace)?)?;

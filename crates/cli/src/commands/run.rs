@@ -152,8 +152,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     };
     // One policy for the whole tree: sub-agents ask, allow and deny by the same rules.
     for (name, def) in agent_files {
-        let sub_tools =
-            setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
+        let sub_tools = setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
         let mut sub_options = options.clone();
         if let Some(m) = def.model {
             sub_options.model = m;

@@ -253,8 +253,8 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
     let mut tree = Tree::default();
     for (line, v) in lines {
         if v.get("goal_id").is_some() && v.get("event").is_some() {
-            let e: GoalEvent = serde_json::from_value(v)
-                .with_context(|| format!("{}:{line}: not a goal log line", path.display()))?;
+            let e: GoalEvent =
+                serde_json::from_value(v).with_context(|| format!("{}:{line}: not a goal log line", path.display()))?;
             tree.add_goal_log(&e);
         } else if v.get("run_id").is_some() {
             let e: AgentEvent = serde_json::from_value(v)

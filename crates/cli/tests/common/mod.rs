@@ -1,0 +1,84 @@
+//! Helpers of the CLI's end-to-end tests: a temp dir with a notes file, the binary run there
+//! with no credentials and no user config, and small readers of its output.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "hello world\n").unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn script(&self, name: &str, replies: Value) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, serde_json::to_string(&replies).unwrap()).unwrap();
+        p
+    }
+
+    /// The binary, run in the temp dir with no provider credentials and no user config.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_recursive"));
+        c.current_dir(self.dir.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env("OLLAMA_HOST", "127.0.0.1:9")
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+pub fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {text}"))
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + timeout;
+    while !cond() {
+        assert!(std::time::Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends a signal (`TERM`, `INT`...) to a process.
+pub fn signal(pid: u32, name: &str) {
+    let ok = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().unwrap().success();
+    assert!(ok, "kill -{name} {pid} failed");
+}
+
+/// The events of a `--events` file, in order.
+pub fn events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Whether a process with this pid is alive (and not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}

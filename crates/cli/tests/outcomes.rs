@@ -1,0 +1,256 @@
+//! Honest outcomes, the same for `run`, `rlm` and `goal`: cancellation (Ctrl-C, SIGTERM) exits 8
+//! with a final event and the partial result; a provider fault exits 1 with one error line, a
+//! final `run_finished` event carrying the error, the transcript kept and `--json` saying what
+//! happened; an RLM without a valid answer exits 14; and `[permissions]` rules hold for the RLM's
+//! host tools and goal tool actions as for `run`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::{Env, alive, events, s, signal, stdout_json, wait_for};
+use serde_json::{Value, json};
+
+fn spawn(env: &Env, args: &[&str]) -> Child {
+    env.cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn last_event(path: &std::path::Path) -> Value {
+    events(path).pop().expect("no events")
+}
+
+fn has_event(path: &std::path::Path, ty: &str) -> bool {
+    events(path).iter().any(|e| e["type"] == ty)
+}
+
+#[test]
+fn sigterm_cancels_a_run_kills_its_shell_commands_and_exits_8() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "run_shell", "arguments": {"command": "echo $$ > shell.pid; exec sleep 30"}}]}]),
+    );
+    let ev = env.path("events.jsonl");
+    let child = spawn(&env, &["run", "sleep", "--mock-script", s(&script), "--yes", "--json", "--events", s(&ev)]);
+    let pid_file = env.path("shell.pid");
+    wait_for("the shell command to start", Duration::from_secs(20), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
+    });
+    let shell: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    signal(child.id(), "TERM");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "cancelled");
+    assert_eq!(v["messages"].as_array().unwrap().last().unwrap()["role"], "tool", "every call got its result");
+    let last = last_event(&ev);
+    assert_eq!(
+        (last["type"].as_str(), last["finish_reason"]["kind"].as_str()),
+        (Some("run_finished"), Some("cancelled"))
+    );
+    wait_for("the shell command to be killed", Duration::from_secs(5), || !alive(shell));
+}
+
+#[test]
+fn ctrl_c_on_an_rlm_exits_8_with_the_partial_trajectory() {
+    let env = Env::new();
+    let script = env.script("r.json", json!(["```python\nwhile True:\n    pass\n```"]));
+    let ev = env.path("events.jsonl");
+    let child = spawn(
+        &env,
+        &["rlm", "spin", "--input", "notes.txt", "--mock-script", s(&script), "--json", "--events", s(&ev)],
+    );
+    wait_for("the snippet to start", Duration::from_secs(20), || has_event(&ev, "rlm_snippet"));
+    signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "cancelled");
+    assert_eq!(v["output"], Value::Null);
+    assert_eq!(v["trajectory"].as_array().unwrap().len(), 1, "the interrupted iteration is kept");
+    let last = last_event(&ev);
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["finish_reason"]["kind"], "cancelled");
+}
+
+#[test]
+fn sigterm_on_a_goal_exits_8_never_completed() {
+    // A server that accepts and never answers keeps the goal's web_fetch waiting.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let _server = std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().take(4).collect();
+        std::thread::sleep(Duration::from_secs(60));
+        drop(held);
+    });
+    let env = Env::new();
+    let input = json!({ "url": url }).to_string();
+    let assess = json!({
+        "reasoning": "one fetch",
+        "executable": true,
+        "action": {"type": "tool", "target": "web_fetch", "input": input}
+    });
+    let script = env.script("g.json", json!([assess.to_string()]));
+    let ev = env.path("events.jsonl");
+    let child = spawn(&env, &["goal", "fetch the page", "--mock-script", s(&script), "--json", "--events", s(&ev)]);
+    wait_for("the fetch to start", Duration::from_secs(20), || has_event(&ev, "tool_call"));
+    signal(child.id(), "TERM");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "cancelled");
+    assert_ne!(v["status"], "completed");
+    let last = last_event(&ev);
+    assert_eq!(
+        (last["type"].as_str(), last["finish_reason"]["kind"].as_str()),
+        (Some("run_finished"), Some("cancelled"))
+    );
+}
+
+/// A recursive.toml pointing at a closed port, without retries.
+fn unreachable_provider(env: &Env) {
+    std::fs::write(
+        env.path("recursive.toml"),
+        "[provider]\nkind = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn provider_fault_in_run_exits_1_once_with_the_partial_result_and_a_final_event() {
+    let env = Env::new();
+    unreachable_provider(&env);
+    let ev = env.path("events.jsonl");
+    let transcript = env.path("t.jsonl");
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "k")
+        .args(["run", "hello there", "--json", "--events", s(&ev), "--transcript", s(&transcript)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "error");
+    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    assert_eq!(v["messages"][0]["content"], "hello there");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("connection failed").count(), 1, "one error line: {stderr}");
+    let last = last_event(&ev);
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["finish_reason"]["kind"], "error");
+    assert!(last["error"].as_str().unwrap().contains("connection failed"));
+    assert!(std::fs::read_to_string(&transcript).unwrap().contains("hello there"), "the transcript is kept");
+
+    let trace = env.run(&["trace", s(&ev)]);
+    let text = String::from_utf8_lossy(&trace.stdout);
+    assert!(text.contains("[error]") && !text.contains("[running]"), "{text}");
+}
+
+#[test]
+fn provider_fault_in_rlm_exits_1_and_keeps_what_was_gathered() {
+    let env = Env::new();
+    unreachable_provider(&env);
+    let ev = env.path("events.jsonl");
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "k")
+        .args(["rlm", "q", "--input", "notes.txt", "--json", "--events", s(&ev)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "error");
+    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    assert_eq!(v["rlm_outcome"]["kind"], "failed");
+    assert_eq!(last_event(&ev)["finish_reason"]["kind"], "error");
+}
+
+#[test]
+fn provider_fault_in_goal_exits_1() {
+    let env = Env::new();
+    unreachable_provider(&env);
+    let out = env.cmd().env("OPENAI_API_KEY", "k").args(["goal", "anything", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "error");
+    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+}
+
+#[test]
+fn rlm_extraction_that_fails_the_schema_exits_14() {
+    let env = Env::new();
+    let schema = env.path("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}"#,
+    )
+    .unwrap();
+    let script = env.script("r.json", json!(["I will think about it.", "many"]));
+    let out = env.run(&[
+        "rlm",
+        "how many?",
+        "--input",
+        "notes.txt",
+        "--schema",
+        s(&schema),
+        "--max-iterations",
+        "1",
+        "--mock-script",
+        s(&script),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(14), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "no_answer");
+    assert_eq!(v["rlm_outcome"]["kind"], "extraction_failed");
+}
+
+/// Deny rules for secrets and for web_fetch.
+fn deny_rules(env: &Env) {
+    std::fs::create_dir_all(env.path("secrets")).unwrap();
+    std::fs::write(env.path("secrets/key.txt"), "TOP-SECRET-VALUE\n").unwrap();
+    std::fs::write(
+        env.path("recursive.toml"),
+        "[[permissions.rules]]\ntool = \"read_file\"\npath = \"secrets/**\"\naction = \"deny\"\n\n\
+         [[permissions.rules]]\ntool = \"web_fetch\"\naction = \"deny\"\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn permission_rules_hold_for_rlm_host_tools() {
+    let env = Env::new();
+    deny_rules(&env);
+    let code = "```python\nprint(read_file(path='secrets/key.txt'))\nprint(web_fetch(url='http://127.0.0.1:9/'))\nprint(read_file(path='notes.txt'))\n```";
+    let script = env.script("r.json", json!([code, "```python\nsubmit('done')\n```"]));
+    let out =
+        env.run(&["rlm", "read", "--input", "notes.txt", "--mock-script", s(&script), "--provider", "mock", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    let observation = v["trajectory"][0]["observation"].as_str().unwrap();
+    assert!(!observation.contains("TOP-SECRET-VALUE"), "{observation}");
+    assert_eq!(observation.matches("permission denied").count(), 2, "{observation}");
+    assert!(observation.contains("hello world"), "allowed reads still work: {observation}");
+}
+
+#[test]
+fn permission_rules_hold_for_goal_tool_actions() {
+    let env = Env::new();
+    deny_rules(&env);
+    let script = env.script(
+        "g.json",
+        json!([
+            "{\"reasoning\": \"one read\", \"executable\": true, \"action\": {\"type\": \"tool\", \"target\": \"read_file\", \"input\": \"{\\\"path\\\": \\\"secrets/key.txt\\\"}\"}}",
+        ]),
+    );
+    let log = env.path("goal.jsonl");
+    let out = env.run(&["goal", "read the key", "--mock-script", s(&script), "--log", s(&log), "--json"]);
+    assert_eq!(out.status.code(), Some(13), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("TOP-SECRET-VALUE"), "{text}");
+    let v = stdout_json(&out);
+    assert_eq!(v["status"], "failed");
+    assert!(v["reason"].as_str().unwrap().contains("permission denied"), "{v}");
+}

@@ -13,6 +13,7 @@ pub mod jsonl;
 pub mod message;
 pub mod mock;
 pub mod provider;
+pub mod reply;
 pub mod run;
 pub mod runtime;
 pub mod serde_secs;

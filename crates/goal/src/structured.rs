@@ -2,6 +2,7 @@
 //! achievement check, synthesis), their schemas, and a lenient parser that repairs the
 //! common, safe-to-fix defects (code fences, prose around the object, trailing commas).
 
+use recursive_core::reply::json_in_reply;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -159,104 +160,16 @@ pub struct ParseError {
 }
 
 /// Parses a model reply into `T`, repairing what is safe to repair: code fences, prose around
-/// the JSON object, and trailing commas. Nothing is guessed: a reply with other defects, or
-/// with valid JSON of the wrong shape, is an error naming the problem.
+/// the JSON object, and trailing commas ([`recursive_core::reply::json_in_reply`]). Nothing is
+/// guessed: a reply with other defects, or with valid JSON of the wrong shape, is an error
+/// naming the problem.
 pub fn parse_lenient<T: DeserializeOwned>(raw: &str) -> Result<T, ParseError> {
-    let trimmed = raw.trim();
-    if let Ok(v) = serde_json::from_str::<T>(trimmed) {
+    if let Ok(v) = serde_json::from_str::<T>(raw.trim()) {
         return Ok(v);
     }
-    let Some(candidate) = extract_json(trimmed) else {
-        return Err(ParseError { message: format!("the reply contains no JSON object: {}", preview(trimmed)) });
-    };
-    let repaired = remove_trailing_commas(&candidate);
-    match serde_json::from_str::<Value>(&repaired) {
-        Err(e) => Err(ParseError { message: format!("invalid JSON: {e}") }),
-        Ok(value) => serde_json::from_value::<T>(value)
-            .map_err(|e| ParseError { message: format!("JSON does not match the schema: {e}") }),
-    }
-}
-
-fn preview(text: &str) -> String {
-    let mut p: String = text.chars().take(80).collect();
-    if text.chars().count() > 80 {
-        p.push('…');
-    }
-    format!("{p:?}")
-}
-
-/// The JSON object (or array) in a reply: inside a code fence if there is one, from the first
-/// opening bracket to its balanced close (or to the end when it never closes).
-fn extract_json(text: &str) -> Option<String> {
-    let body = strip_fence(text).unwrap_or(text);
-    let start = body.find(['{', '['])?;
-    let bytes = body.as_bytes();
-    let mut depth = 0i32;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, &b) in bytes.iter().enumerate().skip(start) {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(body[start..=i].to_string());
-                }
-            }
-            _ => {}
-        }
-    }
-    Some(body[start..].to_string())
-}
-
-fn strip_fence(text: &str) -> Option<&str> {
-    let open = text.find("```")?;
-    let after = &text[open + 3..];
-    // Skip the language tag (`json`) up to the end of the fence line.
-    let body_start = after.find('\n').map(|n| n + 1).unwrap_or(0);
-    let body = &after[body_start..];
-    let close = body.find("```").unwrap_or(body.len());
-    Some(&body[..close])
-}
-
-/// Drops commas that directly precede a closing bracket, outside strings.
-fn remove_trailing_commas(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, &c) in chars.iter().enumerate() {
-        if in_string {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
-            out.push(c);
-            continue;
-        }
-        if c == '"' {
-            in_string = true;
-        } else if c == ',' {
-            let next = chars[i + 1..].iter().find(|n| !n.is_whitespace());
-            if matches!(next, Some('}') | Some(']')) {
-                continue;
-            }
-        }
-        out.push(c);
-    }
-    out
+    let value = json_in_reply(raw).map_err(|message| ParseError { message })?;
+    serde_json::from_value::<T>(value)
+        .map_err(|e| ParseError { message: format!("JSON does not match the schema: {e}") })
 }
 
 /// The JSON Schema of `T` shaped for providers' strict structured-output modes: every object

@@ -253,38 +253,9 @@ pub(crate) fn snippet_observation(o: &SnippetOutcome) -> String {
     parts.join("\n")
 }
 
-/// Parses the JSON of an extraction reply: the whole reply, a ```json fenced block, or the
-/// outermost `{...}` / `[...]` span.
+/// Parses the JSON of an extraction reply (see [`recursive_core::reply::json_in_reply`]).
 pub fn parse_json_reply(reply: &str) -> Option<Value> {
-    let t = reply.trim();
-    if let Ok(v) = serde_json::from_str::<Value>(t) {
-        return Some(v);
-    }
-    let mut in_block = false;
-    let mut block = Vec::new();
-    for line in t.lines() {
-        let l = line.trim();
-        if !in_block && l.starts_with("```") {
-            in_block = true;
-            block.clear();
-        } else if in_block && l == "```" {
-            if let Ok(v) = serde_json::from_str::<Value>(&block.join("\n")) {
-                return Some(v);
-            }
-            in_block = false;
-        } else if in_block {
-            block.push(line);
-        }
-    }
-    for (open, close) in [('{', '}'), ('[', ']')] {
-        if let (Some(a), Some(b)) = (t.find(open), t.rfind(close))
-            && a < b
-            && let Ok(v) = serde_json::from_str::<Value>(&t[a..=b])
-        {
-            return Some(v);
-        }
-    }
-    None
+    recursive_core::reply::json_in_reply(reply).ok()
 }
 
 #[cfg(test)]

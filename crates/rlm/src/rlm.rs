@@ -859,7 +859,7 @@ impl RunHost {
         }
         let caller = self.sub_caller();
         HostReply::Pending(Box::pin(async move {
-            Ok(match caller.complete(prompt, "llm_query").await {
+            Ok(match caller.query(prompt, "llm_query").await {
                 Ok(text) => json!({ "result": text }),
                 Err(e) => json!({ "error": e.message }),
             })
@@ -887,7 +887,7 @@ impl RunHost {
         }
         let caller = self.sub_caller();
         HostReply::Pending(Box::pin(async move {
-            let calls = prompts.into_iter().map(|p| caller.complete(p, "llm_query_batched"));
+            let calls = prompts.into_iter().map(|p| caller.query(p, "llm_query_batched"));
             let results = futures::future::join_all(calls).await;
             let items: Vec<Value> = results
                 .into_iter()
@@ -949,7 +949,7 @@ impl RunHost {
                 RlmEvent::RlmChildFallback { reason: why.to_string(), prompt_chars: text.chars().count() }.into_kind(),
             );
             HostReply::Pending(Box::pin(async move {
-                Ok(match caller.complete(text, "rlm_query").await {
+                Ok(match caller.query(text, "rlm_query").await {
                     Ok(t) => json!({ "result": t }),
                     Err(e) => json!({ "error": e.message }),
                 })
@@ -1134,7 +1134,7 @@ struct SubCaller {
 }
 
 impl SubCaller {
-    async fn complete(&self, prompt: String, kind: &str) -> Result<String, SubCallError> {
+    async fn query(&self, prompt: String, kind: &str) -> Result<String, SubCallError> {
         let Ok(_permit) = self.tree.semaphore.acquire().await else {
             return Err(SubCallError { kind: "Internal", message: "the sub-call limiter is closed".into() });
         };

@@ -632,3 +632,46 @@ async fn child_runs_started_together_run_concurrently() {
     assert_eq!(custom(&sink.events(), "rlm_child_started").len(), 2);
     assert_eq!(r.sub_calls, 4);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sub_calls_end_at_the_run_trees_deadline() {
+    // The sub-model takes 30 s; the tree has 300 ms. The sub-call is a guarded model call of the
+    // tree, so it is cut off at the deadline and the run ends with the wall clock.
+    let p = primary(&[py("r = llm_query('slow')\nprint(r)"), py("submit('late')")]);
+    let sub = echo_sub().with_latency(Duration::from_secs(30));
+    let budget =
+        Arc::new(Budget::new(BudgetLimits { wall_clock: Some(Duration::from_millis(300)), ..Default::default() }));
+    let scope = RunScope::root("t", Arc::new(MemorySink::new()), budget);
+    let t0 = std::time::Instant::now();
+    let r = rlm(&p, &sub, RlmConfig::default()).run("q", Inputs::new(), &scope).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10), "the sub-call outlived the tree's deadline");
+    assert_eq!(r.outcome, RlmOutcome::Stopped { reason: FinishReason::WallClockExceeded });
+    assert!(r.trajectory[0].observation.contains("wall_clock_exceeded"), "{:#?}", r.trajectory);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_rlm_spends_from_its_parents_budget() {
+    // The parent's scope allows 60 tokens; the child's calls are charged to the same tree, so
+    // the child stops once the tree's tokens are spent (each call costs 15).
+    let p = MockProvider::with_handler(|req| {
+        let first_user = &req.messages[1].content;
+        let code = if first_user.contains("CHILD") {
+            py("x = 1\nprint(x)")
+        } else if req.messages.len() <= 2 {
+            py("r = rlm_query('CHILD TASK')\nprint(r)")
+        } else {
+            py("submit('parent done')")
+        };
+        Ok(response(code))
+    });
+    let budget = Arc::new(Budget::new(BudgetLimits { max_tokens: Some(60), ..Default::default() }));
+    let (_, sink) = scope_with_sink();
+    let scope = RunScope::root("t", Arc::new(sink.clone()), budget);
+    let r = rlm(&p, &echo_sub(), RlmConfig::default()).run("q", Inputs::new(), &scope).await.unwrap();
+    let events = sink.events();
+    let finished = custom(&events, "rlm_child_finished");
+    let child = custom_data(finished[0]);
+    assert_eq!(child["outcome"]["reason"]["kind"], "token_budget_exceeded", "{child}");
+    assert_eq!(r.outcome, RlmOutcome::Stopped { reason: FinishReason::TokenBudgetExceeded });
+    assert!(scope.budget().tokens_used() <= 60 + 15, "at most the call in flight overshoots");
+}

@@ -17,6 +17,28 @@ fn spawn(env: &Env, args: &[&str]) -> Child {
     env.cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
+/// Starts the command with `--json --events`, waits for an event of type `started`, sends
+/// `sig`, and checks the run ended cancelled (exit 8, `outcome`, and a final `run_finished`
+/// event saying so). Returns the `--json` object.
+fn interrupt(env: &Env, args: &[&str], started: &str, sig: &str) -> Value {
+    let ev = env.path("events.jsonl");
+    let mut all = args.to_vec();
+    all.extend(["--json", "--events", s(&ev)]);
+    let child = spawn(env, &all);
+    wait_for(&format!("a {started} event"), Duration::from_secs(20), || has_event(&ev, started));
+    signal(child.id(), sig);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "cancelled");
+    let last = last_event(&ev);
+    assert_eq!(
+        (last["type"].as_str(), last["finish_reason"]["kind"].as_str()),
+        (Some("run_finished"), Some("cancelled"))
+    );
+    v
+}
+
 fn last_event(path: &std::path::Path) -> Value {
     events(path).pop().expect("no events")
 }
@@ -32,9 +54,9 @@ fn sigterm_cancels_a_run_kills_its_shell_commands_and_exits_8() {
         "s.json",
         json!([{"tool_calls": [{"name": "run_shell", "arguments": {"command": "echo $$ > shell.pid; exec sleep 30"}}]}]),
     );
+    let pid_file = env.path("shell.pid");
     let ev = env.path("events.jsonl");
     let child = spawn(&env, &["run", "sleep", "--mock-script", s(&script), "--yes", "--json", "--events", s(&ev)]);
-    let pid_file = env.path("shell.pid");
     wait_for("the shell command to start", Duration::from_secs(20), || {
         std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
     });
@@ -45,11 +67,7 @@ fn sigterm_cancels_a_run_kills_its_shell_commands_and_exits_8() {
     let v = stdout_json(&out);
     assert_eq!(v["outcome"], "cancelled");
     assert_eq!(v["messages"].as_array().unwrap().last().unwrap()["role"], "tool", "every call got its result");
-    let last = last_event(&ev);
-    assert_eq!(
-        (last["type"].as_str(), last["finish_reason"]["kind"].as_str()),
-        (Some("run_finished"), Some("cancelled"))
-    );
+    assert_eq!(last_event(&ev)["finish_reason"]["kind"], "cancelled");
     wait_for("the shell command to be killed", Duration::from_secs(5), || !alive(shell));
 }
 
@@ -57,22 +75,10 @@ fn sigterm_cancels_a_run_kills_its_shell_commands_and_exits_8() {
 fn ctrl_c_on_an_rlm_exits_8_with_the_partial_trajectory() {
     let env = Env::new();
     let script = env.script("r.json", json!(["```python\nwhile True:\n    pass\n```"]));
-    let ev = env.path("events.jsonl");
-    let child = spawn(
-        &env,
-        &["rlm", "spin", "--input", "notes.txt", "--mock-script", s(&script), "--json", "--events", s(&ev)],
-    );
-    wait_for("the snippet to start", Duration::from_secs(20), || has_event(&ev, "rlm_snippet"));
-    signal(child.id(), "INT");
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = stdout_json(&out);
-    assert_eq!(v["outcome"], "cancelled");
+    let v =
+        interrupt(&env, &["rlm", "spin", "--input", "notes.txt", "--mock-script", s(&script)], "rlm_snippet", "INT");
     assert_eq!(v["output"], Value::Null);
     assert_eq!(v["trajectory"].as_array().unwrap().len(), 1, "the interrupted iteration is kept");
-    let last = last_event(&ev);
-    assert_eq!(last["type"], "run_finished");
-    assert_eq!(last["finish_reason"]["kind"], "cancelled");
 }
 
 #[test]
@@ -93,20 +99,8 @@ fn sigterm_on_a_goal_exits_8_never_completed() {
         "action": {"type": "tool", "target": "web_fetch", "input": input}
     });
     let script = env.script("g.json", json!([assess.to_string()]));
-    let ev = env.path("events.jsonl");
-    let child = spawn(&env, &["goal", "fetch the page", "--mock-script", s(&script), "--json", "--events", s(&ev)]);
-    wait_for("the fetch to start", Duration::from_secs(20), || has_event(&ev, "tool_call"));
-    signal(child.id(), "TERM");
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = stdout_json(&out);
-    assert_eq!(v["outcome"], "cancelled");
+    let v = interrupt(&env, &["goal", "fetch the page", "--mock-script", s(&script)], "tool_call", "TERM");
     assert_ne!(v["status"], "completed");
-    let last = last_event(&ev);
-    assert_eq!(
-        (last["type"].as_str(), last["finish_reason"]["kind"].as_str()),
-        (Some("run_finished"), Some("cancelled"))
-    );
 }
 
 /// A recursive.toml pointing at a closed port, without retries.

@@ -511,7 +511,7 @@ pub async fn detect_from(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Optio
 
 /// Asks an Ollama server for its models (`GET /api/tags`), with a short timeout.
 async fn probe_ollama(host: &str) -> Option<Vec<String>> {
-    let client = reqwest::Client::builder()
+    let client = recursive_http::client_builder()
         .timeout(Duration::from_millis(1500))
         .connect_timeout(Duration::from_millis(500))
         .build()

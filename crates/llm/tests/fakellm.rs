@@ -67,7 +67,7 @@ impl FakeLlm {
     }
 
     async fn wait_ready(&mut self) {
-        let client = reqwest::Client::new();
+        let client = recursive_http::client();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -87,7 +87,8 @@ impl FakeLlm {
     }
 
     async fn stats(&self) -> Value {
-        reqwest::get(format!("{}/_fakellm/stats", self.url)).await.unwrap().json().await.unwrap()
+        let client = recursive_http::client();
+        client.get(format!("{}/_fakellm/stats", self.url)).send().await.unwrap().json().await.unwrap()
     }
 }
 

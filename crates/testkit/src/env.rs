@@ -3,6 +3,8 @@
 //! `./scripts/test` installs the prerequisites and sets the variables; a developer without
 //! them can set `RECURSIVE_ALLOW_SKIP=1` to skip such tests (each skip is printed).
 
+use std::io::Write;
+
 /// The variable that turns a missing prerequisite into a printed skip instead of a failure.
 pub const ALLOW_SKIP_VAR: &str = "RECURSIVE_ALLOW_SKIP";
 
@@ -10,7 +12,8 @@ pub const ALLOW_SKIP_VAR: &str = "RECURSIVE_ALLOW_SKIP";
 ///
 /// When it is unset or empty, panics with a message saying to run `./scripts/test` (which
 /// installs the prerequisites and sets the variable) — unless `RECURSIVE_ALLOW_SKIP=1` is
-/// set, in which case it prints that the calling test is skipped and returns `None`.
+/// set, in which case it prints `SKIPPED <test>: ...` (past the harness's output capture) and
+/// returns `None`.
 ///
 /// ```no_run
 /// # fn demo() {
@@ -32,7 +35,9 @@ fn resolve(name: &str, value: Option<String>, allow_skip: bool) -> Option<String
     }
     let test = std::thread::current().name().unwrap_or("this test").to_string();
     if allow_skip {
-        eprintln!("SKIPPED {test}: {name} is not set ({ALLOW_SKIP_VAR}=1 allows skipping)");
+        // Written to the process's stderr rather than with `eprintln!`, which the test harness
+        // captures and hides for passing tests: a skip is always visible.
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {name} is not set ({ALLOW_SKIP_VAR}=1 allows skipping)");
         return None;
     }
     panic!(

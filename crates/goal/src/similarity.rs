@@ -122,7 +122,7 @@ impl HttpEmbedder {
     /// `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`) and a model name.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
-            client: reqwest::Client::new(),
+            client: recursive_http::client(),
             base_url: base_url.into().trim_end_matches('/').to_string(),
             model: model.into(),
             api_key: None,
@@ -135,7 +135,8 @@ impl HttpEmbedder {
         self
     }
 
-    /// Uses this HTTP client (timeouts, proxies).
+    /// Uses this HTTP client (timeouts, proxies); build it with `recursive_http::client_builder()`
+    /// so it has the workspace's TLS set-up.
     pub fn with_client(mut self, client: reqwest::Client) -> Self {
         self.client = client;
         self

@@ -8,7 +8,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// A client that ignores proxy settings of the environment: the server is local.
 fn local() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    recursive_http::client_builder().no_proxy().build().unwrap()
 }
 
 #[tokio::test]

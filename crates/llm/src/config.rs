@@ -511,7 +511,7 @@ pub async fn detect_from(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Optio
 
 /// Asks an Ollama server for its models (`GET /api/tags`), with a short timeout.
 async fn probe_ollama(host: &str) -> Option<Vec<String>> {
-    let client = reqwest::Client::builder()
+    let client = recursive_http::client_builder()
         .timeout(Duration::from_millis(1500))
         .connect_timeout(Duration::from_millis(500))
         .build()
@@ -529,8 +529,8 @@ async fn probe_ollama(host: &str) -> Option<Vec<String>> {
     )
 }
 
-/// Durations in settings: a number of seconds or a string with a unit (`500ms`, `30s`, `2m`,
-/// `1h`).
+/// Durations in settings: a number of seconds (`120`, `1.5`, also as a string) or a duration
+/// with units as `humantime` reads it (`500ms`, `30s`, `2m`, `1h 30m`).
 mod duration_opt {
     use std::time::Duration;
 
@@ -553,27 +553,26 @@ mod duration_opt {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let raw = Option::<Raw>::deserialize(d)?;
         raw.map(|r| match r {
-            Raw::Secs(s) => Duration::try_from_secs_f64(s).map_err(serde::de::Error::custom),
-            Raw::Text(t) => parse(&t).ok_or_else(|| {
-                serde::de::Error::custom(format!("invalid duration `{t}` (use e.g. 500ms, 30s, 2m, 1h)"))
-            }),
+            Raw::Secs(s) => secs(s).map_err(serde::de::Error::custom),
+            Raw::Text(t) => parse(&t).map_err(serde::de::Error::custom),
         })
         .transpose()
     }
 
-    pub fn parse(text: &str) -> Option<Duration> {
+    /// A number of seconds as a duration.
+    fn secs(value: f64) -> Result<Duration, String> {
+        Duration::try_from_secs_f64(value).map_err(|e| format!("invalid duration {value}: {e}"))
+    }
+
+    /// Reads a duration: a bare number is seconds, anything else goes to `humantime`.
+    pub fn parse(text: &str) -> Result<Duration, String> {
         let t = text.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num.parse().ok()?;
-        let secs = match unit.trim() {
-            "" | "s" | "sec" | "secs" => n,
-            "ms" => n / 1000.0,
-            "m" | "min" | "mins" => n * 60.0,
-            "h" => n * 3600.0,
-            _ => return None,
-        };
-        Duration::try_from_secs_f64(secs).ok()
+        if let Ok(n) = t.parse::<f64>() {
+            return secs(n);
+        }
+        humantime::parse_duration(t).map_err(|e| {
+            format!("invalid duration `{t}`: {e} (use e.g. 500ms, 30s, 2m, 1h 30m, or a number of seconds)")
+        })
     }
 }
 
@@ -688,8 +687,29 @@ mod tests {
 
     #[test]
     fn durations_accept_units() {
-        assert_eq!(duration_opt::parse("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(duration_opt::parse("1.5"), Some(Duration::from_millis(1500)));
-        assert_eq!(duration_opt::parse("3 weeks"), None);
+        assert_eq!(duration_opt::parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration_opt::parse("120s"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration_opt::parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration_opt::parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(duration_opt::parse("3 fortnights").is_err());
+    }
+
+    #[test]
+    fn a_bare_number_is_seconds() {
+        assert_eq!(duration_opt::parse("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration_opt::parse(" 120 "), Ok(Duration::from_secs(120)));
+        let s = ProviderSettings::from_toml("[provider]\nkind = \"openai\"\ntimeout = 2.5\n").unwrap().unwrap();
+        assert_eq!(s.timeout, Some(Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn a_bad_duration_names_the_value_and_the_accepted_forms() {
+        let err = duration_opt::parse("3 fortnights").unwrap_err();
+        assert!(err.contains("`3 fortnights`") && err.contains("unknown time unit"), "{err}");
+        assert!(err.contains("500ms, 30s, 2m"), "{err}");
+        let err = ProviderSettings::from_toml("[provider]\nkind = \"openai\"\ntimeout = \"soon\"\n").unwrap_err();
+        assert!(err.to_string().contains("invalid duration `soon`"), "{err}");
+        let err = duration_opt::parse("-1").unwrap_err();
+        assert!(err.contains("invalid duration -1"), "{err}");
     }
 }

@@ -33,7 +33,7 @@ pub(crate) struct HttpClient {
 impl HttpClient {
     /// A client for `provider` with a total and a connect timeout.
     pub(crate) fn new(provider: &str, timeout: Duration, connect_timeout: Duration) -> Result<Self, LlmError> {
-        let client = reqwest::Client::builder()
+        let client = recursive_http::client_builder()
             .timeout(timeout)
             .connect_timeout(connect_timeout)
             .user_agent(concat!("recursive/", env!("CARGO_PKG_VERSION")))

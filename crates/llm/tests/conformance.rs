@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{RawServer, Script, collect, complete_partial_json};
+use common::{collect, complete_partial_json};
 use recursive_core::{ChatProvider, ChatRequest, ChatResponse, Message, ProviderError, StopReason, Usage};
 use recursive_llm::{AnthropicConfig, AnthropicProvider, OpenAiConfig, OpenAiProvider, anthropic, openai};
+use recursive_testkit::{ModelServer, Reply, Script};
 use serde_json::{Value, json};
 
 fn fixture_dir(api: &str) -> PathBuf {
@@ -38,6 +39,11 @@ fn fixtures(api: &str) -> Vec<(String, Vec<u8>, Value)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(!out.is_empty(), "no fixtures in {}", dir.display());
     out
+}
+
+/// A server answering every request with these exact bytes.
+async fn serve(script: Script) -> ModelServer {
+    ModelServer::serving(Reply::raw(script)).await
 }
 
 fn request() -> ChatRequest {
@@ -166,8 +172,8 @@ fn check(name: &str, response: &ChatResponse, deltas: &[String], expected: &Expe
 #[tokio::test]
 async fn openai_fixtures_served_in_7_byte_pieces_assemble_like_the_sdk() {
     for (name, bytes, expected) in fixtures("openai") {
-        let server = RawServer::start(Script::sse(&bytes, 7)).await;
-        let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+        let server = serve(Script::sse(&bytes, 7)).await;
+        let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
         assert!(got.error.is_none(), "{name}: {:?}", got.error);
         check(&name, got.response.as_ref().unwrap(), &got.deltas, &openai_expected(&expected));
     }
@@ -176,8 +182,8 @@ async fn openai_fixtures_served_in_7_byte_pieces_assemble_like_the_sdk() {
 #[tokio::test]
 async fn anthropic_fixtures_served_in_7_byte_pieces_assemble_like_the_sdk() {
     for (name, bytes, expected) in fixtures("anthropic") {
-        let server = RawServer::start(Script::sse(&bytes, 7)).await;
-        let got = collect(anthropic_client(&server.url).stream(request()).await.unwrap()).await;
+        let server = serve(Script::sse(&bytes, 7)).await;
+        let got = collect(anthropic_client(server.url()).stream(request()).await.unwrap()).await;
         assert!(got.error.is_none(), "{name}: {:?}", got.error);
         check(&name, got.response.as_ref().unwrap(), &got.deltas, &anthropic_expected(&expected));
     }
@@ -260,8 +266,8 @@ async fn an_event_split_across_reads_is_reassembled() {
     let second = body.match_indices("data:").nth(1).unwrap().0;
     // Inside the first event's JSON, inside the blank line ending it, inside the second "data:".
     let cuts = [20, second - 1, second + 3];
-    let server = RawServer::start(Script::sse_pieces(split_at(body.as_bytes(), &cuts)).with_pause(PAUSE)).await;
-    let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse_pieces(split_at(body.as_bytes(), &cuts)).with_pause(PAUSE)).await;
+    let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
     assert_eq!(got.response.unwrap().message.content, "Hello there");
     assert_eq!(got.deltas, vec!["Hello", " there"]);
 }
@@ -274,11 +280,11 @@ async fn a_multibyte_character_split_across_reads_is_kept_whole() {
         // Cut after the first byte of ü, and after the second byte of the 4-byte globe.
         let u = body.find('ü').unwrap();
         let globe = body.find('🌍').unwrap();
-        let server = RawServer::start(Script::sse_pieces(split_at(bytes, &[u + 1, globe + 2])).with_pause(PAUSE)).await;
+        let server = serve(Script::sse_pieces(split_at(bytes, &[u + 1, globe + 2])).with_pause(PAUSE)).await;
         let stream = if api == "openai" {
-            openai_client(&server.url).stream(request()).await.unwrap()
+            openai_client(server.url()).stream(request()).await.unwrap()
         } else {
-            anthropic_client(&server.url).stream(request()).await.unwrap()
+            anthropic_client(server.url()).stream(request()).await.unwrap()
         };
         let got = collect(stream).await;
         assert_eq!(got.response.unwrap().message.content, "Grüße 🌍 naïve", "{api}");
@@ -296,8 +302,8 @@ fn cut_mid_event(bytes: &[u8], nth: usize) -> Vec<u8> {
 #[tokio::test]
 async fn a_stream_cut_off_mid_event_is_a_clear_truncation() {
     let (_, openai_bytes, _) = fixtures("openai").into_iter().find(|f| f.0 == "tool_call_non_strict").unwrap();
-    let server = RawServer::start(Script::sse(&cut_mid_event(&openai_bytes, 3), 7)).await;
-    let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(&cut_mid_event(&openai_bytes, 3), 7)).await;
+    let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
     assert!(got.response.is_none());
     match got.error {
         Some(ProviderError::Truncated { message, .. }) => assert!(message.contains("cut off"), "{message}"),
@@ -305,8 +311,8 @@ async fn a_stream_cut_off_mid_event_is_a_clear_truncation() {
     }
 
     let (_, anthropic_bytes, _) = fixtures("anthropic").into_iter().find(|f| f.0 == "tool_use_response").unwrap();
-    let server = RawServer::start(Script::sse(&cut_mid_event(&anthropic_bytes, 5), 7)).await;
-    let got = collect(anthropic_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(&cut_mid_event(&anthropic_bytes, 5), 7)).await;
+    let got = collect(anthropic_client(server.url()).stream(request()).await.unwrap()).await;
     assert!(got.response.is_none());
     assert!(matches!(got.error, Some(ProviderError::Truncated { .. })), "{:?}", got.error);
 }
@@ -315,8 +321,8 @@ async fn a_stream_cut_off_mid_event_is_a_clear_truncation() {
 async fn a_stream_that_ends_between_events_before_the_finish_is_truncated() {
     let body = openai_stream(&["Hello"]);
     let finish = body.match_indices("data:").nth(1).unwrap().0;
-    let server = RawServer::start(Script::sse(&body.as_bytes()[..finish], 7)).await;
-    let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(&body.as_bytes()[..finish], 7)).await;
+    let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
     assert_eq!(got.deltas, vec!["Hello"]);
     match got.error {
         Some(ProviderError::Truncated { message, .. }) => assert!(message.contains("finish_reason"), "{message}"),
@@ -327,10 +333,10 @@ async fn a_stream_that_ends_between_events_before_the_finish_is_truncated() {
 #[tokio::test]
 async fn a_connection_dropped_mid_body_is_truncated() {
     // A chunked body whose connection closes before the last chunk.
-    let mut script = Script::sse_pieces(vec![b"1e\r\ndata: {\"choices\": [{\"index\":\r\n".to_vec()]);
-    script.head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked".into();
-    let server = RawServer::start(script).await;
-    let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+    let script = Script::sse_pieces(vec![b"1e\r\ndata: {\"choices\": [{\"index\":\r\n".to_vec()])
+        .with_head("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked");
+    let server = serve(script).await;
+    let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
     assert!(got.response.is_none());
     assert!(matches!(got.error, Some(ProviderError::Truncated { .. })), "{:?}", got.error);
 }
@@ -339,8 +345,8 @@ async fn a_connection_dropped_mid_body_is_truncated() {
 async fn malformed_json_in_a_chunk_names_the_problem() {
     let good = openai_stream(&["Hi"]);
     let body = good.replacen("data: {", "data: {\"choices\": [oops]}\n\ndata: {", 1);
-    let server = RawServer::start(Script::sse(body.as_bytes(), 7)).await;
-    let got = collect(openai_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(body.as_bytes(), 7)).await;
+    let got = collect(openai_client(server.url()).stream(request()).await.unwrap()).await;
     match got.error {
         Some(ProviderError::Malformed { message, .. }) => {
             assert!(message.contains("invalid JSON in chat.completion.chunk"), "{message}");
@@ -352,8 +358,8 @@ async fn malformed_json_in_a_chunk_names_the_problem() {
     let good = anthropic_stream(&["Hi"]);
     let body = good.replacen("\"text\":\"Hi\"", "\"text\": }", 1);
     assert_ne!(body, good);
-    let server = RawServer::start(Script::sse(body.as_bytes(), 7)).await;
-    let got = collect(anthropic_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(body.as_bytes(), 7)).await;
+    let got = collect(anthropic_client(server.url()).stream(request()).await.unwrap()).await;
     match got.error {
         Some(ProviderError::Malformed { message, .. }) => {
             assert!(message.contains("invalid JSON in `content_block_delta` event"), "{message}")
@@ -368,8 +374,8 @@ async fn an_anthropic_error_event_carries_the_server_message() {
     let cut = body.find("event: content_block_stop").unwrap();
     body.truncate(cut);
     body.push_str("event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n");
-    let server = RawServer::start(Script::sse(body.as_bytes(), 7)).await;
-    let got = collect(anthropic_client(&server.url).stream(request()).await.unwrap()).await;
+    let server = serve(Script::sse(body.as_bytes(), 7)).await;
+    let got = collect(anthropic_client(server.url()).stream(request()).await.unwrap()).await;
     match got.error {
         Some(e @ ProviderError::Http { .. }) => {
             assert!(e.to_string().contains("Overloaded"), "{e}");

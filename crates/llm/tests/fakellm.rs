@@ -1,9 +1,9 @@
 //! End to end against a real fake LLM server (`fakellm` from PyPI): the core agent loop runs
 //! one tool-call round trip through its OpenAI and its Anthropic endpoint, streaming.
 //!
-//! The server binary comes from `FAKELLM_BIN` (CI installs it:
-//! `python3 -m venv .venv-fakellm && .venv-fakellm/bin/pip install fakellm==0.3.5`). Without
-//! the variable the tests print a notice and pass without running.
+//! The server binary comes from `FAKELLM_BIN`, which `./scripts/test` installs and sets
+//! (`fakellm==0.3.5` in a virtualenv under `.test-deps/`). Without it the tests fail, unless
+//! `RECURSIVE_ALLOW_SKIP=1` asks to skip them (see `recursive_testkit::require_env`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,6 +19,7 @@ use recursive_core::{
 };
 use recursive_llm::config::build_provider_with_env;
 use recursive_llm::{PriceTable, ProviderKind, ProviderSettings};
+use recursive_testkit::require_env;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -41,12 +42,10 @@ impl Drop for FakeLlm {
 }
 
 impl FakeLlm {
-    /// Starts the server with the fixture rules, or `None` when `FAKELLM_BIN` is unset.
-    async fn start(test: &str) -> Option<FakeLlm> {
-        let Some(bin) = std::env::var_os("FAKELLM_BIN") else {
-            eprintln!("SKIPPED {test}: FAKELLM_BIN is not set (install fakellm==0.3.5 and point FAKELLM_BIN at it)");
-            return None;
-        };
+    /// Starts the server with the fixture rules; `None` when `FAKELLM_BIN` is unset and
+    /// skipping is allowed.
+    async fn start() -> Option<FakeLlm> {
+        let bin = require_env("FAKELLM_BIN")?;
         let dir = tempfile::tempdir().unwrap();
         let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fakellm.yaml");
         let config = dir.path().join("fakellm.yaml");
@@ -67,7 +66,7 @@ impl FakeLlm {
     }
 
     async fn wait_ready(&mut self) {
-        let client = reqwest::Client::new();
+        let client = recursive_http::client();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -87,7 +86,8 @@ impl FakeLlm {
     }
 
     async fn stats(&self) -> Value {
-        reqwest::get(format!("{}/_fakellm/stats", self.url)).await.unwrap().json().await.unwrap()
+        let client = recursive_http::client();
+        client.get(format!("{}/_fakellm/stats", self.url)).send().await.unwrap().json().await.unwrap()
     }
 }
 
@@ -175,7 +175,7 @@ async fn weather_round_trip(server: &FakeLlm, settings: ProviderSettings, api: &
 
 #[tokio::test]
 async fn agent_round_trip_through_the_openai_endpoint() {
-    let Some(server) = FakeLlm::start("agent_round_trip_through_the_openai_endpoint").await else { return };
+    let Some(server) = FakeLlm::start().await else { return };
     let settings = ProviderSettings::new(ProviderKind::OpenAi)
         .with_base_url(format!("{}/v1", server.url))
         .with_api_key("test-key")
@@ -185,7 +185,7 @@ async fn agent_round_trip_through_the_openai_endpoint() {
 
 #[tokio::test]
 async fn agent_round_trip_through_the_anthropic_endpoint() {
-    let Some(server) = FakeLlm::start("agent_round_trip_through_the_anthropic_endpoint").await else { return };
+    let Some(server) = FakeLlm::start().await else { return };
     let settings = ProviderSettings::new(ProviderKind::Anthropic)
         .with_base_url(server.url.clone())
         .with_api_key("test-key")

@@ -9,11 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RawServer, Script, collect};
+use common::collect;
 use recursive_core::{
     Agent, Budget, ChatProvider, ChatRequest, EventKind, MemorySink, Message, ProviderError, RunScope,
 };
 use recursive_llm::{AnthropicConfig, AnthropicProvider, OpenAiConfig, OpenAiProvider, RetryPolicy, RetryProvider};
+use recursive_testkit::{ModelServer, Reply, Script};
 use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -147,9 +148,9 @@ async fn anthropic_errors_carry_the_provider_message() {
 
 #[tokio::test]
 async fn a_silent_server_times_out_and_the_call_is_retried() {
-    let server = RawServer::start(Script { hang: true, ..Script::sse_pieces(Vec::new()) }).await;
+    let server = ModelServer::serving(Reply::hang()).await;
     let inner = OpenAiProvider::new(OpenAiConfig {
-        base_url: format!("{}/v1", server.url),
+        base_url: server.openai_url(),
         timeout: Duration::from_millis(300),
         ..Default::default()
     })
@@ -158,7 +159,7 @@ async fn a_silent_server_times_out_and_the_call_is_retried() {
     let got = collect(provider.stream(request()).await.unwrap()).await;
     assert_eq!(got.retries.len(), 1);
     assert!(matches!(got.error, Some(ProviderError::Timeout { .. })), "{:?}", got.error);
-    assert_eq!(server.captured().len(), 2);
+    assert_eq!(server.request_count(), 2);
 }
 
 #[tokio::test]
@@ -176,14 +177,14 @@ async fn a_refused_connection_is_retried_then_reported() {
 async fn a_failure_after_text_was_delivered_is_surfaced_not_retried() {
     // Text arrives, then the stream is cut off before it finishes.
     let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial\"}}]}\n\ndata: {\"choices\":[{\"ind";
-    let server = RawServer::start(Script::sse(body.as_bytes(), 16)).await;
-    let inner = OpenAiProvider::new(OpenAiConfig::new(format!("{}/v1", server.url))).unwrap();
+    let server = ModelServer::serving(Reply::raw(Script::sse(body.as_bytes(), 16))).await;
+    let inner = OpenAiProvider::new(OpenAiConfig::new(server.openai_url())).unwrap();
     let provider = RetryProvider::new(Arc::new(inner), fast_policy(3));
     let got = collect(provider.stream(request()).await.unwrap()).await;
     assert_eq!(got.deltas, vec!["Partial"]);
     assert!(got.retries.is_empty());
     assert!(matches!(got.error, Some(ProviderError::Truncated { .. })), "{:?}", got.error);
-    assert_eq!(server.captured().len(), 1);
+    assert_eq!(server.request_count(), 1);
 }
 
 #[tokio::test]

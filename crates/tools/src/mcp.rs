@@ -302,6 +302,36 @@ fn client_info() -> ClientConfig {
     ClientConfig::new(ClientCapabilities::default(), Implementation::new("recursive", env!("CARGO_PKG_VERSION")))
 }
 
+/// Redirects an MCP HTTP client follows for one request at most.
+const MCP_MAX_REDIRECTS: usize = 10;
+
+/// The HTTP client of a streamable-HTTP server: the workspace's TLS set-up, with what rmcp's
+/// own default client does — no idle connection pooling (a reused connection whose previous
+/// body was not read stalls on delayed ACKs), and only same-origin 307/308 redirects followed
+/// (they keep the method and body; others would drop the JSON-RPC message or replay the
+/// session id and headers to another host).
+fn mcp_http_client() -> Result<reqwest::Client, String> {
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MCP_MAX_REDIRECTS {
+            attempt.error(format!("more than {MCP_MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    recursive_http::client_builder()
+        .pool_max_idle_per_host(0)
+        .redirect(redirects)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
 async fn connect(
     name: &str,
     config: &McpServerConfig,
@@ -339,15 +369,12 @@ async fn connect(
             client_info().serve(transport).await.map_err(|e| format!("initialization failed: {e}"))?
         }
         (None, Some(url)) => {
-            // rmcp's HTTP client brings no TLS crypto provider of its own; use ring, which the
-            // rest of the workspace already uses. An error means one is installed already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(var) = &config.bearer_token_env {
                 let token = std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?;
                 transport_config = transport_config.auth_header(token);
             }
-            let transport = StreamableHttpClientTransport::from_config(transport_config);
+            let transport = StreamableHttpClientTransport::with_client(mcp_http_client()?, transport_config);
             client_info().serve(transport).await.map_err(|e| format!("initialization failed at {url}: {e}"))?
         }
         (Some(_), Some(_)) => return Err("set either `command` or `url`, not both".into()),

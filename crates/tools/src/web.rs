@@ -166,7 +166,7 @@ impl TypedTool for WebFetch {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(ToolError::failed(format!("only http and https URLs can be fetched, not `{}`", url.scheme())));
         }
-        let client = reqwest::Client::builder()
+        let client = recursive_http::client_builder()
             .timeout(Duration::from_secs(self.config.timeout_secs.max(1)))
             .user_agent(&self.config.user_agent)
             .build()

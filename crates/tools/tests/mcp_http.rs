@@ -3,7 +3,8 @@
 //! `@modelcontextprotocol/server-everything` in its `streamableHttp` mode, on 127.0.0.1.
 //!
 //! The server is found through `MCP_EVERYTHING_SERVER`, the path of its JS entry point (run
-//! with `node`). Without it these tests are skipped.
+//! with `node`), which `./scripts/test` installs and sets. Without it these tests fail, unless
+//! `RECURSIVE_ALLOW_SKIP=1` asks to skip them.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use recursive_core::{
     Agent, Budget, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope, ToolCall, ToolContext,
 };
+use recursive_testkit::require_env;
 use recursive_tools::mcp::{McpConfig, McpServerConfig, McpStatus, start_servers};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -23,7 +25,7 @@ struct Server {
 }
 
 async fn start_everything() -> Option<Server> {
-    let entry = std::env::var("MCP_EVERYTHING_SERVER").ok().filter(|p| !p.is_empty())?;
+    let entry = require_env("MCP_EVERYTHING_SERVER")?;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -54,13 +56,9 @@ async fn start_everything() -> Option<Server> {
     Some(Server { _child: child, url: format!("http://127.0.0.1:{port}/mcp") })
 }
 
-fn skip() {
-    eprintln!("skipped: set MCP_EVERYTHING_SERVER to the JS entry of @modelcontextprotocol/server-everything");
-}
-
 #[tokio::test]
 async fn http_server_tools_run_through_the_agent_loop() {
-    let Some(server) = start_everything().await else { return skip() };
+    let Some(server) = start_everything().await else { return };
     let mut config = McpConfig::default();
     config.servers.insert("everything".into(), McpServerConfig::http(&server.url).with_startup_timeout(30));
     let sink = MemorySink::new();
@@ -85,7 +83,7 @@ async fn http_server_tools_run_through_the_agent_loop() {
 
 #[tokio::test]
 async fn images_are_summarised_and_errors_become_tool_errors() {
-    let Some(server) = start_everything().await else { return skip() };
+    let Some(server) = start_everything().await else { return };
     let mut config = McpConfig::default();
     config.servers.insert("ev".into(), McpServerConfig::http(&server.url).with_startup_timeout(30));
     let mcp = start_servers(&config, &RunScope::detached("http")).await;

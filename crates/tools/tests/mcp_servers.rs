@@ -3,16 +3,18 @@
 //! driven through the agent loop, plus servers that fail to start or never answer.
 //!
 //! The filesystem server is found through `MCP_FS_SERVER`: the path of its JS entry point
-//! (run with `node`) or of an executable. Without it the real-server test is skipped.
+//! (run with `node`) or of an executable, which `./scripts/test` installs and sets. Without it
+//! the real-server test fails, unless `RECURSIVE_ALLOW_SKIP=1` asks to skip it.
 
 use std::sync::Arc;
 
 use recursive_core::{Agent, AgentConfig, Budget, FinishReason, MemorySink, MockProvider, MockReply, Role, RunScope};
+use recursive_testkit::require_env;
 use recursive_tools::mcp::{McpConfig, McpEvent, McpServerConfig, McpStatus, start_servers};
 use serde_json::{Value, json};
 
 fn fs_server() -> Option<(String, Vec<String>)> {
-    let path = std::env::var("MCP_FS_SERVER").ok().filter(|p| !p.is_empty())?;
+    let path = require_env("MCP_FS_SERVER")?;
     if path.ends_with(".js") || path.ends_with(".mjs") {
         Some(("node".into(), vec![path]))
     } else {
@@ -36,10 +38,7 @@ fn server_events(sink: &MemorySink) -> Vec<Value> {
 
 #[tokio::test]
 async fn real_filesystem_server_tool_runs_through_the_agent_loop() {
-    let Some((command, mut args)) = fs_server() else {
-        eprintln!("skipped: set MCP_FS_SERVER to the JS entry of @modelcontextprotocol/server-filesystem");
-        return;
-    };
+    let Some((command, mut args)) = fs_server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let file = root.join("hello.txt");

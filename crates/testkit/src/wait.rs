@@ -1,0 +1,68 @@
+//! Waiting for a condition instead of sleeping a fixed time: [`wait_until`] polls and fails
+//! with the caller's location when the condition does not hold in time.
+
+use std::future::Future;
+use std::panic::Location;
+use std::time::Duration;
+
+/// How often the condition is polled.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Polls `condition` every 10 ms until it holds; panics (naming the caller's file and line)
+/// if it still does not hold after `timeout`. The condition is checked once more at the
+/// deadline, so a slow machine only makes the wait longer, never the result different.
+///
+/// ```no_run
+/// # async fn demo(tool: recursive_testkit::SlowTool) {
+/// use std::time::Duration;
+/// recursive_testkit::wait_until(Duration::from_secs(5), || tool.started() == 1).await;
+/// # }
+/// ```
+#[track_caller]
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> impl Future<Output = ()> {
+    let caller = Location::caller();
+    async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            if condition() {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("wait_until at {caller}: the condition still did not hold after {timeout:?} ({polls} checks)");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test]
+    async fn returns_once_the_condition_holds() {
+        let count = Arc::new(AtomicU32::new(0));
+        let bump = count.clone();
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                bump.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        wait_until(Duration::from_secs(10), || count.load(Ordering::SeqCst) == 3).await;
+        assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn fails_with_the_caller_location_on_timeout() {
+        let waited = tokio::spawn(wait_until(Duration::from_millis(30), || false)).await;
+        let panic = waited.unwrap_err().into_panic();
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("did not hold after 30ms"), "{message}");
+        assert!(message.contains("wait.rs"), "{message}");
+    }
+}

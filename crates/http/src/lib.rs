@@ -56,6 +56,22 @@ pub fn client() -> reqwest::Client {
     })
 }
 
+/// An error with its chain of causes joined by `: ` (each cause once), which is where reqwest
+/// keeps the useful part.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,7 +118,7 @@ impl HttpClient {
         if e.is_timeout() {
             ProviderError::Timeout { provider: self.provider.clone(), secs: self.timeout.as_secs_f64() }
         } else {
-            ProviderError::Connection { provider: self.provider.clone(), message: error_chain(&e) }
+            ProviderError::Connection { provider: self.provider.clone(), message: recursive_http::error_chain(&e) }
         }
     }
 
@@ -129,25 +129,13 @@ impl HttpClient {
         } else {
             ProviderError::Truncated {
                 provider: self.provider.clone(),
-                message: format!("the connection dropped while the response was being read: {}", error_chain(&e)),
+                message: format!(
+                    "the connection dropped while the response was being read: {}",
+                    recursive_http::error_chain(&e)
+                ),
             }
         }
     }
-}
-
-/// `e` and its sources, joined with `: `.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// The provider's own message from an error body: `{"error":{"message":..}}` (OpenAI and

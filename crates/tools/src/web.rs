@@ -123,21 +123,6 @@ fn sniff(bytes: &[u8]) -> BodyKind {
     if start.starts_with("<!doctype html") || start.starts_with("<html") { BodyKind::Html } else { BodyKind::Text }
 }
 
-/// An error with its chain of causes, which is where reqwest keeps the useful part.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
-}
-
 #[async_trait]
 impl TypedTool for WebFetch {
     type Args = WebFetchArgs;
@@ -170,12 +155,14 @@ impl TypedTool for WebFetch {
             .timeout(Duration::from_secs(self.config.timeout_secs.max(1)))
             .user_agent(&self.config.user_agent)
             .build()
-            .map_err(|e| ToolError::failed(format!("could not set up the HTTP client: {}", with_causes(&e))))?;
+            .map_err(|e| {
+                ToolError::failed(format!("could not set up the HTTP client: {}", recursive_http::error_chain(&e)))
+            })?;
         let failed = |e: reqwest::Error| {
             if e.is_timeout() {
                 ToolError::failed(format!("fetching {url} timed out after {}s", self.config.timeout_secs))
             } else {
-                ToolError::failed(format!("could not fetch {url}: {}", with_causes(&e)))
+                ToolError::failed(format!("could not fetch {url}: {}", recursive_http::error_chain(&e)))
             }
         };
         let mut response = client.get(url.clone()).send().await.map_err(failed)?;

@@ -103,31 +103,29 @@ fn sigterm_on_a_goal_exits_8_never_completed() {
     assert_ne!(v["status"], "completed");
 }
 
-/// A recursive.toml pointing at a closed port, without retries.
-fn unreachable_provider(env: &Env) {
+/// Runs the command against a provider on a closed port (no retries) with `--json`, checks the
+/// fault's exit status 1 and the `outcome`/`error` fields, and returns the output and the object.
+fn against_unreachable_provider(env: &Env, args: &[&str]) -> (std::process::Output, Value) {
     std::fs::write(
         env.path("recursive.toml"),
         "[provider]\nkind = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
     )
     .unwrap();
+    let out = env.cmd().env("OPENAI_API_KEY", "k").args(args).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["outcome"], "error");
+    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    (out, v)
 }
 
 #[test]
 fn provider_fault_in_run_exits_1_once_with_the_partial_result_and_a_final_event() {
     let env = Env::new();
-    unreachable_provider(&env);
     let ev = env.path("events.jsonl");
     let transcript = env.path("t.jsonl");
-    let out = env
-        .cmd()
-        .env("OPENAI_API_KEY", "k")
-        .args(["run", "hello there", "--json", "--events", s(&ev), "--transcript", s(&transcript)])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let v = stdout_json(&out);
-    assert_eq!(v["outcome"], "error");
-    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    let (out, v) =
+        against_unreachable_provider(&env, &["run", "hello there", "--events", s(&ev), "--transcript", s(&transcript)]);
     assert_eq!(v["messages"][0]["content"], "hello there");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("connection failed").count(), 1, "one error line: {stderr}");
@@ -145,18 +143,8 @@ fn provider_fault_in_run_exits_1_once_with_the_partial_result_and_a_final_event(
 #[test]
 fn provider_fault_in_rlm_exits_1_and_keeps_what_was_gathered() {
     let env = Env::new();
-    unreachable_provider(&env);
     let ev = env.path("events.jsonl");
-    let out = env
-        .cmd()
-        .env("OPENAI_API_KEY", "k")
-        .args(["rlm", "q", "--input", "notes.txt", "--json", "--events", s(&ev)])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let v = stdout_json(&out);
-    assert_eq!(v["outcome"], "error");
-    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    let (_, v) = against_unreachable_provider(&env, &["rlm", "q", "--input", "notes.txt", "--events", s(&ev)]);
     assert_eq!(v["rlm_outcome"]["kind"], "failed");
     assert_eq!(last_event(&ev)["finish_reason"]["kind"], "error");
 }
@@ -164,12 +152,8 @@ fn provider_fault_in_rlm_exits_1_and_keeps_what_was_gathered() {
 #[test]
 fn provider_fault_in_goal_exits_1() {
     let env = Env::new();
-    unreachable_provider(&env);
-    let out = env.cmd().env("OPENAI_API_KEY", "k").args(["goal", "anything", "--json"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = stdout_json(&out);
-    assert_eq!(v["outcome"], "error");
-    assert!(v["error"].as_str().unwrap().contains("connection failed"), "{v}");
+    let (_, v) = against_unreachable_provider(&env, &["goal", "anything"]);
+    assert_eq!(v["status"], "failed");
 }
 
 #[test]

@@ -102,11 +102,6 @@ impl ToolInvoker {
         &self.tools
     }
 
-    /// The tools, to add more.
-    pub fn tools_mut(&mut self) -> &mut ToolRegistry {
-        &mut self.tools
-    }
-
     /// The gate, if any.
     pub fn gate(&self) -> Option<&Arc<dyn ToolGate>> {
         self.gate.as_ref()
@@ -115,11 +110,6 @@ impl ToolInvoker {
     /// The limits.
     pub fn limits(&self) -> &ToolLimits {
         &self.limits
-    }
-
-    /// The same gate and limits over other tools (e.g. a subset for a sub-agent).
-    pub fn with_tools(&self, tools: ToolRegistry) -> Self {
-        Self { tools, gate: self.gate.clone(), limits: self.limits.clone() }
     }
 
     /// Runs one call (see [`ToolInvoker::invoke_all`]).

@@ -181,13 +181,7 @@ pub fn parse_retry_after(value: &str) -> Option<f64> {
 
 /// Shortens `text` to at most `max` characters, marking the cut.
 pub(crate) fn clip(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
-        text.to_string()
-    } else {
-        let head: String = text.chars().take(max).collect();
-        format!("{head}… (+{} chars)", count - max)
-    }
+    recursive_core::text::clip_chars(text, max)
 }
 
 /// Joins a base URL and a path with exactly one slash.

@@ -381,7 +381,6 @@ impl Rlm {
         let engine = Arc::new(self.clone());
         let tree = Arc::new(Tree {
             semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))),
-            calls_total: u64::from(self.config.max_llm_calls),
         });
         let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
         let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
@@ -413,8 +412,6 @@ fn check_tool_name(name: &str) -> Result<(), RlmError> {
 struct Tree {
     /// Sub-model calls in flight at once.
     semaphore: Arc<Semaphore>,
-    /// The size of the sub-call budget (for messages).
-    calls_total: u64,
 }
 
 /// Where a run sits among the RLM levels.
@@ -432,13 +429,13 @@ struct Node {
 
 impl Node {
     /// Reserves `n` sub-calls, or says why not (nothing is spent then).
-    fn reserve(&self, tree: &Tree, n: u64) -> Result<(), String> {
+    fn reserve(&self, total: u32, n: u64) -> Result<(), String> {
         let budget = self.sub_scope.budget();
         budget.reserve_calls(n).map_err(|reason| match reason {
             FinishReason::CallBudgetExceeded => format!(
                 "the sub-call budget is spent: {n} call(s) needed, {} of {} left",
                 budget.calls_left().unwrap_or(0),
-                tree.calls_total
+                total
             ),
             other => format!("the run must stop: {other}"),
         })
@@ -635,7 +632,7 @@ impl Rlm {
                 let mut footer = format!(
                     "[{left} iteration(s) left; {} of {} sub-calls left]",
                     node.calls_left().unwrap_or(0),
-                    tree.calls_total
+                    self.config.max_llm_calls
                 );
                 if left == 1 {
                     footer.push_str("\nThis is your last iteration: call submit(...) with your best result now.");
@@ -854,7 +851,7 @@ impl RunHost {
         if let Some(msg) = self.stopped() {
             return error_value(msg);
         }
-        if let Err(e) = self.node.reserve(&self.tree, 1) {
+        if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, 1) {
             return error_value(e);
         }
         let caller = self.sub_caller();
@@ -879,7 +876,7 @@ impl RunHost {
             return error_value(msg);
         }
         let n = prompts.len() as u64;
-        if let Err(e) = self.node.reserve(&self.tree, n) {
+        if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, n) {
             return error_value(format!(
                 "{e}; nothing was sent. Send a smaller batch (at most {} prompts) or submit.",
                 self.node.calls_left().unwrap_or(0)
@@ -924,7 +921,7 @@ impl RunHost {
         if let Some(msg) = self.stopped() {
             return error_value(msg);
         }
-        if let Err(e) = self.node.reserve(&self.tree, 1) {
+        if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, 1) {
             return error_value(e);
         }
         let child_depth = self.node.rlm_depth + 1;

@@ -379,9 +379,7 @@ impl Rlm {
     /// [`RlmRunError::partial`].
     pub async fn run(&self, question: &str, inputs: Inputs, scope: &RunScope) -> Result<RlmResult, RlmRunError> {
         let engine = Arc::new(self.clone());
-        let tree = Arc::new(Tree {
-            semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))),
-        });
+        let tree = Arc::new(Tree { semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))) });
         let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
         let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
         engine.run_node(question, &inputs, scope, tree, node).await

@@ -75,8 +75,20 @@ pub struct ProviderArgs {
     pub quiet: bool,
 }
 
+/// Counts every allocation so that a sandbox worker (this binary started with
+/// [`recursive_rlm::WORKER_ARG`]) can hold its memory ceiling; without a ceiling it only counts.
+#[global_allocator]
+static ALLOC: monty_alloc::LimitedAllocator = monty_alloc::LimitedAllocator;
+
+fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == recursive_rlm::WORKER_ARG) {
+        return recursive_rlm::worker::serve();
+    }
+    run()
+}
+
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run(args) => commands::run::execute(args).await,

@@ -46,7 +46,7 @@ impl SandboxHost for NoHost {
         false
     }
     fn call(&self, _call: recursive_rlm::HostCall) -> recursive_rlm::HostReply {
-        recursive_rlm::HostReply::Value(MontyObject::None)
+        recursive_rlm::HostReply::Value(MontyObject::none())
     }
 }
 
@@ -102,7 +102,7 @@ async fn iteration_overhead() {
     let mut start_us = Vec::new();
     for _ in 0..30 {
         let t = Instant::now();
-        let dict = MontyObject::dict(vec![(MontyObject::String("doc".into()), MontyObject::String(doc.clone()))]);
+        let dict = MontyObject::dict([(MontyObject::string("doc"), MontyObject::string(doc.as_str()))]);
         let s = Sandbox::start(
             SandboxLimits::default(),
             vec![("inputs".into(), dict)],
@@ -196,6 +196,10 @@ async fn fan_out() {
 }
 
 fn main() {
+    recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
+        program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
+        args: vec![],
+    });
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing useful either.
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {

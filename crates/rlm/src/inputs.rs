@@ -47,7 +47,7 @@ impl InputValue {
 
     fn to_monty(&self) -> MontyObject {
         match self {
-            InputValue::Text(s) => MontyObject::String(s.clone()),
+            InputValue::Text(s) => MontyObject::string(s.as_str()),
             InputValue::Json(v) => json_to_monty(v),
         }
     }
@@ -138,7 +138,7 @@ impl Inputs {
     /// The `inputs` dict as a Python object.
     pub(crate) fn to_monty_dict(&self) -> MontyObject {
         MontyObject::dict(
-            self.fields.iter().map(|(n, v)| (MontyObject::String(n.clone()), v.to_monty())).collect::<Vec<_>>(),
+            self.fields.iter().map(|(n, v)| (MontyObject::string(n.as_str()), v.to_monty())),
         )
     }
 

@@ -1,5 +1,5 @@
 //! Recursive language models (RLM): a long input lives as a variable inside a sandboxed
-//! Python REPL (Monty, in process); the primary model writes code to look at it, slice it and
+//! Python REPL (Monty, in a worker process); the primary model writes code to look at it, slice it and
 //! call sub-models on the pieces (`llm_query`, `llm_query_batched`, `rlm_query`), then
 //! `submit`s a result validated against an output schema. The primary model never sees the
 //! full input, only an [`InputsSummary`] and what its code prints.
@@ -45,18 +45,24 @@
 //! - **Child runs** (`rlm_query`) use the default instructions and output schema; their answer
 //!   string is returned as `{"result": answer}`. Without `inputs`, the prompt itself is the
 //!   child's input (`inputs["prompt"]`), so a long prompt is read through code there too.
-//! - **Sandbox limits** are per snippet and in process; see [`sandbox`] for how time and memory
-//!   are enforced without a global allocator.
+//! - **The sandbox is a worker process** running Monty ([`worker`]), so that its limits hold for
+//!   any snippet and a crash ends only the worker; see [`sandbox`] for how each limit is enforced.
+//!   The `recursive` binary is its own worker (started with [`WORKER_ARG`]); a library user's
+//!   program either does the same (call [`worker::serve`]) or points [`set_default_worker`] at a
+//!   worker binary such as this crate's `recursive-sandbox-worker`.
 
 pub mod convert;
 pub mod error;
 pub mod events;
 pub mod inputs;
+mod output;
 pub mod prompt;
 pub mod rewrite;
 pub mod rlm;
 pub mod sandbox;
 pub mod schema;
+pub mod wire;
+pub mod worker;
 
 pub use error::{RlmError, RlmRunError};
 pub use events::RlmEvent;
@@ -65,7 +71,7 @@ pub use prompt::{DEFAULT_INSTRUCTIONS, extract_code_blocks, parse_json_reply, tr
 pub use rlm::{PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet};
 pub use sandbox::{
     HostCall, HostReply, HostResult, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError, SnippetErrorKind,
-    SnippetOutcome,
+    SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
 };
 pub use schema::{OutputSchema, default_output_schema};
 

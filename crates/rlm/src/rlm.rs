@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::convert::{json_to_monty, monty_to_json, prompt_text};
+use crate::convert::{dict_pairs, is_none, json_to_monty, monty_to_json, prompt_text, sequence_items};
 use crate::error::{RlmError, RlmRunError};
 use crate::events::RlmEvent;
 use crate::inputs::{InputValue, Inputs};
@@ -866,9 +866,9 @@ impl RunHost {
             Ok(b) => b,
             Err(e) => return e,
         };
-        let prompts: Vec<String> = match &bound[0] {
-            Some(MontyObject::List(items) | MontyObject::Tuple(items)) => items.iter().map(prompt_text).collect(),
-            _ => return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])"),
+        let prompts: Vec<String> = match bound[0].as_ref().filter(|o| matches!(o.type_name(), "list" | "tuple")) {
+            Some(list) => sequence_items(list).unwrap_or_default().iter().map(prompt_text).collect(),
+            None => return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])"),
         };
         if let Some(msg) = self.stopped() {
             return error_value(msg);
@@ -901,20 +901,20 @@ impl RunHost {
             Err(e) => return e,
         };
         let prompt = bound[0].as_ref().map(prompt_text).unwrap_or_default();
-        let child_inputs = match &bound[1] {
-            None | Some(MontyObject::None) => None,
-            Some(MontyObject::Dict(pairs)) => {
+        let child_inputs = match bound[1].as_ref().filter(|o| !is_none(o)).map(dict_pairs) {
+            None => None,
+            Some(Some(pairs)) => {
                 let mut inputs = Inputs::new();
                 for (k, v) in pairs {
-                    let value = match v {
-                        MontyObject::String(s) => InputValue::Text(s.clone()),
-                        other => InputValue::Json(monty_to_json(other)),
+                    let value = match v.as_ref().as_str() {
+                        Some(s) => InputValue::Text(s.to_string()),
+                        None => InputValue::Json(monty_to_json(&v)),
                     };
-                    inputs.insert(prompt_text(k), value);
+                    inputs.insert(prompt_text(&k), value);
                 }
                 Some(inputs)
             }
-            Some(_) => return type_error("rlm_query() expects `inputs` to be a dict of name -> value, or None"),
+            Some(None) => return type_error("rlm_query() expects `inputs` to be a dict of name -> value, or None"),
         };
         if let Some(msg) = self.stopped() {
             return error_value(msg);

@@ -1,69 +1,59 @@
-//! The Monty sandbox: one persistent Python REPL session living on its own thread, fed one
-//! snippet at a time. Host functions are reached only through a [`SandboxHost`]; each snippet
-//! runs under a wall-clock timeout, a memory limit, a recursion limit and a cap on captured
-//! output, and every failure (syntax error, exception, timeout, memory) comes back as data in
-//! a [`SnippetOutcome`] with the session intact.
+//! The sandbox host: one persistent Python REPL session per [`Sandbox`], living in a worker
+//! process ([`crate::worker`]) and fed one snippet at a time over a pipe ([`crate::wire`]). Host
+//! functions are reached only through a [`SandboxHost`]; every failure (syntax error, exception,
+//! timeout, memory, a crashed worker) comes back as data in a [`SnippetOutcome`].
 //!
-//! How the limits are enforced in-process (monty 0.0.23):
-//! - **Time**: monty's own `max_duration` (interpreter time only, cumulative per tracker) is
-//!   reset before every snippet, and a real wall-clock deadline is checked at the VM's
-//!   periodic checkpoint (`PrintWriterCallback::poll_flush`, every 255 instructions) and while
-//!   the snippet waits for host calls. Either one ends the snippet with `TimeoutError`.
-//! - **Memory**: monty counts memory only through a global allocator (`monty-alloc`), which can
-//!   abort the process and which this library does not install. Without it, monty still
-//!   refuses single allocations larger than `max_memory` up front (`'a' * 10**10`). On top of
-//!   that, the checkpoint samples the process's resident memory (at most every millisecond)
-//!   and raises `MemoryError` when it has grown by more than the limit since the snippet
-//!   started. This catches steady growth (a list filled in a loop); it measures the whole
-//!   process, so concurrent work counts too, and a native operation that allocates without
-//!   reaching a checkpoint is bounded only by the up-front checks and the time limit.
-//! - **Recursion**: monty's `max_recursion_depth` (a catchable `RecursionError`); the session
-//!   thread has a large stack so the limit is reached before the native stack is.
-//! - **Output**: printed text beyond the cap is dropped from the middle, keeping head and tail.
+//! How the limits hold for any snippet:
+//! - **Time**: the worker's interpreter stops a snippet whose own running time passes the limit
+//!   (`TimeoutError`, the session survives); the host ends a snippet whose wall-clock time, host
+//!   calls included, passes it (the next host call is aborted); and a worker that sends nothing
+//!   for [`KILL_GRACE`] past the deadline (native maths such as `7**(3**17)`) is killed.
+//! - **Memory**: the worker's allocator counts every byte of the session; past the limit the
+//!   interpreter raises `MemoryError` at its next check, and a hard ceiling a little above it
+//!   (reached inside one native call such as `('a ' * 10**8).split()`) ends the worker.
+//! - **Recursion**: Monty's recursion limit (a catchable `RecursionError`), on a native stack
+//!   sized for it.
+//! - **Cancellation** (Ctrl-C) kills the worker at once.
+//!
+//! A worker that dies takes the session's variables with it: the next snippet starts a fresh
+//! worker with the globals bound again and says so at the top of its output.
 
-use std::borrow::Cow;
-use std::sync::Arc;
-use std::sync::mpsc as std_mpsc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use monty::{MontyRepl, ReplProgress, ReplStartError};
-use monty_types::{
-    CompileOptions, ExcType, ExtFunctionResult, MontyException, MontyObject, NameLookupResult, PrintWriter,
-    PrintWriterCallback, ResourceLimits, ResourceTracker,
-};
+use monty_types::{ExcType, MontyException, MontyObject};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::convert::json_to_monty;
 use crate::rewrite::{ASYNC_PREFIX, restore_names, rewrite_awaited_calls};
+use crate::wire::{self, CallAnswer, Finished, FromWorker, ToWorker, WorkerLimits};
+pub use crate::worker::{MAX_RECURSION_LIMIT, WORKER_ARG};
 
-/// Native stack of the session thread per level of the recursion limit. Monty bounds its native
-/// recursion (Python calls, repr, conversions to host values) by the recursion limit, and one
-/// level can take several KiB of stack in an unoptimised build.
-const STACK_BYTES_PER_LEVEL: usize = 128 * 1024;
-/// The highest recursion limit a sandbox accepts (higher values are lowered to it).
-pub const MAX_RECURSION_LIMIT: usize = 8192;
-/// Bounds of the session thread's native stack (virtual memory; only touched pages are used).
-const STACK_BYTES_MIN: usize = 64 * 1024 * 1024;
-const STACK_BYTES_MAX: usize = 1024 * 1024 * 1024;
-/// How often (at most) the memory guard samples the process's resident memory.
-const MEMORY_SAMPLE_EVERY: Duration = Duration::from_millis(1);
+/// How long a worker may stay silent past a snippet's deadline before it is killed.
+pub const KILL_GRACE: Duration = Duration::from_secs(1);
+/// Bytes of a dead worker's stderr kept for the error message.
+const STDERR_TAIL: usize = 4096;
 
 /// Limits of every snippet run in a sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxLimits {
     /// Wall-clock time one snippet may take, host calls included; reset for each snippet.
     pub timeout: Duration,
-    /// Memory one snippet may add (see the module docs for how it is measured); `None` for no
-    /// limit.
+    /// Memory the session's Python values may take beyond the bound globals (the inputs), counted
+    /// by the worker's allocator; `None` for no limit.
     pub memory_limit_bytes: Option<usize>,
-    /// Deepest Python call stack (at most [`MAX_RECURSION_LIMIT`]; the session thread's native
-    /// stack is sized from it).
+    /// Deepest Python call stack (at most [`MAX_RECURSION_LIMIT`]; the worker's native stack is
+    /// sized from it).
     pub recursion_limit: usize,
     /// Printed characters kept per snippet (head and tail; the middle is dropped).
     pub max_output_chars: usize,
@@ -140,7 +130,7 @@ pub enum SnippetErrorKind {
     Recursion,
     /// The run was cancelled while the snippet ran.
     Cancelled,
-    /// The sandbox itself failed (a bug, or the session thread is gone).
+    /// The sandbox itself failed (its worker crashed, or a bug).
     Internal,
 }
 
@@ -176,71 +166,117 @@ pub struct SnippetOutcome {
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 #[non_exhaustive]
 pub enum SandboxError {
-    /// No tokio runtime is running on the calling thread.
-    #[error("the sandbox needs a tokio runtime: {0}")]
-    NoRuntime(String),
-    /// The session thread could not be spawned.
-    #[error("could not start the sandbox thread: {0}")]
-    Thread(String),
+    /// The worker process could not be started or configured.
+    #[error("could not start the sandbox worker: {0}")]
+    Worker(String),
     /// The setup code failed.
     #[error("sandbox setup failed: {0}")]
     Setup(String),
 }
 
-struct Job {
-    code: String,
-    globals: Vec<(String, MontyObject)>,
-    host: Arc<dyn SandboxHost>,
-    cancel: CancellationToken,
-    external: CancellationToken,
-    reply: oneshot::Sender<SnippetOutcome>,
+/// The program started as a sandbox worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments (for a multi-purpose binary, [`WORKER_ARG`]).
+    pub args: Vec<String>,
+}
+
+impl WorkerCommand {
+    /// A binary whose `main` calls [`crate::worker::serve`] when its first argument is
+    /// [`WORKER_ARG`].
+    pub fn dispatching(program: impl Into<PathBuf>) -> Self {
+        Self { program: program.into(), args: vec![WORKER_ARG.to_string()] }
+    }
+
+    /// The process's default worker: the one set by [`set_default_worker`], else the program
+    /// named by `RECURSIVE_SANDBOX_WORKER`, else this executable started with [`WORKER_ARG`].
+    pub fn default_for_process() -> Result<Self, SandboxError> {
+        if let Some(w) = DEFAULT_WORKER.get() {
+            return Ok(w.clone());
+        }
+        if let Some(p) = std::env::var_os("RECURSIVE_SANDBOX_WORKER") {
+            return Ok(Self { program: p.into(), args: Vec::new() });
+        }
+        std::env::current_exe()
+            .map(Self::dispatching)
+            .map_err(|e| SandboxError::Worker(format!("cannot locate this executable: {e}")))
+    }
+}
+
+static DEFAULT_WORKER: OnceLock<WorkerCommand> = OnceLock::new();
+
+/// Sets the worker every [`Sandbox::start`] of this process uses (first call wins). Programs
+/// that cannot serve as a worker themselves (tests, benchmarks) point this at a worker binary.
+pub fn set_default_worker(worker: WorkerCommand) {
+    let _ = DEFAULT_WORKER.set(worker);
+}
+
+/// A running worker: its stdin, the frames it sends (read by a task of their own) and the tail
+/// of its stderr.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    frames: mpsc::Receiver<std::io::Result<Option<FromWorker>>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+/// Why a snippet lost its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    Timeout,
+    Cancelled,
+    Crashed,
+}
+
+/// Why the host stopped a snippet that kept its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trip {
+    Timeout,
 }
 
 /// A persistent Python session. Variables, functions and imports persist between snippets.
 pub struct Sandbox {
-    jobs: Option<std_mpsc::Sender<Job>>,
-    shutdown: CancellationToken,
     limits: SandboxLimits,
+    worker: WorkerCommand,
+    globals: Vec<(String, MontyObject)>,
+    globals_bytes: usize,
+    setup: String,
+    session: tokio::sync::Mutex<Option<Session>>,
 }
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("limits", &self.limits).finish()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        self.jobs.take();
+        f.debug_struct("Sandbox").field("limits", &self.limits).field("worker", &self.worker).finish()
     }
 }
 
 impl Sandbox {
-    /// Starts a session on its own thread, binds `globals` and runs `setup` (e.g. imports).
-    /// Must be called inside a tokio runtime; host work runs on it.
+    /// Starts a session in the process's default worker ([`WorkerCommand::default_for_process`]),
+    /// binds `globals` and runs `setup` (e.g. imports).
     pub async fn start(
         limits: SandboxLimits,
         globals: Vec<(String, MontyObject)>,
         setup: &str,
     ) -> Result<Sandbox, SandboxError> {
-        let handle = Handle::try_current().map_err(|e| SandboxError::NoRuntime(e.to_string()))?;
+        Self::start_with(WorkerCommand::default_for_process()?, limits, globals, setup).await
+    }
+
+    /// Starts a session in the given worker.
+    pub async fn start_with(
+        worker: WorkerCommand,
+        limits: SandboxLimits,
+        globals: Vec<(String, MontyObject)>,
+        setup: &str,
+    ) -> Result<Sandbox, SandboxError> {
         let mut limits = limits;
         limits.recursion_limit = limits.recursion_limit.clamp(1, MAX_RECURSION_LIMIT);
-        let (tx, rx) = std_mpsc::channel::<Job>();
-        let thread_limits = limits.clone();
-        std::thread::Builder::new()
-            .name("rlm-sandbox".into())
-            .stack_size(
-                limits.recursion_limit.saturating_mul(STACK_BYTES_PER_LEVEL).clamp(STACK_BYTES_MIN, STACK_BYTES_MAX),
-            )
-            .spawn(move || session_thread(rx, thread_limits, handle))
-            .map_err(|e| SandboxError::Thread(e.to_string()))?;
-        let sandbox = Sandbox { jobs: Some(tx), shutdown: CancellationToken::new(), limits };
-        let outcome = sandbox.submit_job(setup.to_string(), globals, Arc::new(NoHost), CancellationToken::new()).await;
-        if let Some(e) = outcome.error {
-            return Err(SandboxError::Setup(e.message));
-        }
+        let globals_bytes = globals.iter().map(|(n, v)| n.len() + approx_bytes(v)).sum();
+        let sandbox =
+            Sandbox { limits, worker, globals, globals_bytes, setup: setup.to_string(), session: Default::default() };
+        let session = sandbox.open_session().await?;
+        *sandbox.session.lock().await = Some(session);
         Ok(sandbox)
     }
 
@@ -250,34 +286,431 @@ impl Sandbox {
     }
 
     /// Runs one snippet. Awaited host calls are rewritten to their async alias first (see
-    /// [`crate::rewrite`]). `cancel` stops the snippet at its next checkpoint.
+    /// [`crate::rewrite`]). `cancel` kills the worker and ends the snippet at once.
     pub async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
         let rewritten = rewrite_awaited_calls(code, &|name| host.is_host_function(name));
-        self.submit_job(rewritten, Vec::new(), host, cancel.clone()).await
+        let mut slot = self.session.lock().await;
+        let mut notice = None;
+        if slot.is_none() {
+            match self.open_session().await {
+                Ok(s) => {
+                    *slot = Some(s);
+                    notice = Some(RESTART_NOTICE);
+                }
+                Err(e) => return internal(format!("RuntimeError: the sandbox could not be restarted: {e}")),
+            }
+        }
+        let Some(session) = slot.as_mut() else { return internal("RuntimeError: the sandbox session is gone".into()) };
+        let mut run = SnippetRun::new(&self.limits, host, cancel);
+        let result = run.drive(session, rewritten).await;
+        let mut outcome = match result {
+            Ok(finished) => run.outcome(finished),
+            Err(lost) => {
+                let taken = slot.take();
+                let status = match taken {
+                    Some(s) => end_session(s).await,
+                    None => (None, String::new()),
+                };
+                run.lost_outcome(lost, status)
+            }
+        };
+        if let Some(n) = notice {
+            outcome.stdout = format!("{n}\n{}", outcome.stdout);
+        }
+        outcome
     }
 
-    async fn submit_job(
-        &self,
-        code: String,
-        globals: Vec<(String, MontyObject)>,
-        host: Arc<dyn SandboxHost>,
-        external: CancellationToken,
-    ) -> SnippetOutcome {
-        let (reply, rx) = oneshot::channel();
-        let cancel = self.shutdown.child_token();
-        // If this future is dropped mid-snippet, stop the snippet too.
-        let guard = cancel.clone().drop_guard();
-        let job = Job { code, globals, host, cancel, external, reply };
-        let sent = self.jobs.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
-        let outcome = if sent { rx.await.ok() } else { None };
-        guard.disarm();
-        outcome.unwrap_or_else(|| SnippetOutcome {
-            error: Some(SnippetError {
-                kind: SnippetErrorKind::Internal,
-                message: "RuntimeError: the sandbox session is gone".into(),
-            }),
-            ..Default::default()
+    async fn open_session(&self) -> Result<Session, SandboxError> {
+        let mut session = spawn(&self.worker)?;
+        let limits = WorkerLimits {
+            feed_duration: self.limits.timeout,
+            memory_bytes: self.limits.memory_limit_bytes.map(|m| m.saturating_add(self.globals_bytes)),
+            recursion_limit: self.limits.recursion_limit,
+            max_output_chars: self.limits.max_output_chars,
+        };
+        let worker_failed = |session: &Session, what: String| {
+            let tail = session.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+            SandboxError::Worker(if tail.trim().is_empty() { what } else { format!("{what}: {}", tail.trim()) })
+        };
+        if wire::send(&mut session.stdin, &ToWorker::Init(limits)).await.is_err() {
+            let _ = session.child.wait().await;
+            return Err(worker_failed(&session, "the worker did not accept its configuration".into()));
+        }
+        match session.frames.recv().await {
+            Some(Ok(Some(FromWorker::Ready))) => {}
+            _ => {
+                let _ = session.child.wait().await;
+                return Err(worker_failed(&session, format!("the worker {} did not start", self.worker.program.display())));
+            }
+        }
+        let never = CancellationToken::new();
+        let mut run = SnippetRun::new(&self.limits, Arc::new(NoHost), &never);
+        run.deadline = Instant::now() + self.limits.timeout.max(Duration::from_secs(30));
+        let feed = ToWorker::Feed { code: self.setup.clone(), globals: self.globals.clone() };
+        match run.drive_feed(&mut session, feed).await {
+            Ok(Finished { failure: None, .. }) => Ok(session),
+            Ok(Finished { failure: Some(f), .. }) => Err(SandboxError::Setup(restore_names(&f.text))),
+            Err(_) => Err(worker_failed(&session, "the worker died while binding the inputs".into())),
+        }
+    }
+}
+
+const RESTART_NOTICE: &str = "[the sandbox was restarted after the previous snippet ended its worker: variables, \
+functions and imports of earlier snippets are gone; `inputs` is bound again]";
+
+fn internal(message: String) -> SnippetOutcome {
+    SnippetOutcome { error: Some(SnippetError { kind: SnippetErrorKind::Internal, message }), ..Default::default() }
+}
+
+/// Approximate bytes a bound value takes in the worker (its strings dominate).
+fn approx_bytes(v: &MontyObject) -> usize {
+    if let Some(s) = v.as_ref().as_str() {
+        return s.len() + 64;
+    }
+    if let Some(items) = crate::convert::sequence_items(v) {
+        return items.iter().map(approx_bytes).sum::<usize>() + 64;
+    }
+    if let Some(pairs) = crate::convert::dict_pairs(v) {
+        return pairs.iter().map(|(k, v)| approx_bytes(k) + approx_bytes(v)).sum::<usize>() + 64;
+    }
+    64
+}
+
+fn spawn(worker: &WorkerCommand) -> Result<Session, SandboxError> {
+    let mut child = Command::new(&worker.program)
+        .args(&worker.args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| SandboxError::Worker(format!("cannot start {}: {e}", worker.program.display())))?;
+    let (Some(stdin), Some(mut stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(SandboxError::Worker("the worker's pipes are missing".into()));
+    };
+    let (tx, frames) = mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let frame = wire::receive(&mut stdout).await;
+            let end = !matches!(frame, Ok(Some(_)));
+            if tx.send(frame).await.is_err() || end {
+                break;
+            }
+        }
+    });
+    let tail = Arc::new(Mutex::new(String::new()));
+    let sink = tail.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut t) = sink.lock() {
+                t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if t.len() > STDERR_TAIL {
+                    let cut = t.len() - STDERR_TAIL;
+                    let cut = (cut..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
+                    t.drain(..cut);
+                }
+            }
+        }
+    });
+    Ok(Session { child, stdin, frames, stderr: tail })
+}
+
+/// Kills a worker and reports its exit code and the tail of its stderr.
+async fn end_session(mut s: Session) -> (Option<i32>, String) {
+    let status = match tokio::time::timeout(Duration::from_millis(200), s.child.wait()).await {
+        Ok(Ok(status)) => status.code(),
+        _ => {
+            let _ = s.child.kill().await;
+            None
+        }
+    };
+    let tail = s.stderr.lock().map(|t| t.clone()).unwrap_or_default();
+    (status, tail)
+}
+
+/// The state of one snippet on the host's side: host calls made, futures in flight, the
+/// deadline, and what ended it.
+struct SnippetRun<'a> {
+    limits: &'a SandboxLimits,
+    host: Arc<dyn SandboxHost>,
+    cancel: &'a CancellationToken,
+    started: Instant,
+    deadline: Instant,
+    host_calls: usize,
+    finished: Option<Value>,
+    trip: Option<Trip>,
+    ready: HashMap<u32, CallAnswer>,
+    results: (mpsc::UnboundedSender<(u32, CallAnswer)>, mpsc::UnboundedReceiver<(u32, CallAnswer)>),
+    outstanding: usize,
+    tasks: Vec<AbortHandle>,
+}
+
+impl Drop for SnippetRun<'_> {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl<'a> SnippetRun<'a> {
+    fn new(limits: &'a SandboxLimits, host: Arc<dyn SandboxHost>, cancel: &'a CancellationToken) -> Self {
+        let started = Instant::now();
+        Self {
+            limits,
+            host,
+            cancel,
+            started,
+            deadline: started + limits.timeout,
+            host_calls: 0,
+            finished: None,
+            trip: None,
+            ready: HashMap::new(),
+            results: mpsc::unbounded_channel(),
+            outstanding: 0,
+            tasks: Vec::new(),
+        }
+    }
+
+    async fn drive(&mut self, session: &mut Session, code: String) -> Result<Finished, Lost> {
+        self.drive_feed(session, ToWorker::Feed { code, globals: Vec::new() }).await
+    }
+
+    /// Sends one feed and serves the worker's suspensions until it reports the end.
+    async fn drive_feed(&mut self, session: &mut Session, feed: ToWorker) -> Result<Finished, Lost> {
+        self.send(session, &feed).await?;
+        loop {
+            let msg = self.next_frame(session).await?;
+            let reply = match msg {
+                FromWorker::Done(finished) => return Ok(finished),
+                FromWorker::Ready => return Err(Lost::Crashed),
+                FromWorker::Lookup { name } => {
+                    let known = !name.starts_with(ASYNC_PREFIX) && self.host.is_host_function(&name);
+                    ToWorker::Name(known.then(|| MontyObject::function(name, None)))
+                }
+                FromWorker::Call { call_id, name, args, kwargs, awaited } => {
+                    ToWorker::Answer(self.answer_call(call_id, name, args, kwargs, awaited).await?)
+                }
+                FromWorker::Wait { pending } => ToWorker::Futures(self.resolve(&pending).await?),
+            };
+            self.send(session, &reply).await?;
+        }
+    }
+
+    async fn send(&self, session: &mut Session, msg: &ToWorker) -> Result<(), Lost> {
+        wire::send(&mut session.stdin, msg).await.map_err(|_| Lost::Crashed)
+    }
+
+    /// The worker's next frame, unless the run is cancelled or the worker overruns its deadline.
+    async fn next_frame(&self, session: &mut Session) -> Result<FromWorker, Lost> {
+        let kill_at = tokio::time::Instant::from_std(self.deadline + KILL_GRACE);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Lost::Cancelled),
+            frame = session.frames.recv() => match frame {
+                Some(Ok(Some(msg))) => Ok(msg),
+                _ => Err(Lost::Crashed),
+            },
+            _ = tokio::time::sleep_until(kill_at) => Err(Lost::Timeout),
+        }
+    }
+
+    fn past_deadline(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            self.trip = Some(Trip::Timeout);
+        }
+        self.trip.is_some()
+    }
+
+    async fn answer_call(
+        &mut self,
+        call_id: u32,
+        name: String,
+        args: Vec<MontyObject>,
+        kwargs: Vec<(String, MontyObject)>,
+        eager: bool,
+    ) -> Result<CallAnswer, Lost> {
+        if self.past_deadline() {
+            return Ok(abort(ExcType::TimeoutError, "snippet time limit exceeded"));
+        }
+        let (aliased, name) = match name.strip_prefix(ASYNC_PREFIX) {
+            Some(base) => (true, base.to_string()),
+            None => (false, name),
+        };
+        if !self.host.is_host_function(&name) {
+            return Ok(CallAnswer::NotFound);
+        }
+        if self.host_calls >= self.limits.max_host_calls {
+            let msg = format!("too many host calls in one snippet (limit {})", self.limits.max_host_calls);
+            return Ok(abort(ExcType::RuntimeError, &msg));
+        }
+        self.host_calls += 1;
+        let call = HostCall { name: name.clone(), args, kwargs, awaited: aliased || eager };
+        Ok(match call_host(self.host.as_ref(), call) {
+            HostReply::Raise(exc) => CallAnswer::Raise(exc),
+            HostReply::Finish(payload) => {
+                self.finished = Some(payload);
+                CallAnswer::Abort {
+                    exception: MontyException::new(ExcType::KeyboardInterrupt, Some("submitted".into())),
+                    freeze_output: true,
+                }
+            }
+            HostReply::Value(v) if aliased => {
+                self.ready.insert(call_id, CallAnswer::Value(v));
+                CallAnswer::Pending
+            }
+            HostReply::Value(v) => CallAnswer::Value(v),
+            HostReply::Pending(fut) if aliased => {
+                let tx = self.results.0.clone();
+                let task = tokio::spawn(async move {
+                    let r = guard_panics(&name, fut).await;
+                    let _ = tx.send((call_id, to_answer(r)));
+                });
+                self.tasks.push(task.abort_handle());
+                self.outstanding += 1;
+                CallAnswer::Pending
+            }
+            HostReply::Pending(fut) => self.wait_for(guard_panics(&name, fut)).await?.map(to_answer).unwrap_or_else(
+                || abort(ExcType::TimeoutError, "snippet time limit exceeded"),
+            ),
         })
+    }
+
+    /// Waits for host work up to the snippet's deadline (`None` past it).
+    async fn wait_for<T>(&mut self, fut: impl std::future::Future<Output = T>) -> Result<Option<T>, Lost> {
+        let deadline = tokio::time::Instant::from_std(self.deadline);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Lost::Cancelled),
+            _ = tokio::time::sleep_until(deadline) => {
+                self.trip = Some(Trip::Timeout);
+                Ok(None)
+            }
+            v = fut => Ok(Some(v)),
+        }
+    }
+
+    /// Results for some of the futures every task waits on (at least one, or an abort).
+    async fn resolve(&mut self, pending: &[u32]) -> Result<Vec<(u32, CallAnswer)>, Lost> {
+        loop {
+            let deliver: Vec<(u32, CallAnswer)> =
+                pending.iter().filter_map(|id| self.ready.remove(id).map(|a| (*id, a))).collect();
+            if !deliver.is_empty() {
+                return Ok(deliver);
+            }
+            let first = pending.first().copied().unwrap_or_default();
+            if self.past_deadline() {
+                return Ok(vec![(first, abort(ExcType::TimeoutError, "snippet time limit exceeded"))]);
+            }
+            if self.outstanding == 0 {
+                return Ok(vec![(first, abort(ExcType::RuntimeError, "awaiting a future that no host call will resolve"))]);
+            }
+            let deadline = tokio::time::Instant::from_std(self.deadline);
+            let got = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Lost::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => None,
+                r = self.results.1.recv() => r,
+            };
+            match got {
+                Some((id, answer)) => {
+                    self.outstanding -= 1;
+                    self.ready.insert(id, answer);
+                    while let Ok((id, answer)) = self.results.1.try_recv() {
+                        self.outstanding -= 1;
+                        self.ready.insert(id, answer);
+                    }
+                }
+                None => self.trip = Some(Trip::Timeout),
+            }
+        }
+    }
+
+    fn base_outcome(&self) -> SnippetOutcome {
+        SnippetOutcome {
+            host_calls: self.host_calls,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            ..Default::default()
+        }
+    }
+
+    fn outcome(&mut self, f: Finished) -> SnippetOutcome {
+        let mut outcome = self.base_outcome();
+        outcome.stdout = restore_names(&f.stdout);
+        outcome.dropped_output_chars = f.dropped_output_chars;
+        match (self.finished.take(), f.failure) {
+            (Some(payload), _) => outcome.finished = Some(payload),
+            (None, None) => outcome.value = f.value.map(|v| restore_names(&v)),
+            (None, Some(failure)) => {
+                outcome.error = Some(classify(&failure.exc_type, &restore_names(&failure.text), self.trip, self.limits))
+            }
+        }
+        outcome
+    }
+
+    fn lost_outcome(&mut self, lost: Lost, (status, stderr): (Option<i32>, String)) -> SnippetOutcome {
+        let mut outcome = self.base_outcome();
+        if let Some(payload) = self.finished.take() {
+            outcome.finished = Some(payload);
+            return outcome;
+        }
+        let secs = self.limits.timeout.as_secs_f64();
+        let mib = self.limits.memory_limit_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0);
+        let (kind, message) = match lost {
+            Lost::Cancelled => {
+                (SnippetErrorKind::Cancelled, "KeyboardInterrupt: the run was cancelled while this snippet ran".into())
+            }
+            Lost::Timeout => (
+                SnippetErrorKind::Timeout,
+                format!(
+                    "TimeoutError: the snippet was stopped after {secs:.1} s (the per-snippet time limit) and the \
+                     sandbox was restarted; variables of earlier snippets are gone. Work on smaller pieces; avoid \
+                     huge computations such as enormous powers."
+                ),
+            ),
+            Lost::Crashed if status == Some(monty_types::OOM_EXIT_CODE) => (
+                SnippetErrorKind::Memory,
+                format!(
+                    "MemoryError: the snippet went over the {mib:.1} MiB memory limit and the sandbox was \
+                     restarted; variables of earlier snippets are gone. Work on smaller slices and avoid building \
+                     huge lists or strings at once."
+                ),
+            ),
+            Lost::Crashed => {
+                let why = match status {
+                    Some(code) => format!("exit code {code}"),
+                    None => "killed by a signal".to_string(),
+                };
+                let detail = crate::prompt::truncate_middle(stderr.trim(), 500);
+                (
+                    SnippetErrorKind::Internal,
+                    format!(
+                        "RuntimeError: the sandbox worker crashed ({why}) and was restarted; variables of earlier \
+                         snippets are gone.{}",
+                        if detail.is_empty() { String::new() } else { format!(" Worker said: {detail}") }
+                    ),
+                )
+            }
+        };
+        outcome.error = Some(SnippetError { kind, message });
+        outcome
+    }
+}
+
+fn abort(exc_type: ExcType, message: &str) -> CallAnswer {
+    CallAnswer::Abort { exception: MontyException::new(exc_type, Some(message.into())), freeze_output: false }
+}
+
+fn to_answer(r: HostResult) -> CallAnswer {
+    match r {
+        Ok(v) => CallAnswer::Value(json_to_monty(&v)),
+        Err(e) => CallAnswer::Raise(e),
     }
 }
 
@@ -291,194 +724,6 @@ impl SandboxHost for NoHost {
     fn call(&self, call: HostCall) -> HostReply {
         HostReply::Raise(MontyException::new(ExcType::NameError, Some(format!("name '{}' is not defined", call.name))))
     }
-}
-
-fn session_thread(rx: std_mpsc::Receiver<Job>, limits: SandboxLimits, handle: Handle) {
-    let mut resource =
-        ResourceLimits::default().max_duration(limits.timeout).max_recursion_depth(limits.recursion_limit);
-    if let Some(m) = limits.memory_limit_bytes {
-        resource = resource.max_memory(m);
-    }
-    let mut repl = Some(MontyRepl::new("rlm.py", ResourceTracker::new(resource), CompileOptions::default()));
-    while let Ok(mut job) = rx.recv() {
-        let Some(current) = repl.take() else { break };
-        let globals = std::mem::take(&mut job.globals);
-        let (next, outcome) = run_job(current, &job, globals, &limits, &handle);
-        repl = Some(next);
-        let _ = job.reply.send(outcome);
-    }
-}
-
-/// Why the host stopped a snippet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Trip {
-    Timeout,
-    Memory(usize),
-    Cancelled,
-}
-
-/// Captured output, capped: the first half of the cap is kept as head, the latest text as tail.
-struct OutputBuffer {
-    head: String,
-    tail: String,
-    half: usize,
-    dropped: usize,
-    frozen: bool,
-}
-
-impl OutputBuffer {
-    fn new(cap: usize) -> Self {
-        Self { head: String::new(), tail: String::new(), half: cap.max(2) / 2, dropped: 0, frozen: false }
-    }
-
-    fn push_str(&mut self, s: &str) {
-        if self.frozen {
-            return;
-        }
-        let mut rest = s;
-        if self.dropped == 0 && self.tail.is_empty() && self.head.len() < self.half {
-            let room = self.half - self.head.len();
-            let cut = floor_char_boundary(rest, room.min(rest.len()));
-            self.head.push_str(&rest[..cut]);
-            rest = &rest[cut..];
-        }
-        if rest.is_empty() {
-            return;
-        }
-        self.tail.push_str(rest);
-        if self.tail.len() > 2 * self.half {
-            let excess = self.tail.len() - self.half;
-            let cut = ceil_char_boundary(&self.tail, excess);
-            self.dropped += self.tail[..cut].chars().count();
-            self.tail.drain(..cut);
-        }
-    }
-
-    fn finish(self) -> (String, usize) {
-        let mut out = self.head;
-        if self.dropped > 0 {
-            out.push_str(&format!("\n[... {} printed chars dropped ...]\n", self.dropped));
-        }
-        out.push_str(&self.tail);
-        (out, self.dropped)
-    }
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
-    while i < s.len() && !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
-}
-
-/// The print writer of a snippet: captures output and is the VM's checkpoint hook, where the
-/// wall-clock deadline, cancellation and the memory guard are checked.
-struct Checkpoint<'a> {
-    out: OutputBuffer,
-    deadline: Instant,
-    cancel: &'a CancellationToken,
-    external: &'a CancellationToken,
-    memory: Option<MemoryGuard>,
-    trip: Option<Trip>,
-}
-
-struct MemoryGuard {
-    limit: usize,
-    baseline: usize,
-    last: Instant,
-}
-
-fn resident_bytes() -> Option<usize> {
-    memory_stats::memory_stats().map(|m| m.physical_mem)
-}
-
-impl Checkpoint<'_> {
-    fn check(&mut self) -> Option<Trip> {
-        if self.trip.is_some() {
-            return self.trip;
-        }
-        let now = Instant::now();
-        if self.cancel.is_cancelled() || self.external.is_cancelled() {
-            self.trip = Some(Trip::Cancelled);
-        } else if now >= self.deadline {
-            self.trip = Some(Trip::Timeout);
-        } else if let Some(guard) = &mut self.memory
-            && now.duration_since(guard.last) >= MEMORY_SAMPLE_EVERY
-        {
-            guard.last = now;
-            if let Some(now) = resident_bytes() {
-                let grown = now.saturating_sub(guard.baseline);
-                if grown > guard.limit {
-                    self.trip = Some(Trip::Memory(grown));
-                }
-            }
-        }
-        self.trip
-    }
-}
-
-impl PrintWriterCallback for Checkpoint<'_> {
-    fn stdout_write(&mut self, output: Cow<'_, str>) -> Result<(), MontyException> {
-        self.out.push_str(&output);
-        Ok(())
-    }
-
-    fn stdout_push(&mut self, end: char) -> Result<(), MontyException> {
-        let mut buf = [0u8; 4];
-        self.out.push_str(end.encode_utf8(&mut buf));
-        Ok(())
-    }
-
-    fn poll_flush(&mut self) -> Result<(), MontyException> {
-        match self.check() {
-            Some(trip) => Err(trip_exception(trip)),
-            None => Ok(()),
-        }
-    }
-}
-
-fn trip_exception(trip: Trip) -> MontyException {
-    match trip {
-        Trip::Timeout => MontyException::new(ExcType::TimeoutError, Some("snippet time limit exceeded".into())),
-        Trip::Memory(_) => MontyException::new(ExcType::MemoryError, Some("snippet memory limit exceeded".into())),
-        Trip::Cancelled => MontyException::new(ExcType::KeyboardInterrupt, Some("the run was cancelled".into())),
-    }
-}
-
-type Progress = Result<ReplProgress, Box<ReplStartError>>;
-
-enum Waited<T> {
-    Ready(T),
-    Tripped(Trip),
-}
-
-/// Waits for `fut` on the runtime from the session thread, up to the deadline or cancellation.
-fn wait_for<T>(handle: &Handle, cp: &mut Checkpoint<'_>, fut: impl std::future::Future<Output = T>) -> Waited<T> {
-    if let Some(trip) = cp.check() {
-        return Waited::Tripped(trip);
-    }
-    let deadline = tokio::time::Instant::from_std(cp.deadline);
-    let (cancel, external) = (cp.cancel.clone(), cp.external.clone());
-    let r = handle.block_on(async move {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Waited::Tripped(Trip::Cancelled),
-            _ = external.cancelled() => Waited::Tripped(Trip::Cancelled),
-            _ = tokio::time::sleep_until(deadline) => Waited::Tripped(Trip::Timeout),
-            v = fut => Waited::Ready(v),
-        }
-    });
-    if let Waited::Tripped(t) = r {
-        cp.trip = Some(t);
-    }
-    r
 }
 
 /// The text of a panic payload.
@@ -506,8 +751,8 @@ fn call_host(host: &dyn SandboxHost, call: HostCall) -> HostReply {
         .unwrap_or_else(|payload| HostReply::Raise(host_panic(&name, payload.as_ref())))
 }
 
-/// Runs host work, turning a panic into an exception (instead of losing the session thread or
-/// leaving an awaited future unresolved until the time limit).
+/// Runs host work, turning a panic into an exception (instead of leaving an awaited future
+/// unresolved until the time limit).
 async fn guard_panics(name: &str, fut: BoxFuture<'static, HostResult>) -> HostResult {
     use futures::FutureExt;
     match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
@@ -516,234 +761,30 @@ async fn guard_panics(name: &str, fut: BoxFuture<'static, HostResult>) -> HostRe
     }
 }
 
-fn to_ext(r: HostResult) -> ExtFunctionResult {
-    match r {
-        Ok(v) => ExtFunctionResult::Return(json_to_monty(&v)),
-        Err(e) => ExtFunctionResult::Error(e),
-    }
-}
-
-fn run_job(
-    mut repl: MontyRepl,
-    job: &Job,
-    globals: Vec<(String, MontyObject)>,
-    limits: &SandboxLimits,
-    handle: &Handle,
-) -> (MontyRepl, SnippetOutcome) {
-    let started = Instant::now();
-    repl.tracker_mut().set_max_duration(limits.timeout);
-    let memory = limits
-        .memory_limit_bytes
-        .and_then(|limit| resident_bytes().map(|baseline| MemoryGuard { limit, baseline, last: Instant::now() }));
-    let mut cp = Checkpoint {
-        out: OutputBuffer::new(limits.max_output_chars),
-        deadline: started + limits.timeout,
-        cancel: &job.cancel,
-        external: &job.external,
-        memory,
-        trip: None,
-    };
-    let (tx, mut rx) = mpsc::unbounded_channel::<(u32, ExtFunctionResult)>();
-    let mut ready: Vec<(u32, ExtFunctionResult)> = Vec::new();
-    let mut tasks: Vec<AbortHandle> = Vec::new();
-    let mut outstanding = 0usize;
-    let mut finished: Option<Value> = None;
-    let mut host_calls = 0usize;
-
-    let mut progress: Progress = repl.feed_start(&job.code, globals, PrintWriter::Callback(&mut cp));
-    let (repl, result) = loop {
-        progress = match progress {
-            Ok(ReplProgress::Complete { repl, value }) => break (repl, Ok(value)),
-            Err(e) => {
-                let e = *e;
-                break (e.repl, Err(e.error));
-            }
-            Ok(ReplProgress::FunctionCall(call)) => {
-                if let Some(trip) = cp.check() {
-                    call.abort(trip_exception(trip), PrintWriter::Callback(&mut cp))
-                } else {
-                    let (awaited, name) = match call.function_name.strip_prefix(ASYNC_PREFIX) {
-                        Some(base) => (true, base.to_string()),
-                        None => (false, call.function_name.clone()),
-                    };
-                    if !job.host.is_host_function(&name) {
-                        call.resume(ExtFunctionResult::NotFound(name), PrintWriter::Callback(&mut cp))
-                    } else if host_calls >= limits.max_host_calls {
-                        let exc = MontyException::new(
-                            ExcType::RuntimeError,
-                            Some(format!("too many host calls in one snippet (limit {})", limits.max_host_calls)),
-                        );
-                        call.abort(exc, PrintWriter::Callback(&mut cp))
-                    } else {
-                        host_calls += 1;
-                        let kwargs =
-                            call.kwargs.iter().map(|(k, v)| (crate::convert::prompt_text(k), v.clone())).collect();
-                        let hc = HostCall { name: name.clone(), args: call.args.clone(), kwargs, awaited };
-                        match call_host(job.host.as_ref(), hc) {
-                            HostReply::Raise(exc) => call.resume(exc, PrintWriter::Callback(&mut cp)),
-                            HostReply::Finish(payload) => {
-                                finished = Some(payload);
-                                cp.out.frozen = true;
-                                let exc = MontyException::new(ExcType::KeyboardInterrupt, Some("submitted".into()));
-                                call.abort(exc, PrintWriter::Callback(&mut cp))
-                            }
-                            HostReply::Value(v) if awaited => {
-                                ready.push((call.call_id, ExtFunctionResult::Return(v)));
-                                call.resume_pending(PrintWriter::Callback(&mut cp))
-                            }
-                            HostReply::Value(v) => call.resume(v, PrintWriter::Callback(&mut cp)),
-                            HostReply::Pending(fut) if awaited => {
-                                let tx = tx.clone();
-                                let id = call.call_id;
-                                let task = handle.spawn(async move {
-                                    let r = guard_panics(&name, fut).await;
-                                    let _ = tx.send((id, to_ext(r)));
-                                });
-                                tasks.push(task.abort_handle());
-                                outstanding += 1;
-                                call.resume_pending(PrintWriter::Callback(&mut cp))
-                            }
-                            HostReply::Pending(fut) => match wait_for(handle, &mut cp, guard_panics(&name, fut)) {
-                                Waited::Ready(r) => call.resume(to_ext(r), PrintWriter::Callback(&mut cp)),
-                                Waited::Tripped(t) => call.abort(trip_exception(t), PrintWriter::Callback(&mut cp)),
-                            },
-                        }
-                    }
-                }
-            }
-            Ok(ReplProgress::ResolveFutures(rf)) => {
-                let pending: Vec<u32> = rf.pending_call_ids().to_vec();
-                let mut deliver: Vec<(u32, ExtFunctionResult)> = Vec::new();
-                let mut keep = Vec::new();
-                for (id, r) in ready.drain(..) {
-                    if pending.contains(&id) { deliver.push((id, r)) } else { keep.push((id, r)) }
-                }
-                ready = keep;
-                let mut tripped = cp.check();
-                if deliver.is_empty() && tripped.is_none() {
-                    if outstanding == 0 {
-                        let exc = MontyException::new(
-                            ExcType::RuntimeError,
-                            Some("awaiting a future that no host call will resolve".into()),
-                        );
-                        progress = rf.abort(exc, PrintWriter::Callback(&mut cp));
-                        continue;
-                    }
-                    match wait_for(handle, &mut cp, rx.recv()) {
-                        Waited::Ready(Some(first)) => {
-                            outstanding -= 1;
-                            let mut got = vec![first];
-                            while let Ok(more) = rx.try_recv() {
-                                outstanding -= 1;
-                                got.push(more);
-                            }
-                            for (id, r) in got {
-                                if pending.contains(&id) { deliver.push((id, r)) } else { ready.push((id, r)) }
-                            }
-                        }
-                        Waited::Ready(None) => {
-                            tripped = Some(Trip::Cancelled);
-                        }
-                        Waited::Tripped(t) => tripped = Some(t),
-                    }
-                }
-                match tripped {
-                    Some(t) => rf.abort(trip_exception(t), PrintWriter::Callback(&mut cp)),
-                    None if deliver.is_empty() => {
-                        // Results arrived for futures the snippet no longer waits on; wait again.
-                        Ok(ReplProgress::ResolveFutures(rf))
-                    }
-                    None => rf.resume(deliver, PrintWriter::Callback(&mut cp)),
-                }
-            }
-            Ok(ReplProgress::NameLookup(lookup)) => {
-                let answer = if job.host.is_host_function(&lookup.name) {
-                    NameLookupResult::Value(MontyObject::Function { name: lookup.name.clone(), docstring: None })
-                } else {
-                    NameLookupResult::Undefined
-                };
-                lookup.resume(answer, PrintWriter::Callback(&mut cp))
-            }
-            Ok(ReplProgress::OsCall(os)) => {
-                let exc = MontyException::new(
-                    ExcType::PermissionError,
-                    Some("the sandbox has no file or OS access; read the data through `inputs` or host tools".into()),
-                );
-                os.resume(exc, PrintWriter::Callback(&mut cp))
-            }
-        };
-    };
-    for t in tasks {
-        t.abort();
-    }
-    let trip = cp.trip;
-    let (stdout, dropped) = cp.out.finish();
-    let mut outcome = SnippetOutcome {
-        stdout: restore_names(&stdout),
-        dropped_output_chars: dropped,
-        host_calls,
-        duration_ms: started.elapsed().as_millis() as u64,
-        ..Default::default()
-    };
-    match (result, finished) {
-        (_, Some(payload)) => outcome.finished = Some(payload),
-        (Ok(value), None) => {
-            if !matches!(value, MontyObject::None) {
-                outcome.value = Some(restore_names(&value.py_repr()));
-            }
-        }
-        (Err(exc), None) => outcome.error = Some(classify(&exc, trip, limits)),
-    }
-    (repl, outcome)
-}
-
-fn classify(exc: &MontyException, trip: Option<Trip>, limits: &SandboxLimits) -> SnippetError {
-    let text = restore_names(&exc.to_string());
+fn classify(exc_type: &str, text: &str, trip: Option<Trip>, limits: &SandboxLimits) -> SnippetError {
     let secs = limits.timeout.as_secs_f64();
-    let limit_mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-    match (trip, exc.exc_type()) {
-        (Some(Trip::Cancelled), _) => SnippetError {
-            kind: SnippetErrorKind::Cancelled,
-            message: "KeyboardInterrupt: the run was cancelled while this snippet ran".into(),
-        },
-        (Some(Trip::Timeout), _) | (None, ExcType::TimeoutError)
-            if trip.is_some() || exc.message().is_some_and(|m| m.starts_with("time limit exceeded")) =>
-        {
-            SnippetError {
-                kind: SnippetErrorKind::Timeout,
-                message: with_context(
-                    &text,
-                    format!(
-                        "TimeoutError: the snippet was stopped after {secs:.1} s (the per-snippet time limit, host \
-                         calls included). Work on smaller pieces or fewer sub-calls per snippet, and avoid unbounded \
-                         loops."
-                    ),
-                ),
-            }
-        }
-        (Some(Trip::Memory(grown)), _) => SnippetError {
-            kind: SnippetErrorKind::Memory,
+    let mib = limits.memory_limit_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0);
+    match (trip, exc_type) {
+        (Some(Trip::Timeout), _) | (None, "TimeoutError") => SnippetError {
+            kind: SnippetErrorKind::Timeout,
             message: with_context(
-                &text,
+                text,
                 format!(
-                    "MemoryError: the snippet grew memory by {:.1} MiB, over the {:.1} MiB limit. Variables assigned \
-                     before the error keep their memory; rebind large ones (e.g. `x = None`) and work on smaller \
-                     slices.",
-                    limit_mib(grown),
-                    limit_mib(limits.memory_limit_bytes.unwrap_or(0)),
+                    "TimeoutError: the snippet was stopped after {secs:.1} s (the per-snippet time limit, host calls \
+                     included). Work on smaller pieces or fewer sub-calls per snippet, and avoid unbounded loops."
                 ),
             ),
         },
-        (_, ExcType::MemoryError) => SnippetError {
+        (_, "MemoryError") => SnippetError {
             kind: SnippetErrorKind::Memory,
             message: format!(
-                "{text}\n(The memory limit is {:.1} MiB per snippet; work on smaller slices.)",
-                limit_mib(limits.memory_limit_bytes.unwrap_or(0))
+                "{text}\n(The sandbox may hold {mib:.1} MiB beyond the inputs; rebind large variables you no longer \
+                 need, e.g. `x = None`, and work on smaller slices.)"
             ),
         },
-        (_, ExcType::SyntaxError) => SnippetError { kind: SnippetErrorKind::Syntax, message: text },
-        (_, ExcType::RecursionError) => SnippetError { kind: SnippetErrorKind::Recursion, message: text },
-        _ => SnippetError { kind: SnippetErrorKind::Exception, message: text },
+        (_, "SyntaxError") => SnippetError { kind: SnippetErrorKind::Syntax, message: text.to_string() },
+        (_, "RecursionError") => SnippetError { kind: SnippetErrorKind::Recursion, message: text.to_string() },
+        _ => SnippetError { kind: SnippetErrorKind::Exception, message: text.to_string() },
     }
 }
 
@@ -768,31 +809,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_buffer_keeps_head_and_tail() {
-        let mut b = OutputBuffer::new(10);
-        for i in 0..100 {
-            b.push_str(&format!("{}", i % 10));
-        }
-        let (text, dropped) = b.finish();
-        assert_eq!(dropped, 90);
-        assert!(text.starts_with("01234"), "{text}");
-        assert!(text.ends_with("56789"), "{text}");
-        assert!(text.contains("90 printed chars dropped"), "{text}");
-    }
-
-    #[test]
-    fn output_buffer_under_cap_is_verbatim() {
-        let mut b = OutputBuffer::new(100);
-        b.push_str("héllo\n");
-        b.push_str("world");
-        assert_eq!(b.finish(), ("héllo\nworld".to_string(), 0));
-    }
-
-    #[test]
     fn timeout_text_keeps_traceback_head() {
         let text =
             "Traceback (most recent call last):\n  File \"x\", line 1\nTimeoutError: snippet time limit exceeded";
         assert_eq!(strip_last_line(text), "Traceback (most recent call last):\n  File \"x\", line 1");
         assert_eq!(strip_last_line("TimeoutError: x"), "");
+    }
+
+    #[test]
+    fn host_trip_classifies_any_exception_as_timeout() {
+        let e = classify("KeyboardInterrupt", "KeyboardInterrupt: x", Some(Trip::Timeout), &SandboxLimits::default());
+        assert_eq!(e.kind, SnippetErrorKind::Timeout);
     }
 }

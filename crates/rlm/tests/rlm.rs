@@ -47,7 +47,15 @@ fn echo_sub() -> MockProvider {
 }
 
 fn rlm(primary: &MockProvider, sub: &MockProvider, config: RlmConfig) -> Rlm {
+    use_worker_binary();
     Rlm::new(Arc::new(primary.clone()), Arc::new(sub.clone()), config).unwrap()
+}
+
+fn use_worker_binary() {
+    recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
+        program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
+        args: vec![],
+    });
 }
 
 fn scope_with_sink() -> (RunScope, MemorySink) {
@@ -483,6 +491,7 @@ async fn gather_runs_sub_calls_concurrently() {
         py("rs = await asyncio.gather(*[llm_query(f'p{i}') for i in range(4)])\nprint([r['result'] for r in rs])"),
         py("submit('ok')"),
     ]);
+    use_worker_binary();
     let machine = Rlm::new(Arc::new(p.clone()), tracking.clone(), RlmConfig::default()).unwrap();
     let r = machine.run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
     assert_eq!(observation(&r, 0).lines().next().unwrap(), "['ans:p0', 'ans:p1', 'ans:p2', 'ans:p3']");
@@ -491,6 +500,7 @@ async fn gather_runs_sub_calls_concurrently() {
     // Written as plain calls, the same sub-calls run one after the other.
     let sequential = Tracking::new(Duration::from_millis(10));
     let p = primary(&[py("rs = [llm_query(f'p{i}') for i in range(4)]"), py("submit('ok')")]);
+    use_worker_binary();
     let machine = Rlm::new(Arc::new(p), sequential.clone(), RlmConfig::default()).unwrap();
     machine.run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
     assert_eq!(sequential.max_in_flight.load(Ordering::SeqCst), 1);
@@ -501,6 +511,7 @@ async fn batched_queries_respect_the_concurrency_limit_and_keep_order() {
     let tracking = Tracking::new(Duration::from_millis(20));
     let p = primary(&[py("rs = llm_query_batched([f'p{i}' for i in range(7)])\nsubmit(','.join(rs['result']))")]);
     let config = RlmConfig { batch_concurrency: 3, ..Default::default() };
+    use_worker_binary();
     let machine = Rlm::new(Arc::new(p), tracking.clone(), config).unwrap();
     let r = machine.run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
     assert_eq!(r.output, json!({"answer": "ans:p0,ans:p1,ans:p2,ans:p3,ans:p4,ans:p5,ans:p6"}));

@@ -47,7 +47,15 @@ impl SandboxHost for EchoHost {
 }
 
 async fn sandbox(limits: SandboxLimits) -> Sandbox {
-    Sandbox::start(limits, vec![("inputs".into(), MontyObject::dict(vec![]))], "import asyncio").await.unwrap()
+    use_worker_binary();
+    Sandbox::start(limits, vec![("inputs".into(), MontyObject::dict([]))], "import asyncio").await.unwrap()
+}
+
+fn use_worker_binary() {
+    recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
+        program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
+        args: vec![],
+    });
 }
 
 async fn run(sb: &Sandbox, host: &Arc<EchoHost>, code: &str) -> SnippetOutcome {

@@ -18,7 +18,9 @@ pub fn json_to_monty(v: &Value) -> MontyObject {
         },
         Value::String(s) => MontyObject::string(s.as_str()),
         Value::Array(a) => MontyObject::list(a.iter().map(json_to_monty)),
-        Value::Object(o) => MontyObject::dict(o.iter().map(|(k, v)| (MontyObject::string(k.as_str()), json_to_monty(v)))),
+        Value::Object(o) => {
+            MontyObject::dict(o.iter().map(|(k, v)| (MontyObject::string(k.as_str()), json_to_monty(v))))
+        }
     }
 }
 

@@ -137,9 +137,7 @@ impl Inputs {
 
     /// The `inputs` dict as a Python object.
     pub(crate) fn to_monty_dict(&self) -> MontyObject {
-        MontyObject::dict(
-            self.fields.iter().map(|(n, v)| (MontyObject::string(n.as_str()), v.to_monty())),
-        )
+        MontyObject::dict(self.fields.iter().map(|(n, v)| (MontyObject::string(n.as_str()), v.to_monty())))
     }
 
     /// What the primary model is told about the inputs.

@@ -21,12 +21,14 @@
 //! # Decisions
 //!
 //! - **Two call forms.** Every host function (primitives and host tools) can be called plainly
-//!   (`r = llm_query(p)`, answered synchronously) or awaited (`await llm_query(p)`, or inside
-//!   `asyncio.gather(...)`, answered with a future resolved concurrently). A small lexer pass
-//!   ([`rewrite`]) renames the awaited calls to an internal alias before the snippet runs, and
-//!   error text shown to the model is renamed back. Awaiting a value that was already returned
-//!   (`tasks = [llm_query(p) ...]; await asyncio.gather(*tasks)`) cannot work; the observation
-//!   then carries a hint showing the forms that do.
+//!   (`r = llm_query(p)`, answered synchronously) or as a coroutine (`await llm_query(p)`, inside
+//!   `asyncio.gather(...)`, `create_task(...)` or `wait_for(...)`, or in a list later passed to
+//!   `gather(*tasks)`), answered with a future resolved concurrently. A small lexer pass
+//!   ([`rewrite`]) renames the coroutine calls to an internal alias before the snippet runs, stands
+//!   in for the `asyncio` functions Monty lacks (`create_task`, `wait_for`,
+//!   `gather(..., return_exceptions=True)`), and error text shown to the model is renamed back.
+//!   Awaiting a value that was already returned (`r = llm_query(p); await r`) cannot work; the
+//!   observation then carries a hint showing the forms that do.
 //! - **`submit` is terminal**: a valid `submit` stops the snippet at once, so nothing after it
 //!   runs and nothing printed after it is shown. An invalid payload raises a `ValueError` naming
 //!   each schema violation, and the loop goes on. When the output schema is an object with

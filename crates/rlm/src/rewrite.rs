@@ -194,119 +194,262 @@ impl<'a> Lexer<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Frame {
-    GatherCall,
+    /// A call whose arguments become tasks: `gather(...)`, `create_task(...)`, `wait_for(...)`,
+    /// or `.append(...)` on a list later passed to `gather(*list)`.
+    TaskCall,
+    /// A list or generator assigned to a name later passed to `gather(*name)`.
+    TaskList,
     Call,
     Other,
 }
 
-/// Renames awaited calls (and calls directly inside `gather(...)`) of the functions named by
-/// `is_host` to their async alias. Returns the snippet unchanged when nothing matched.
+/// Calls whose arguments are coroutines.
+const TASK_FUNCTIONS: &[&str] = &["gather", "create_task", "ensure_future", "wait_for"];
+/// `asyncio` functions that Monty lacks or only partly has, served by [`ASYNCIO_SHIMS`].
+const SHIMMED: &[&str] = &["gather", "create_task", "ensure_future", "wait_for"];
+/// Prefix of the shims standing in for `asyncio.` functions.
+pub const SHIM_PREFIX: &str = "__rlm_aio_";
+/// Python run once per session: `asyncio.gather(..., return_exceptions=True)`,
+/// `asyncio.create_task`, `asyncio.ensure_future` and `asyncio.wait_for`, which Monty lacks, in
+/// terms of what it has. Calls to them are renamed by [`rewrite_awaited_calls`].
+pub const ASYNCIO_SHIMS: &str = "import asyncio
+async def __rlm_aio_settle(aw):
+    try:
+        return await aw
+    except Exception as e:
+        return e
+async def __rlm_aio_gather(*aws, return_exceptions=False):
+    if return_exceptions:
+        aws = [__rlm_aio_settle(a) for a in aws]
+    return await asyncio.gather(*aws)
+def __rlm_aio_create_task(coro, name=None):
+    return coro
+def __rlm_aio_ensure_future(coro):
+    return coro
+async def __rlm_aio_wait_for(aw, timeout=None):
+    return await aw
+";
+
+/// Prefix of the parameter of a key function written as a bound method (`key=d.get`).
+const KEY_PARAM: &str = "__rlm_k";
+
+/// One change to the source: replace `start..end` with `text`.
+struct Edit {
+    start: usize,
+    end: usize,
+    text: String,
+}
+
+/// Rewrites a snippet so that the forms models write run in the sandbox:
+/// - calls of the functions named by `is_host` that are awaited, are arguments of `gather`,
+///   `create_task`, `ensure_future` or `wait_for`, or build a list later passed to
+///   `gather(*list)` (`tasks = [llm_query(p) for p in ps]`, `tasks.append(llm_query(p))`) are
+///   renamed to their async alias, which the host answers with a future;
+/// - `asyncio.gather`, `asyncio.create_task`, `asyncio.ensure_future` and `asyncio.wait_for`
+///   become the shims of [`ASYNCIO_SHIMS`];
+/// - a key function written as a bound method (`key=d.get`, which Monty cannot take as a value)
+///   becomes a lambda calling it.
+///
+/// Returns the snippet unchanged when nothing matched.
 pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> String {
     let mut lexer = Lexer::new(src);
     lexer.code(false);
     let toks = lexer.toks;
-    let word = |t: Tok| match t {
-        Tok::Word(a, b) => Some(&src[a..b]),
+    let word = |t: Option<&Tok>| match t {
+        Some(Tok::Word(a, b)) => Some(&src[*a..*b]),
         _ => None,
     };
+    let task_lists = task_list_names(&toks, src);
+    let is_task_list = |i: usize| word(toks.get(i)).is_some_and(|w| task_lists.contains(&w));
     let mut stack: Vec<Frame> = Vec::new();
-    let mut inserts: Vec<usize> = Vec::new();
+    let mut edits: Vec<Edit> = Vec::new();
     for (i, &tok) in toks.iter().enumerate() {
-        let prev = i.checked_sub(1).map(|j| toks[j]);
+        let back = |n: usize| i.checked_sub(n).and_then(|j| toks.get(j));
+        let prev = back(1).copied();
         match tok {
             Tok::Punct(b'(') => {
                 let frame = match prev {
                     Some(Tok::Word(a, b)) if !KEYWORDS.contains(&&src[a..b]) => {
-                        if &src[a..b] == "gather" {
-                            Frame::GatherCall
-                        } else {
-                            Frame::Call
-                        }
+                        let name = &src[a..b];
+                        let append_to_tasks = name == "append"
+                            && back(2) == Some(&Tok::Punct(b'.'))
+                            && i.checked_sub(3).is_some_and(is_task_list);
+                        if TASK_FUNCTIONS.contains(&name) || append_to_tasks { Frame::TaskCall } else { Frame::Call }
                     }
                     Some(Tok::Punct(b')' | b']')) => Frame::Call,
+                    Some(Tok::Punct(b'=')) if i.checked_sub(2).is_some_and(is_task_list) => Frame::TaskList,
                     _ => Frame::Other,
                 };
                 stack.push(frame);
             }
-            Tok::Punct(b'[' | b'{') => stack.push(Frame::Other),
+            Tok::Punct(b'[') => {
+                let tasks = prev == Some(Tok::Punct(b'=')) && i.checked_sub(2).is_some_and(is_task_list);
+                stack.push(if tasks { Frame::TaskList } else { Frame::Other });
+            }
+            Tok::Punct(b'{') => stack.push(Frame::Other),
             Tok::Punct(b')' | b']' | b'}') => {
                 stack.pop();
             }
             Tok::Word(a, b) => {
                 let name = &src[a..b];
+                if let Some(edit) = shim_edit(&toks, i, src) {
+                    edits.push(edit);
+                    continue;
+                }
+                if name == "key"
+                    && let Some(edit) = key_function_edit(&toks, i, src)
+                {
+                    edits.push(edit);
+                    continue;
+                }
                 if !is_host(name) || toks.get(i + 1) != Some(&Tok::Punct(b'(')) {
                     continue;
                 }
-                if matches!(prev, Some(Tok::Punct(b'.'))) || prev.and_then(word).is_some_and(|w| w == "def") {
+                if matches!(prev, Some(Tok::Punct(b'.'))) || word(back(1)).is_some_and(|w| w == "def") {
                     continue;
                 }
-                let awaited = prev.and_then(word) == Some("await");
-                let in_gather =
-                    stack.iter().rev().find(|f| **f != Frame::Other).is_some_and(|f| *f == Frame::GatherCall);
-                if awaited || in_gather {
-                    inserts.push(a);
+                let awaited = word(back(1)) == Some("await");
+                let in_tasks = stack
+                    .iter()
+                    .rev()
+                    .find(|f| **f != Frame::Other)
+                    .is_some_and(|f| matches!(f, Frame::TaskCall | Frame::TaskList));
+                if awaited || in_tasks {
+                    edits.push(Edit { start: a, end: a, text: ASYNC_PREFIX.to_string() });
                 }
             }
             _ => {}
         }
     }
-    if inserts.is_empty() {
+    apply(src, edits)
+}
+
+/// Names passed as `gather(*name)`: lists of tasks.
+fn task_list_names<'s>(toks: &[Tok], src: &'s str) -> Vec<&'s str> {
+    toks.windows(4)
+        .filter_map(|w| match w {
+            [Tok::Word(a, b), Tok::Punct(b'('), Tok::Punct(b'*'), Tok::Word(c, d)] if &src[*a..*b] == "gather" => {
+                Some(&src[*c..*d])
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `asyncio.gather(` and the like → the shim's name.
+fn shim_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let (Tok::Word(a, b), Some(Tok::Punct(b'.')), Some(Tok::Word(c, d)), Some(Tok::Punct(b'('))) =
+        (toks[i], toks.get(i + 1), toks.get(i + 2), toks.get(i + 3))
+    else {
+        return None;
+    };
+    let after_dot = i.checked_sub(1).is_some_and(|j| toks[j] == Tok::Punct(b'.'));
+    if &src[a..b] != "asyncio" || after_dot || !SHIMMED.contains(&&src[*c..*d]) {
+        return None;
+    }
+    Some(Edit { start: a, end: *d, text: format!("{SHIM_PREFIX}{}", &src[*c..*d]) })
+}
+
+/// `key=a.b` (a keyword argument whose value is an attribute chain) → `key=lambda k: a.b(k)`.
+fn key_function_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let opens_argument = i.checked_sub(1).is_some_and(|j| matches!(toks[j], Tok::Punct(b'(' | b',')));
+    if !opens_argument || toks.get(i + 1) != Some(&Tok::Punct(b'=')) {
+        return None;
+    }
+    let mut j = i + 2;
+    let Some(Tok::Word(start, mut end)) = toks.get(j).copied() else { return None };
+    if KEYWORDS.contains(&&src[start..end]) {
+        return None;
+    }
+    let mut dots = 0;
+    while let (Some(Tok::Punct(b'.')), Some(Tok::Word(_, e))) = (toks.get(j + 1), toks.get(j + 2)) {
+        end = *e;
+        j += 2;
+        dots += 1;
+    }
+    let closes = matches!(toks.get(j + 1), Some(Tok::Punct(b',' | b')')));
+    if dots == 0 || !closes {
+        return None;
+    }
+    let chain = &src[start..end];
+    Some(Edit { start, end, text: format!("lambda {KEY_PARAM}: {chain}({KEY_PARAM})") })
+}
+
+fn apply(src: &str, mut edits: Vec<Edit>) -> String {
+    if edits.is_empty() {
         return src.to_string();
     }
-    let mut out = String::with_capacity(src.len() + inserts.len() * ASYNC_PREFIX.len());
+    edits.sort_by_key(|e| e.start);
+    let mut out = String::with_capacity(src.len() + edits.len() * 16);
     let mut last = 0;
-    for at in inserts {
-        out.push_str(&src[last..at]);
-        out.push_str(ASYNC_PREFIX);
-        last = at;
+    for e in edits {
+        if e.start < last {
+            continue;
+        }
+        out.push_str(&src[last..e.start]);
+        out.push_str(&e.text);
+        last = e.end;
     }
     out.push_str(&src[last..]);
     out
 }
 
-/// Removes the async alias prefix from text shown to the model (error messages, tracebacks),
-/// shortening the caret line under a rewritten source line so the carets stay aligned.
+/// Internal names shown to the model as what the model wrote.
+const RENAMES: &[(&str, &str)] = &[(ASYNC_PREFIX, ""), (SHIM_PREFIX, "asyncio.")];
+
+/// Undoes the renaming in text shown to the model (error messages, tracebacks): the async alias
+/// prefix is dropped and shims are named as the `asyncio` functions they stand for, with the
+/// caret line under a rewritten source line shortened so the carets stay aligned.
 pub fn restore_names(text: &str) -> String {
-    if !text.contains(ASYNC_PREFIX) {
+    if !RENAMES.iter().any(|(from, _)| text.contains(from)) {
         return text.to_string();
     }
     let lines: Vec<&str> = text.split('\n').collect();
     let mut out: Vec<String> = Vec::with_capacity(lines.len());
     let mut i = 0;
-    let plen = ASYNC_PREFIX.chars().count();
     while i < lines.len() {
-        let line = lines[i];
-        if !line.contains(ASYNC_PREFIX) {
-            out.push(line.to_string());
-            i += 1;
-            continue;
-        }
-        // Char columns of every occurrence in this line.
-        let mut cols = Vec::new();
-        let mut search = 0;
-        while let Some(found) = line[search..].find(ASYNC_PREFIX) {
-            let byte = search + found;
-            cols.push(line[..byte].chars().count());
-            search = byte + ASYNC_PREFIX.len();
-        }
-        out.push(line.replace(ASYNC_PREFIX, ""));
-        if let Some(next) = lines.get(i + 1)
-            && !next.trim().is_empty()
-            && next.chars().all(|c| matches!(c, ' ' | '^' | '~' | '\t'))
-        {
-            let mut chars: Vec<char> = next.chars().collect();
-            for &col in cols.iter().rev() {
-                let start = col.min(chars.len());
-                let end = (col + plen).min(chars.len());
-                chars.drain(start..end);
+        let (line, cuts) = rename_line(lines[i]);
+        out.push(line);
+        let carets = lines.get(i + 1).filter(|next| {
+            !cuts.is_empty() && !next.trim().is_empty() && next.chars().all(|c| matches!(c, ' ' | '^' | '~' | '\t'))
+        });
+        match carets {
+            Some(next) => {
+                let mut chars: Vec<char> = next.chars().collect();
+                for &(col, n) in cuts.iter().rev() {
+                    let start = col.min(chars.len());
+                    let end = (col + n).min(chars.len());
+                    chars.drain(start..end);
+                }
+                out.push(chars.into_iter().collect::<String>().trim_end().to_string());
+                i += 2;
             }
-            out.push(chars.into_iter().collect::<String>().trim_end().to_string());
-            i += 2;
-        } else {
-            i += 1;
+            None => i += 1,
         }
     }
     out.join("\n")
+}
+
+/// One line with the internal names replaced, and where (char column, chars removed) it
+/// shrank.
+fn rename_line(line: &str) -> (String, Vec<(usize, usize)>) {
+    let mut out = String::with_capacity(line.len());
+    let mut cuts = Vec::new();
+    let mut rest = line;
+    let mut col = 0;
+    loop {
+        let next = RENAMES.iter().filter_map(|(from, to)| rest.find(from).map(|at| (at, *from, *to))).min();
+        let Some((at, from, to)) = next else { break };
+        out.push_str(&rest[..at]);
+        col += rest[..at].chars().count();
+        out.push_str(to);
+        let (from_chars, to_chars) = (from.chars().count(), to.chars().count());
+        cuts.push((col + to_chars, from_chars - to_chars));
+        col += to_chars;
+        rest = &rest[at + from.len()..];
+    }
+    out.push_str(rest);
+    (out, cuts)
 }
 
 #[cfg(test)]
@@ -335,7 +478,7 @@ mod tests {
     fn calls_directly_inside_gather_are_renamed() {
         assert_eq!(
             rw("rs = await asyncio.gather(*[llm_query(p) for p in ps])"),
-            "rs = await asyncio.gather(*[__rlm_async_llm_query(p) for p in ps])"
+            "rs = await __rlm_aio_gather(*[__rlm_async_llm_query(p) for p in ps])"
         );
         assert_eq!(
             rw("rs = await gather(llm_query(a), rlm_query(b))"),
@@ -343,7 +486,7 @@ mod tests {
         );
         assert_eq!(
             rw("rs = await asyncio.gather(*(llm_query(p) for p in ps))"),
-            "rs = await asyncio.gather(*(__rlm_async_llm_query(p) for p in ps))"
+            "rs = await __rlm_aio_gather(*(__rlm_async_llm_query(p) for p in ps))"
         );
     }
 
@@ -351,7 +494,7 @@ mod tests {
     fn call_nested_in_another_call_inside_gather_stays_sync() {
         assert_eq!(
             rw("await asyncio.gather(*[f(llm_query(p)) for p in ps])"),
-            "await asyncio.gather(*[f(llm_query(p)) for p in ps])"
+            "await __rlm_aio_gather(*[f(llm_query(p)) for p in ps])"
         );
     }
 
@@ -388,6 +531,45 @@ mod tests {
         assert_eq!(
             restored,
             "  File \"<python-input-1>\", line 1, in <module>\n    r = await llm_query(p)['x']\n              ^^^^^^^^^^^^^^^^^^^\nTypeError: boom"
+        );
+    }
+
+    #[test]
+    fn list_of_tasks_later_gathered_is_renamed() {
+        assert_eq!(
+            rw("tasks = [llm_query(p) for p in ps]\nrs = await asyncio.gather(*tasks)"),
+            "tasks = [__rlm_async_llm_query(p) for p in ps]\nrs = await __rlm_aio_gather(*tasks)"
+        );
+        assert_eq!(
+            rw("tasks = []\nfor p in ps:\n    tasks.append(llm_query(p))\nawait asyncio.gather(*tasks)"),
+            "tasks = []\nfor p in ps:\n    tasks.append(__rlm_async_llm_query(p))\nawait __rlm_aio_gather(*tasks)"
+        );
+        // A list that is never gathered keeps its plain calls.
+        assert_eq!(rw("rs = [llm_query(p) for p in ps]"), "rs = [llm_query(p) for p in ps]");
+    }
+
+    #[test]
+    fn create_task_and_wait_for_take_futures_and_use_the_shims() {
+        assert_eq!(
+            rw("t = asyncio.create_task(llm_query(p))\nr = await asyncio.wait_for(t, timeout=5)"),
+            "t = __rlm_aio_create_task(__rlm_async_llm_query(p))\nr = await __rlm_aio_wait_for(t, timeout=5)"
+        );
+    }
+
+    #[test]
+    fn bound_method_key_functions_become_lambdas() {
+        assert_eq!(rw("best = max(d, key=d.get)"), "best = max(d, key=lambda __rlm_k: d.get(__rlm_k))");
+        assert_eq!(rw("sorted(xs, key=len)"), "sorted(xs, key=len)");
+        assert_eq!(rw("f(key=a.b.c, x=1)"), "f(key=lambda __rlm_k: a.b.c(__rlm_k), x=1)");
+        assert_eq!(rw("key = d.get"), "key = d.get");
+    }
+
+    #[test]
+    fn restore_names_shows_shims_as_asyncio_functions() {
+        let tb = "    r = await __rlm_aio_gather(*ts)\n              ^^^^^^^^^^^^^^^^^^^^^\nTypeError: x";
+        assert_eq!(
+            restore_names(tb),
+            "    r = await asyncio.gather(*ts)\n              ^^^^^^^^^^^^^^^^^^^\nTypeError: x"
         );
     }
 

@@ -868,7 +868,9 @@ impl RunHost {
         };
         let prompts: Vec<String> = match bound[0].as_ref().filter(|o| matches!(o.type_name(), "list" | "tuple")) {
             Some(list) => sequence_items(list).unwrap_or_default().iter().map(prompt_text).collect(),
-            None => return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])"),
+            None => {
+                return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])");
+            }
         };
         if let Some(msg) = self.stopped() {
             return error_value(msg);

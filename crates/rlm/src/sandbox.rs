@@ -340,13 +340,17 @@ impl Sandbox {
             Some(Ok(Some(FromWorker::Ready))) => {}
             _ => {
                 let _ = session.child.wait().await;
-                return Err(worker_failed(&session, format!("the worker {} did not start", self.worker.program.display())));
+                return Err(worker_failed(
+                    &session,
+                    format!("the worker {} did not start", self.worker.program.display()),
+                ));
             }
         }
         let never = CancellationToken::new();
         let mut run = SnippetRun::new(&self.limits, Arc::new(NoHost), &never);
         run.deadline = Instant::now() + self.limits.timeout.max(Duration::from_secs(30));
-        let feed = ToWorker::Feed { code: self.setup.clone(), globals: self.globals.clone() };
+        let code = format!("{}{}", crate::rewrite::ASYNCIO_SHIMS, self.setup);
+        let feed = ToWorker::Feed { code, globals: self.globals.clone() };
         match run.drive_feed(&mut session, feed).await {
             Ok(Finished { failure: None, .. }) => Ok(session),
             Ok(Finished { failure: Some(f), .. }) => Err(SandboxError::Setup(restore_names(&f.text))),
@@ -386,7 +390,8 @@ fn spawn(worker: &WorkerCommand) -> Result<Session, SandboxError> {
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| SandboxError::Worker(format!("cannot start {}: {e}", worker.program.display())))?;
-    let (Some(stdin), Some(mut stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(SandboxError::Worker("the worker's pipes are missing".into()));
     };
@@ -576,9 +581,11 @@ impl<'a> SnippetRun<'a> {
                 self.outstanding += 1;
                 CallAnswer::Pending
             }
-            HostReply::Pending(fut) => self.wait_for(guard_panics(&name, fut)).await?.map(to_answer).unwrap_or_else(
-                || abort(ExcType::TimeoutError, "snippet time limit exceeded"),
-            ),
+            HostReply::Pending(fut) => self
+                .wait_for(guard_panics(&name, fut))
+                .await?
+                .map(to_answer)
+                .unwrap_or_else(|| abort(ExcType::TimeoutError, "snippet time limit exceeded")),
         })
     }
 
@@ -609,7 +616,10 @@ impl<'a> SnippetRun<'a> {
                 return Ok(vec![(first, abort(ExcType::TimeoutError, "snippet time limit exceeded"))]);
             }
             if self.outstanding == 0 {
-                return Ok(vec![(first, abort(ExcType::RuntimeError, "awaiting a future that no host call will resolve"))]);
+                return Ok(vec![(
+                    first,
+                    abort(ExcType::RuntimeError, "awaiting a future that no host call will resolve"),
+                )]);
             }
             let deadline = tokio::time::Instant::from_std(self.deadline);
             let got = tokio::select! {

@@ -474,11 +474,23 @@ async fn plain_and_awaited_llm_query_both_work() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn awaiting_a_plain_result_gets_a_hint() {
+async fn a_list_of_sub_calls_gathered_later_runs_them_once_each() {
     let p = primary(&[
-        py("tasks = [llm_query(p) for p in ['a', 'b']]\nrs = await asyncio.gather(*tasks)"),
+        py(
+            "tasks = [llm_query(p) for p in ['a', 'b']]\nrs = await asyncio.gather(*tasks)\nprint([r['result'] for r in rs])",
+        ),
         py("submit('x')"),
     ]);
+    let sub = echo_sub();
+    let r = rlm(&p, &sub, RlmConfig::default()).run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
+    let obs = observation(&r, 0);
+    assert!(obs.contains("['ans:a', 'ans:b']"), "{obs}");
+    assert_eq!(sub.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn awaiting_a_plain_result_gets_a_hint() {
+    let p = primary(&[py("r = llm_query('a')\nx = await r"), py("submit('x')")]);
     let r = rlm(&p, &echo_sub(), RlmConfig::default()).run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
     let obs = observation(&r, 0);
     assert!(obs.contains("Hint:") && obs.contains("await asyncio.gather(*[llm_query(p) for p in ps])"), "{obs}");

@@ -21,7 +21,7 @@ struct EchoHost {
 
 impl SandboxHost for EchoHost {
     fn is_host_function(&self, name: &str) -> bool {
-        matches!(name, "echo" | "finish" | "panic_now" | "panic_later")
+        matches!(name, "echo" | "finish" | "panic_now" | "panic_later" | "fail")
     }
 
     fn call(&self, call: HostCall) -> HostReply {
@@ -30,6 +30,11 @@ impl SandboxHost for EchoHost {
         }
         if call.name == "panic_later" {
             return HostReply::Pending(Box::pin(async { panic!("host bug later") }));
+        }
+        if call.name == "fail" {
+            return HostReply::Pending(Box::pin(async {
+                Err(recursive_rlm::MontyException::new(recursive_rlm::ExcType::ValueError, Some("boom".into())))
+            }));
         }
         if call.name == "finish" {
             return HostReply::Finish(json!({"done": true}));
@@ -254,4 +259,130 @@ async fn panicking_host_function_is_an_exception_and_the_session_survives() {
     }
     let o = run(&sb, &host, "try:\n    panic_now()\nexcept RuntimeError:\n    print('caught', kept)").await;
     assert_eq!(o.stdout, "caught 5\n", "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn splitting_a_huge_string_in_one_native_call_is_stopped_by_the_memory_limit() {
+    let sb = sandbox(SandboxLimits { memory_limit_bytes: Some(256 << 20), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    run(&sb, &host, "kept = 41").await;
+    let o = run(&sb, &host, "x = ('a ' * 60_000_000).split()\nlen(x)").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Memory, "{}", e.message);
+    assert!(e.message.contains("MemoryError"), "{}", e.message);
+    // The host lives on; the next snippet runs in a fresh session with the inputs bound again.
+    let o = run(&sb, &host, "print(type(inputs).__name__)\ntry:\n    kept\nexcept NameError:\n    print('gone')").await;
+    assert!(o.error.is_none(), "{o:?}");
+    assert!(o.stdout.contains("sandbox was restarted"), "{}", o.stdout);
+    assert!(o.stdout.contains("dict\ngone"), "{}", o.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn native_big_integer_maths_is_stopped_by_the_timeout() {
+    let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(500), ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let started = std::time::Instant::now();
+    let o = run(&sb, &host, "x = 7 ** (3 ** 17)\nlen(str(x))").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Timeout, "{}", e.message);
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(run(&sb, &host, "1 + 1").await.value.as_deref(), Some("2"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_stops_native_maths_at_once() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c2.cancel();
+    });
+    let started = std::time::Instant::now();
+    let o = sb.execute("x = 7 ** (3 ** 17)", host.clone(), &cancel).await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_cannot_start_is_a_clear_error() {
+    let err = Sandbox::start_with(
+        recursive_rlm::WorkerCommand { program: "/nonexistent/worker".into(), args: vec![] },
+        SandboxLimits::default(),
+        vec![],
+        "",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/worker"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn modules_models_use_every_day_are_importable() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let code = r#"
+import random, time, copy, csv, decimal, hashlib, bisect, re, json, math, collections, itertools, functools
+from functools import lru_cache
+s = '%d items, %s' % (3, 'ok')
+random.seed(1)
+d = {'a': 2, 'b': 1}
+best = max(d, key=d.get)
+first = next(x for x in range(10) if x > 4)
+groups = [(k, len(list(g))) for k, g in itertools.groupby('aabccc')]
+pat = re.compile(r"""
+    (\d+)   # digits
+""", re.VERBOSE)
+match groups[0]:
+    case (k, n):
+        shape = f"{k}{n}"
+@lru_cache(maxsize=None)
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+[s, best, first, groups, pat.findall('a1b22'), shape, fib(30), str(decimal.Decimal('1.1') + decimal.Decimal('2.2')),
+ hashlib.sha256(b'x').hexdigest()[:8], bisect.bisect([1, 3, 5], 4), copy.deepcopy([[1]])]
+"#;
+    let o = run(&sb, &host, code).await;
+    assert!(o.error.is_none(), "{o:?}");
+    let v = o.value.unwrap();
+    for want in ["'3 items, ok'", "'a'", "5", "('c', 3)", "['1', '22']", "'a2'", "832040", "'3.3'", "'2d711642'", "2"] {
+        assert!(v.contains(want), "{want} missing in {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn asyncio_forms_models_write_run_concurrently_and_once() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let code = r#"
+tasks = [echo(i) for i in range(4)]
+rs = await asyncio.gather(*tasks)
+more = []
+for i in range(3):
+    more.append(echo(i))
+rs2 = await asyncio.gather(*more)
+t = asyncio.create_task(echo('t'))
+w = await asyncio.wait_for(echo('w'), timeout=5)
+mixed = await asyncio.gather(echo('ok'), fail('x'), return_exceptions=True)
+print(len(rs), len(rs2), (await t)['result'], w['result'], mixed[0]['result'], type(mixed[1]).__name__)
+"#;
+    let o = run(&sb, &host, code).await;
+    assert!(o.error.is_none(), "{o:?}");
+    assert_eq!(o.stdout, "4 3 echo:t echo:w echo:ok ValueError\n", "{o:?}");
+    assert_eq!(o.host_calls, 4 + 3 + 2 + 2, "each call is made (and charged) once");
+    assert!(host.max_in_flight.load(Ordering::SeqCst) >= 4, "the task list ran concurrently");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gather_without_return_exceptions_raises_the_first_error() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(
+        &sb,
+        &host,
+        "try:\n    await asyncio.gather(echo(1), fail(2))\nexcept ValueError as e:\n    print('caught', e)",
+    )
+    .await;
+    assert_eq!(o.stdout, "caught boom\n", "{o:?}");
 }

@@ -4,7 +4,7 @@
 # repository root: ./examples/record.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release -p recursive
+./scripts/cargo build --quiet --release -p recursive
 bin=target/release/recursive
 
 rm -f examples/run/inventory.cassette.jsonl

@@ -104,7 +104,7 @@ fn setup_commands(readme: &str) -> (String, String, Vec<String>) {
     let (Some(main), Some(tests)) = (blocks.next(), blocks.next()) else {
         panic!("`{SECTION}` should open with two ```sh blocks (the main job, then the tests)")
     };
-    assert!(main.starts_with("cargo run "), "the first command is not the main job: {main}");
+    assert!(main.starts_with("./scripts/cargo run "), "the first command is not the main job: {main}");
     (main, tests, blocks.collect())
 }
 
@@ -122,6 +122,8 @@ fn run_verbatim(command: &str, dir: &Path) -> Output {
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OLLAMA_HOST")
         .env_remove("CARGO_MANIFEST_DIR")
+        // As a new user: the default toolchain, not the one this test was built with.
+        .env_remove("RUSTUP_TOOLCHAIN")
         .output()
         .expect("cannot run sh");
     eprintln!("`{command}` took {:.0?}", started.elapsed());

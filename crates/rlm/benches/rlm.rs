@@ -105,7 +105,7 @@ async fn iteration_overhead() {
         let dict = MontyObject::dict([(MontyObject::string("doc"), MontyObject::string(doc.as_str()))]);
         let s = Sandbox::start(
             SandboxLimits::default(),
-            vec![("inputs".into(), dict)],
+            vec![("inputs".into(), dict.into())],
             "import asyncio\nimport json\nimport re",
         )
         .await

@@ -6,12 +6,14 @@ pub(crate) use recursive_core::text::group_thousands as group;
 use std::borrow::Cow;
 use std::path::Path;
 
-use monty_types::MontyObject;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::convert::{json_to_monty, python_type_name};
 use crate::error::RlmError;
+use crate::sandbox::Global;
 
 /// One input value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,13 +44,6 @@ impl InputValue {
                 Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
             };
             Ok(InputValue::Text(text))
-        }
-    }
-
-    fn to_monty(&self) -> MontyObject {
-        match self {
-            InputValue::Text(s) => MontyObject::string(s.as_str()),
-            InputValue::Json(v) => json_to_monty(v),
         }
     }
 }
@@ -135,9 +130,23 @@ impl Inputs {
         self.fields.is_empty()
     }
 
-    /// The `inputs` dict as a Python object.
-    pub(crate) fn to_monty_dict(&self) -> MontyObject {
-        MontyObject::dict(self.fields.iter().map(|(n, v)| (MontyObject::string(n.as_str()), v.to_monty())))
+    /// How the inputs enter a sandbox: one global per input (texts as raw text, JSON as Python
+    /// values), and the setup code that gathers them into the `inputs` dict and unbinds them.
+    pub(crate) fn bindings(&self) -> (Vec<(String, Global)>, String) {
+        let mut globals = Vec::with_capacity(self.fields.len());
+        let mut entries = Vec::with_capacity(self.fields.len());
+        let mut unbind = String::new();
+        for (i, (name, value)) in self.fields.iter().enumerate() {
+            let var = format!("__rlm_input_{i}");
+            let global = match value {
+                InputValue::Text(s) => Global::Text(Arc::from(s.as_str())),
+                InputValue::Json(v) => Global::Value(json_to_monty(v)),
+            };
+            entries.push(format!("{}: {var}", Value::String(name.clone())));
+            unbind.push_str(&format!("{var} = None\n"));
+            globals.push((var, global));
+        }
+        (globals, format!("inputs = {{{}}}\n{unbind}", entries.join(", ")))
     }
 
     /// What the primary model is told about the inputs.

@@ -72,8 +72,8 @@ pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};
 pub use prompt::{DEFAULT_INSTRUCTIONS, extract_code_blocks, parse_json_reply, truncate_middle};
 pub use rlm::{PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet};
 pub use sandbox::{
-    HostCall, HostReply, HostResult, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError, SnippetErrorKind,
-    SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
+    Global, HostCall, HostReply, HostResult, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError,
+    SnippetErrorKind, SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
 };
 pub use schema::{OutputSchema, default_output_schema};
 

@@ -205,14 +205,52 @@ enum Frame {
 
 /// Calls whose arguments are coroutines.
 const TASK_FUNCTIONS: &[&str] = &["gather", "create_task", "ensure_future", "wait_for"];
-/// `asyncio` functions that Monty lacks or only partly has, served by [`ASYNCIO_SHIMS`].
+/// `asyncio` functions that Monty lacks or only partly has, served by [`SHIMS`].
 const SHIMMED: &[&str] = &["gather", "create_task", "ensure_future", "wait_for"];
 /// Prefix of the shims standing in for `asyncio.` functions.
 pub const SHIM_PREFIX: &str = "__rlm_aio_";
+/// The stand-in for `next`: Monty builds a generator expression as a list, which `next` refuses.
+const NEXT_SHIM: &str = "__rlm_next";
 /// Python run once per session: `asyncio.gather(..., return_exceptions=True)`,
-/// `asyncio.create_task`, `asyncio.ensure_future` and `asyncio.wait_for`, which Monty lacks, in
-/// terms of what it has. Calls to them are renamed by [`rewrite_awaited_calls`].
-pub const ASYNCIO_SHIMS: &str = "import asyncio
+/// `asyncio.create_task`, `asyncio.ensure_future`, `asyncio.wait_for` (which Monty lacks) and a
+/// `next` that takes a generator expression, in terms of what Monty has. Calls to them are
+/// renamed by [`rewrite_awaited_calls`].
+pub const SHIMS: &str = "import asyncio
+import re
+def __rlm_re_flags(pattern, flags):
+    if flags & 64:
+        return '(?x)' + pattern, flags & ~64
+    return pattern, flags
+def __rlm_re_compile(pattern, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.compile(p, f)
+def __rlm_re_search(pattern, string, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.search(p, string, f)
+def __rlm_re_match(pattern, string, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.match(p, string, f)
+def __rlm_re_fullmatch(pattern, string, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.fullmatch(p, string, f)
+def __rlm_re_findall(pattern, string, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.findall(p, string, f)
+def __rlm_re_finditer(pattern, string, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.finditer(p, string, f)
+def __rlm_re_split(pattern, string, maxsplit=0, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.split(p, string, maxsplit, f)
+def __rlm_re_sub(pattern, repl, string, count=0, flags=0):
+    p, f = __rlm_re_flags(pattern, flags)
+    return re.sub(p, repl, string, count, f)
+__rlm_re_VERBOSE = 64
+__rlm_re_X = 64
+def __rlm_next(it, *default):
+    if isinstance(it, list):
+        it = iter(it)
+    return next(it, *default)
 async def __rlm_aio_settle(aw):
     try:
         return await aw
@@ -230,6 +268,13 @@ async def __rlm_aio_wait_for(aw, timeout=None):
     return await aw
 ";
 
+/// Prefix of the stand-ins for `re` functions and flags, used in snippets that ask for
+/// `re.VERBOSE` (Monty's engine has the inline `(?x)` flag but not the constant).
+const RE_PREFIX: &str = "__rlm_re_";
+/// The `re` names a verbose snippet's calls are redirected for.
+const RE_SHIMMED: &[&str] =
+    &["compile", "search", "match", "fullmatch", "findall", "finditer", "split", "sub", "VERBOSE", "X"];
+
 /// Prefix of the parameter of a key function written as a bound method (`key=d.get`).
 const KEY_PARAM: &str = "__rlm_k";
 
@@ -246,7 +291,7 @@ struct Edit {
 ///   `gather(*list)` (`tasks = [llm_query(p) for p in ps]`, `tasks.append(llm_query(p))`) are
 ///   renamed to their async alias, which the host answers with a future;
 /// - `asyncio.gather`, `asyncio.create_task`, `asyncio.ensure_future` and `asyncio.wait_for`
-///   become the shims of [`ASYNCIO_SHIMS`];
+///   become the shims of [`SHIMS`];
 /// - a key function written as a bound method (`key=d.get`, which Monty cannot take as a value)
 ///   becomes a lambda calling it.
 ///
@@ -260,6 +305,7 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
         _ => None,
     };
     let task_lists = task_list_names(&toks, src);
+    let verbose_re = uses_verbose_re(&toks, src);
     let is_task_list = |i: usize| word(toks.get(i)).is_some_and(|w| task_lists.contains(&w));
     let mut stack: Vec<Frame> = Vec::new();
     let mut edits: Vec<Edit> = Vec::new();
@@ -292,8 +338,16 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
             }
             Tok::Word(a, b) => {
                 let name = &src[a..b];
+                if verbose_re && let Some(edit) = re_edit(&toks, i, src) {
+                    edits.push(edit);
+                    continue;
+                }
                 if let Some(edit) = shim_edit(&toks, i, src) {
                     edits.push(edit);
+                    continue;
+                }
+                if name == "next" && is_plain_call(&toks, i, src) {
+                    edits.push(Edit { start: a, end: b, text: NEXT_SHIM.to_string() });
                     continue;
                 }
                 if name == "key"
@@ -324,6 +378,13 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
     apply(src, edits)
 }
 
+/// Whether the word at `i` is called as a plain name (`name(`, not `x.name(` or `def name(`).
+fn is_plain_call(toks: &[Tok], i: usize, src: &str) -> bool {
+    let prev = i.checked_sub(1).map(|j| toks[j]);
+    let after_def = matches!(prev, Some(Tok::Word(a, b)) if &src[a..b] == "def");
+    toks.get(i + 1) == Some(&Tok::Punct(b'(')) && prev != Some(Tok::Punct(b'.')) && !after_def
+}
+
 /// Names passed as `gather(*name)`: lists of tasks.
 fn task_list_names<'s>(toks: &[Tok], src: &'s str) -> Vec<&'s str> {
     toks.windows(4)
@@ -334,6 +395,29 @@ fn task_list_names<'s>(toks: &[Tok], src: &'s str) -> Vec<&'s str> {
             _ => None,
         })
         .collect()
+}
+
+/// Whether the snippet names `re.VERBOSE` or `re.X`.
+fn uses_verbose_re(toks: &[Tok], src: &str) -> bool {
+    toks.windows(3).any(|w| match w {
+        [Tok::Word(a, b), Tok::Punct(b'.'), Tok::Word(c, d)] => {
+            &src[*a..*b] == "re" && matches!(&src[*c..*d], "VERBOSE" | "X")
+        }
+        _ => false,
+    })
+}
+
+/// `re.compile` (and the other functions taking flags) and `re.VERBOSE` → the stand-ins.
+fn re_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let (Tok::Word(a, b), Some(Tok::Punct(b'.')), Some(Tok::Word(c, d))) = (toks[i], toks.get(i + 1), toks.get(i + 2))
+    else {
+        return None;
+    };
+    let after_dot = i.checked_sub(1).is_some_and(|j| toks[j] == Tok::Punct(b'.'));
+    if &src[a..b] != "re" || after_dot || !RE_SHIMMED.contains(&&src[*c..*d]) {
+        return None;
+    }
+    Some(Edit { start: a, end: *d, text: format!("{RE_PREFIX}{}", &src[*c..*d]) })
 }
 
 /// `asyncio.gather(` and the like → the shim's name.
@@ -395,7 +479,8 @@ fn apply(src: &str, mut edits: Vec<Edit>) -> String {
 }
 
 /// Internal names shown to the model as what the model wrote.
-const RENAMES: &[(&str, &str)] = &[(ASYNC_PREFIX, ""), (SHIM_PREFIX, "asyncio.")];
+const RENAMES: &[(&str, &str)] =
+    &[(ASYNC_PREFIX, ""), (SHIM_PREFIX, "asyncio."), (NEXT_SHIM, "next"), (RE_PREFIX, "re.")];
 
 /// Undoes the renaming in text shown to the model (error messages, tracebacks): the async alias
 /// prefix is dropped and shims are named as the `asyncio` functions they stand for, with the
@@ -562,6 +647,24 @@ mod tests {
         assert_eq!(rw("sorted(xs, key=len)"), "sorted(xs, key=len)");
         assert_eq!(rw("f(key=a.b.c, x=1)"), "f(key=lambda __rlm_k: a.b.c(__rlm_k), x=1)");
         assert_eq!(rw("key = d.get"), "key = d.get");
+    }
+
+    #[test]
+    fn verbose_regexes_use_the_stand_ins_and_others_are_left_alone() {
+        assert_eq!(
+            rw("p = re.compile(r'a b', re.VERBOSE | re.I)"),
+            "p = __rlm_re_compile(r'a b', __rlm_re_VERBOSE | re.I)"
+        );
+        assert_eq!(rw("p = re.compile(r'a b', re.I)"), "p = re.compile(r'a b', re.I)");
+    }
+
+    #[test]
+    fn next_calls_use_the_shim() {
+        assert_eq!(rw("first = next(x for x in xs if x)"), "first = __rlm_next(x for x in xs if x)");
+        assert_eq!(rw("it.next(1)"), "it.next(1)");
+        assert_eq!(rw("def next(a):\n    pass"), "def next(a):\n    pass");
+        assert_eq!(rw("return next(it)"), "return __rlm_next(it)");
+        assert_eq!(restore_names("TypeError: __rlm_next() boom"), "TypeError: next() boom");
     }
 
     #[test]

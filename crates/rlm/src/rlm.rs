@@ -591,14 +591,14 @@ impl Rlm {
                 inputs.summary(PREVIEW_CHARS).render()
             )),
         ];
-        let mut setup = String::from("import asyncio\nimport json\nimport re\n");
+        let (globals, bind_inputs) = inputs.bindings();
+        let mut setup = format!("{bind_inputs}import asyncio\nimport json\nimport re\n");
         if inputs.len() == 1
             && let Some((name, _)) = inputs.iter().next()
         {
             setup.push_str(&format!("context = inputs[{}]\n", Value::String(name.to_string())));
         }
-        let sandbox =
-            Sandbox::start(self.sandbox_limits(), vec![("inputs".to_string(), inputs.to_monty_dict())], &setup).await?;
+        let sandbox = Sandbox::start(self.sandbox_limits(), globals, &setup).await?;
         let host = Arc::new(RunHost {
             engine: self.clone(),
             tree: tree.clone(),

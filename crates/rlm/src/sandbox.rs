@@ -213,6 +213,22 @@ pub fn set_default_worker(worker: WorkerCommand) {
     let _ = DEFAULT_WORKER.set(worker);
 }
 
+/// A value bound in the session before its setup code runs.
+#[derive(Debug, Clone)]
+pub enum Global {
+    /// Any Python value.
+    Value(MontyObject),
+    /// A `str`, sent to the worker as raw bytes: the way to bind large inputs (shared, not
+    /// copied, on the host's side).
+    Text(Arc<str>),
+}
+
+impl From<MontyObject> for Global {
+    fn from(v: MontyObject) -> Self {
+        Global::Value(v)
+    }
+}
+
 /// A running worker: its stdin, the frames it sends (read by a task of their own) and the tail
 /// of its stderr.
 struct Session {
@@ -241,6 +257,7 @@ pub struct Sandbox {
     limits: SandboxLimits,
     worker: WorkerCommand,
     globals: Vec<(String, MontyObject)>,
+    texts: Vec<(String, Arc<str>)>,
     globals_bytes: usize,
     setup: String,
     session: tokio::sync::Mutex<Option<Session>>,
@@ -257,7 +274,7 @@ impl Sandbox {
     /// binds `globals` and runs `setup` (e.g. imports).
     pub async fn start(
         limits: SandboxLimits,
-        globals: Vec<(String, MontyObject)>,
+        globals: Vec<(String, Global)>,
         setup: &str,
     ) -> Result<Sandbox, SandboxError> {
         Self::start_with(WorkerCommand::default_for_process()?, limits, globals, setup).await
@@ -267,14 +284,35 @@ impl Sandbox {
     pub async fn start_with(
         worker: WorkerCommand,
         limits: SandboxLimits,
-        globals: Vec<(String, MontyObject)>,
+        globals: Vec<(String, Global)>,
         setup: &str,
     ) -> Result<Sandbox, SandboxError> {
         let mut limits = limits;
         limits.recursion_limit = limits.recursion_limit.clamp(1, MAX_RECURSION_LIMIT);
-        let globals_bytes = globals.iter().map(|(n, v)| n.len() + approx_bytes(v)).sum();
-        let sandbox =
-            Sandbox { limits, worker, globals, globals_bytes, setup: setup.to_string(), session: Default::default() };
+        let mut values = Vec::new();
+        let mut texts = Vec::new();
+        let mut globals_bytes = 0;
+        for (name, g) in globals {
+            match g {
+                Global::Value(v) => {
+                    globals_bytes += name.len() + approx_bytes(&v);
+                    values.push((name, v));
+                }
+                Global::Text(t) => {
+                    globals_bytes += name.len() + t.len() + 64;
+                    texts.push((name, t));
+                }
+            }
+        }
+        let sandbox = Sandbox {
+            limits,
+            worker,
+            globals: values,
+            texts,
+            globals_bytes,
+            setup: setup.to_string(),
+            session: Default::default(),
+        };
         let session = sandbox.open_session().await?;
         *sandbox.session.lock().await = Some(session);
         Ok(sandbox)
@@ -349,9 +387,13 @@ impl Sandbox {
         let never = CancellationToken::new();
         let mut run = SnippetRun::new(&self.limits, Arc::new(NoHost), &never);
         run.deadline = Instant::now() + self.limits.timeout.max(Duration::from_secs(30));
-        let code = format!("{}{}", crate::rewrite::ASYNCIO_SHIMS, self.setup);
-        let feed = ToWorker::Feed { code, globals: self.globals.clone() };
-        match run.drive_feed(&mut session, feed).await {
+        let code = format!("{}{}", crate::rewrite::SHIMS, self.setup);
+        let sent = wire::send_feed(&mut session.stdin, code, self.globals.clone(), &self.texts).await;
+        let bound = match sent {
+            Ok(()) => run.serve(&mut session).await,
+            Err(_) => Err(Lost::Crashed),
+        };
+        match bound {
             Ok(Finished { failure: None, .. }) => Ok(session),
             Ok(Finished { failure: Some(f), .. }) => Err(SandboxError::Setup(restore_names(&f.text))),
             Err(_) => Err(worker_failed(&session, "the worker died while binding the inputs".into())),
@@ -483,13 +525,14 @@ impl<'a> SnippetRun<'a> {
         }
     }
 
+    /// Sends one snippet and serves the worker's suspensions until it reports the end.
     async fn drive(&mut self, session: &mut Session, code: String) -> Result<Finished, Lost> {
-        self.drive_feed(session, ToWorker::Feed { code, globals: Vec::new() }).await
+        self.send(session, &ToWorker::Feed { code, globals: Vec::new(), texts: Vec::new() }).await?;
+        self.serve(session).await
     }
 
-    /// Sends one feed and serves the worker's suspensions until it reports the end.
-    async fn drive_feed(&mut self, session: &mut Session, feed: ToWorker) -> Result<Finished, Lost> {
-        self.send(session, &feed).await?;
+    /// Serves the worker's suspensions until it reports the end of the snippet.
+    async fn serve(&mut self, session: &mut Session) -> Result<Finished, Lost> {
         loop {
             let msg = self.next_frame(session).await?;
             let reply = match msg {

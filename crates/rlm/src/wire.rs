@@ -53,8 +53,10 @@ pub enum CallAnswer {
 pub enum ToWorker {
     /// Configure the session (first message).
     Init(WorkerLimits),
-    /// Run one snippet, binding `globals` first.
-    Feed { code: String, globals: Vec<(String, MontyObject)> },
+    /// Run one snippet, binding `globals` first, then the texts whose raw UTF-8 bytes follow
+    /// this frame on the pipe, in order (name, byte length): large inputs travel without
+    /// encoding and are not copied on either side.
+    Feed { code: String, globals: Vec<(String, MontyObject)>, texts: Vec<(String, u64)> },
     /// The answer to the pending [`FromWorker::Call`].
     Answer(CallAnswer),
     /// The answer to the pending [`FromWorker::Lookup`]: the value bound to the name, if any.
@@ -130,6 +132,31 @@ pub async fn send(w: &mut (impl AsyncWrite + Unpin), msg: &ToWorker) -> io::Resu
     w.write_all(&len.to_le_bytes()).await?;
     w.write_all(&body).await?;
     w.flush().await
+}
+
+/// Sends a feed: its frame, then the raw bytes of each text (the host's side).
+pub async fn send_feed(
+    w: &mut (impl AsyncWrite + Unpin),
+    code: String,
+    globals: Vec<(String, MontyObject)>,
+    texts: &[(String, std::sync::Arc<str>)],
+) -> io::Result<()> {
+    let lens = texts.iter().map(|(n, t)| (n.clone(), t.len() as u64)).collect();
+    send(w, &ToWorker::Feed { code, globals, texts: lens }).await?;
+    for (_, text) in texts {
+        w.write_all(text.as_bytes()).await?;
+    }
+    w.flush().await
+}
+
+/// Reads the raw text that follows a feed frame (the worker's side).
+pub fn read_text(r: &mut impl Read, len: u64) -> io::Result<String> {
+    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(io::Error::other)?);
+    r.take(len).read_to_end(&mut buf)?;
+    if buf.len() as u64 != len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "text cut short"));
+    }
+    String::from_utf8(buf).map_err(io::Error::other)
 }
 
 /// Reads one frame (the host's side); `None` at a clean end of input. Not cancel-safe: run it

@@ -106,11 +106,15 @@ fn session_loop(input: BufReader<Stdin>, limits: WorkerLimits) -> ExitCode {
         return ExitCode::from(3);
     }
     loop {
-        let (code, globals) = match wire::read_frame::<ToWorker>(&mut pipe.input) {
-            Ok(Some(ToWorker::Feed { code, globals })) => (code, globals),
+        let (code, mut globals) = match wire::read_frame::<ToWorker>(&mut pipe.input) {
+            Ok(Some(ToWorker::Feed { code, globals, texts })) => match read_texts(&mut pipe.input, texts) {
+                Ok(bound) => (code, globals.into_iter().chain(bound).collect::<Vec<_>>()),
+                Err(_) => return ExitCode::from(3),
+            },
             Ok(None) => return ExitCode::SUCCESS,
             Ok(Some(_)) | Err(_) => return ExitCode::from(3),
         };
+        globals.shrink_to_fit();
         let Some(current) = repl.take() else { return ExitCode::from(3) };
         match run_feed(current, &code, globals, &mut pipe, limits.max_output_chars) {
             Ok((next, finished)) => {
@@ -122,6 +126,11 @@ fn session_loop(input: BufReader<Stdin>, limits: WorkerLimits) -> ExitCode {
             Err(_) => return ExitCode::from(3),
         }
     }
+}
+
+/// The texts that follow a feed frame, as `str` globals (moved, not copied, into the session).
+fn read_texts(input: &mut BufReader<Stdin>, texts: Vec<(String, u64)>) -> io::Result<Vec<(String, MontyObject)>> {
+    texts.into_iter().map(|(name, len)| Ok((name, MontyObject::string(wire::read_text(input, len)?)))).collect()
 }
 
 /// Captures printed output of one snippet.

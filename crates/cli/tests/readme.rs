@@ -104,7 +104,10 @@ fn setup_commands(readme: &str) -> (String, String, Vec<String>) {
     let (Some(main), Some(tests)) = (blocks.next(), blocks.next()) else {
         panic!("`{SECTION}` should open with two ```sh blocks (the main job, then the tests)")
     };
-    assert!(main.starts_with("./scripts/cargo run "), "the first command is not the main job: {main}");
+    assert!(
+        main.starts_with("./scripts/cargo run --release --bin recursive -- "),
+        "the first command is not the main job: {main}"
+    );
     (main, tests, blocks.collect())
 }
 

@@ -493,7 +493,9 @@ struct SnippetRun<'a> {
     finished: Option<Value>,
     trip: Option<Trip>,
     ready: HashMap<u32, CallAnswer>,
-    results: (mpsc::UnboundedSender<(u32, CallAnswer)>, mpsc::UnboundedReceiver<(u32, CallAnswer)>),
+    /// Results of futures as host tasks finish them.
+    done_tx: mpsc::UnboundedSender<(u32, CallAnswer)>,
+    done_rx: mpsc::UnboundedReceiver<(u32, CallAnswer)>,
     outstanding: usize,
     tasks: Vec<AbortHandle>,
 }
@@ -509,6 +511,7 @@ impl Drop for SnippetRun<'_> {
 impl<'a> SnippetRun<'a> {
     fn new(limits: &'a SandboxLimits, host: Arc<dyn SandboxHost>, cancel: &'a CancellationToken) -> Self {
         let started = Instant::now();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             limits,
             host,
@@ -519,7 +522,8 @@ impl<'a> SnippetRun<'a> {
             finished: None,
             trip: None,
             ready: HashMap::new(),
-            results: mpsc::unbounded_channel(),
+            done_tx,
+            done_rx,
             outstanding: 0,
             tasks: Vec::new(),
         }
@@ -615,7 +619,7 @@ impl<'a> SnippetRun<'a> {
             }
             HostReply::Value(v) => CallAnswer::Value(v),
             HostReply::Pending(fut) if aliased => {
-                let tx = self.results.0.clone();
+                let tx = self.done_tx.clone();
                 let task = tokio::spawn(async move {
                     let r = guard_panics(&name, fut).await;
                     let _ = tx.send((call_id, to_answer(r)));
@@ -669,13 +673,13 @@ impl<'a> SnippetRun<'a> {
                 biased;
                 _ = self.cancel.cancelled() => return Err(Lost::Cancelled),
                 _ = tokio::time::sleep_until(deadline) => None,
-                r = self.results.1.recv() => r,
+                r = self.done_rx.recv() => r,
             };
             match got {
                 Some((id, answer)) => {
                     self.outstanding -= 1;
                     self.ready.insert(id, answer);
-                    while let Ok((id, answer)) = self.results.1.try_recv() {
+                    while let Ok((id, answer)) = self.done_rx.try_recv() {
                         self.outstanding -= 1;
                         self.ready.insert(id, answer);
                     }

@@ -81,6 +81,39 @@ fn ctrl_c_on_an_rlm_exits_8_with_the_partial_trajectory() {
     assert_eq!(v["trajectory"].as_array().unwrap().len(), 1, "the interrupted iteration is kept");
 }
 
+/// The children of a process (all its threads').
+fn children_of(pid: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_stops_native_maths_at_once_and_leaves_no_sandbox_worker() {
+    let env = Env::new();
+    let script = env.script("r.json", json!(["```python\nwhile True:\n    x = 7 ** (3 ** 16)\n```"]));
+    let ev = env.path("events.jsonl");
+    let child = spawn(
+        &env,
+        &["rlm", "maths", "--input", "notes.txt", "--mock-script", s(&script), "--json", "--events", s(&ev)],
+    );
+    wait_for("the snippet to start", Duration::from_secs(20), || has_event(&ev, "rlm_snippet"));
+    let workers = children_of(child.id());
+    assert!(!workers.is_empty(), "the sandbox worker runs as a child process");
+    let asked = std::time::Instant::now();
+    signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(3), "took {:?} to stop", asked.elapsed());
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["outcome"], "cancelled");
+    for w in workers {
+        wait_for("the sandbox worker to be gone", Duration::from_secs(2), || !alive(w));
+    }
+}
+
 #[test]
 fn sigterm_on_a_goal_exits_8_never_completed() {
     // A server that accepts and never answers keeps the goal's web_fetch waiting.

@@ -7,6 +7,15 @@
 //! 2. **Fan-out**: `llm_query_batched` of 500 prompts against a local OpenAI-compatible HTTP
 //!    server (127.0.0.1, 50 ms per request) through `recursive-llm`'s OpenAI client, with
 //!    concurrency 16. Reported as a ratio to the ideal `ceil(500 / 16) × 50 ms`. Goal ≤ 1.15.
+//! 3. **Needle in 1 MB**: a whole run over HTTP (127.0.0.1, 50 ms per request for the primary
+//!    and the sub-model alike): 3 root turns and one batch of 50 sub-calls at concurrency 64.
+//!    Ideal 3 × 50 + 50 = 200 ms. Goal ≤ 1.10×.
+//! 4. **Peak memory**: resident-set high-water marks of the host process and of its sandbox
+//!    worker for a run over a 1 MB and a 100 MB input (each in a fresh process: this binary
+//!    started with `--rss-child MB`). Goals: ≤ 30 MiB (host + worker) for 1 MB; ≤ 2.5× the
+//!    input for 100 MB.
+//! 5. **100 MB fan-out**: a 100 MB input cut into 500 chunks, all sent in one
+//!    `llm_query_batched` to an instant in-process sub-model. Goal: the snippet under 1 s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -195,6 +204,194 @@ async fn fan_out() {
     println!("  median ratio {:.3}   (goal <= 1.15)", median(ratios));
 }
 
+/// The OpenAI-compatible mock for bench 3: `bench-primary` plays three scripted turns,
+/// `bench-sub` answers whether its chunk holds the needle; every request takes 50 ms.
+async fn needle_server(latency: Duration) -> SocketAddr {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |Json(body): Json<Value>| async move {
+            tokio::time::sleep(latency).await;
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let text = if body["model"] == "bench-primary" {
+                let turns = messages.iter().filter(|m| m["role"] == "assistant").count();
+                match turns {
+                    0 => "Look first.\n```python\nprint(len(context), context[:80])\n```".to_string(),
+                    1 => "Ask about every chunk at once.\n```python\nchunks = [context[i:i + 20000] for i in \
+                          range(0, len(context), 20000)]\nrs = llm_query_batched([f'Quote the code word if this text \
+                          has one, else say none: {c}' for c in chunks])['result']\nhits = [r for r in rs if r != \
+                          'none']\nprint(len(chunks), hits)\n```"
+                        .to_string(),
+                    _ => "```python\nsubmit(hits[0])\n```".to_string(),
+                }
+            } else {
+                let prompt = messages.last().and_then(|m| m["content"].as_str()).unwrap_or("");
+                match prompt.find("CODEWORD-") {
+                    Some(at) => prompt[at..].split_whitespace().next().unwrap_or("none").to_string(),
+                    None => "none".to_string(),
+                }
+            };
+            Json(json!({
+                "id": "cmpl-bench", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn http_provider(addr: SocketAddr, model: &str) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig {
+        name: format!("bench-{model}"),
+        model: model.into(),
+        stream: false,
+        ..OpenAiConfig::new(format!("http://{addr}/v1"))
+    })
+    .unwrap()
+}
+
+/// A text of `bytes` bytes of log-like lines with one code word in the middle.
+fn haystack(bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 64);
+    let mut i = 0usize;
+    while s.len() < bytes {
+        if i == 5000 {
+            s.push_str("note: the vault CODEWORD-7Q4 opens on tuesdays\n");
+        }
+        s.push_str(&format!("line {i:07} status=ok service=search latency_ms={}\n", i % 900));
+        i += 1;
+    }
+    s
+}
+
+/// Bench 3: the 1 MB needle task over HTTP.
+async fn needle() {
+    const LATENCY: Duration = Duration::from_millis(50);
+    let addr = needle_server(LATENCY).await;
+    let config = RlmConfig { batch_concurrency: 64, ..Default::default() };
+    let rlm =
+        Rlm::new(Arc::new(http_provider(addr, "bench-primary")), Arc::new(http_provider(addr, "bench-sub")), config)
+            .unwrap();
+    let input = haystack(1 << 20);
+    let ideal_ms = 3.0 * 50.0 + 50.0;
+    let mut ratios = Vec::new();
+    let mut walls = Vec::new();
+    for run in 0..6 {
+        let t = Instant::now();
+        let r = rlm
+            .run("Which code word is in the log?", Inputs::single("log", input.as_str()), &RunScope::detached("b"))
+            .await
+            .unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(r.output, json!({"answer": "CODEWORD-7Q4"}), "{:#?}", r.trajectory);
+        assert_eq!(r.sub_calls, 50);
+        if run > 0 {
+            walls.push(ms);
+            ratios.push(ms / ideal_ms);
+        }
+    }
+    println!("bench 3: 1 MB needle, 3 root turns + 50 sub-calls over HTTP (50 ms each), concurrency 64");
+    println!("  ideal 3 x 50 ms + 50 ms = {ideal_ms:.0} ms");
+    for (i, (w, r)) in walls.iter().zip(&ratios).enumerate() {
+        println!("  run {}: {w:6.1} ms  ratio {r:.3}", i + 1);
+    }
+    println!("  median ratio {:.3}   (goal <= 1.10)", median(ratios));
+}
+
+/// The high-water mark of a process's resident set, in KiB.
+fn peak_rss_kib(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// This process's children (the sandbox worker, while a run is going).
+fn children() -> Vec<String> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(list.split_whitespace().map(str::to_string));
+    }
+    out
+}
+
+/// Bench 4 (child side): one run over an input of `mb` MiB; prints `host_kib worker_kib`.
+async fn rss_child(mb: usize) {
+    let worker_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = worker_peak.clone();
+    let primary = MockProvider::with_handler(move |req| {
+        // By the second turn the worker has bound the input and run the first snippet.
+        for pid in children() {
+            seen.fetch_max(peak_rss_kib(&pid), std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(response(if req.messages.len() <= 2 {
+            "```python\nn = len(context)\nhead = context[:100]\nparts = [context[i:i + 100000] for i in range(0, 1000000, 100000)]\nprint(n, len(parts))\n```".into()
+        } else {
+            "```python\nsubmit(str(n))\n```".into()
+        }))
+    });
+    let rlm = Rlm::with_provider(Arc::new(primary), RlmConfig::default()).unwrap();
+    let input = haystack(mb << 20);
+    let r = rlm.run("How long is it?", Inputs::single("log", input), &RunScope::detached("b")).await.unwrap();
+    assert!(r.output["answer"].as_str().is_some_and(|a| a.parse::<usize>().is_ok()), "{:?}", r.output);
+    println!("{} {}", peak_rss_kib("self"), worker_peak.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+/// Bench 4: peak memory per input size, each in a fresh process.
+fn peak_memory() {
+    println!("bench 4: peak resident memory of one run (host process + its sandbox worker)");
+    for mb in [1usize, 100] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--rss-child", &mb.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut nums = text.split_whitespace().map(|v| v.parse::<f64>().unwrap_or(0.0) / 1024.0);
+        let (host, worker) = (nums.next().unwrap_or(0.0), nums.next().unwrap_or(0.0));
+        let total = host + worker;
+        println!(
+            "  {mb:3} MiB input: host {host:6.1} MiB + worker {worker:6.1} MiB = {total:6.1} MiB ({:.2}x the input){}",
+            total / mb as f64,
+            if out.status.success() { "" } else { "  [child failed]" }
+        );
+    }
+    println!("  goals: <= 30 MiB for 1 MiB; <= 2.5x the input for 100 MiB");
+}
+
+/// Bench 5: 100 MB cut into 500 chunks, one batch, instant sub-model.
+async fn big_fan_out() {
+    let primary = MockProvider::with_handler(|req| {
+        Ok(response(if req.messages.len() <= 2 {
+            "```python\nsize = len(context) // 500 + 1\nchunks = [context[i:i + size] for i in range(0, len(context), size)]\nrs = llm_query_batched(chunks)['result']\nprint(len(chunks), sum(len(r) for r in rs))\n```".into()
+        } else {
+            "```python\nsubmit(str(len(rs)))\n```".into()
+        }))
+    });
+    let sub = MockProvider::with_handler(|req| Ok(response(format!("{} chars", last_user(req).len()))));
+    let config = RlmConfig { batch_concurrency: 64, max_llm_calls: 1000, ..Default::default() };
+    let rlm = Rlm::new(Arc::new(primary), Arc::new(sub), config).unwrap();
+    let input = haystack(100 << 20);
+    let mut snippet_ms = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = rlm.run("q", Inputs::single("log", input.as_str()), &RunScope::detached("b")).await.unwrap();
+        let total = t.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(r.output, json!({"answer": "500"}), "{:#?}", r.trajectory);
+        let ms = r.trajectory[0].snippets[0].duration_ms as f64;
+        println!("  run: snippet {ms:6.0} ms, whole run {total:6.0} ms");
+        snippet_ms.push(ms);
+    }
+    println!("bench 5: 100 MB input, 500 chunks in one llm_query_batched, instant sub-model");
+    println!("  median snippet {:.0} ms   (goal < 1000 ms)", median(snippet_ms));
+}
+
 fn main() {
     recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
         program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
@@ -202,8 +399,17 @@ fn main() {
     });
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing useful either.
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss-child") {
+        let mb = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(1);
+        runtime.block_on(rss_child(mb));
+        return;
+    }
     runtime.block_on(async {
         iteration_overhead().await;
         fan_out().await;
+        needle().await;
+        big_fan_out().await;
     });
+    peak_memory();
 }

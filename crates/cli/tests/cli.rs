@@ -200,6 +200,35 @@ fn rlm_command_runs_model_code_in_the_sandbox() {
 }
 
 #[test]
+fn rlm_memory_limit_flag_stops_a_snippet_and_the_run_goes_on() {
+    let env = Env::new();
+    std::fs::write(env.path("doc.txt"), "short").unwrap();
+    let script = env.script(
+        "s.json",
+        json!(["```python\nwords = ('a ' * 30_000_000).split()\n```", "```python\nsubmit('recovered')\n```"]),
+    );
+    let out =
+        env.run(&["rlm", "q", "--input", "doc.txt", "--mock-script", s(&script), "--memory-limit", "64", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], json!({"answer": "recovered"}));
+    let first = v["trajectory"][0]["snippets"][0]["observation"].as_str().unwrap();
+    assert!(first.contains("MemoryError") && first.contains("64.0 MiB"), "{first}");
+}
+
+#[test]
+fn rlm_limit_flags_out_of_range_are_usage_errors() {
+    let env = Env::new();
+    std::fs::write(env.path("doc.txt"), "short").unwrap();
+    for args in [["--recursion-limit", "0"], ["--recursion-limit", "100000"], ["--memory-limit", "-1"]] {
+        let mut all = vec!["rlm", "q", "--input", "doc.txt", "--provider", "mock"];
+        all.extend(args);
+        let out = env.run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
 fn rlm_rejects_an_invalid_json_input_clearly() {
     let env = Env::new();
     std::fs::write(env.path("bad.json"), "{not json").unwrap();

@@ -43,6 +43,16 @@ pub struct RlmArgs {
     /// Write the trajectory (code and observations) as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub trajectory: Option<PathBuf>,
+    /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit).
+    /// Past it a snippet gets a `MemoryError` and the run goes on.
+    #[arg(long, value_name = "MIB", default_value_t = 512)]
+    pub memory_limit: u64,
+    /// Deepest Python call stack in the sandbox (at most 8192).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub recursion_limit: usize,
+    /// Printed characters kept per snippet (head and tail; the middle is dropped).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_output_chars: usize,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -113,6 +123,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         max_llm_calls: args.max_llm_calls,
         max_depth: args.max_depth,
         snippet_timeout: super::seconds("--timeout", args.timeout)?,
+        memory_limit_bytes: memory_limit(args.memory_limit)?,
+        recursion_limit: recursion_limit(args.recursion_limit)?,
+        max_output_chars: args.max_output_chars.max(1),
         ..Default::default()
     };
     if let Some(path) = &args.schema {
@@ -177,6 +190,25 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         eprintln!("error: {e}");
     }
     Ok(finish.exit_code() as u8)
+}
+
+/// `--memory-limit` in bytes (`None` for 0).
+fn memory_limit(mib: u64) -> Result<Option<usize>, ConfigError> {
+    if mib == 0 {
+        return Ok(None);
+    }
+    mib.checked_mul(1 << 20)
+        .and_then(|b| usize::try_from(b).ok())
+        .map(Some)
+        .ok_or_else(|| ConfigError(format!("--memory-limit {mib} MiB is too large")))
+}
+
+fn recursion_limit(n: usize) -> Result<usize, ConfigError> {
+    let max = recursive_rlm::sandbox::MAX_RECURSION_LIMIT;
+    if n == 0 || n > max {
+        return Err(ConfigError(format!("--recursion-limit must be between 1 and {max}, not {n}")));
+    }
+    Ok(n)
 }
 
 /// The answer as printed: the text of a `{"answer": text}` result, pretty JSON otherwise.

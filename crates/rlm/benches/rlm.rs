@@ -216,8 +216,8 @@ async fn needle_server(latency: Duration) -> SocketAddr {
                 let turns = messages.iter().filter(|m| m["role"] == "assistant").count();
                 match turns {
                     0 => "Look first.\n```python\nprint(len(context), context[:80])\n```".to_string(),
-                    1 => "Ask about every chunk at once.\n```python\nchunks = [context[i:i + 20000] for i in \
-                          range(0, len(context), 20000)]\nrs = llm_query_batched([f'Quote the code word if this text \
+                    1 => "Ask about every chunk at once.\n```python\nchunks = [context[i:i + 21000] for i in \
+                          range(0, len(context), 21000)]\nrs = llm_query_batched([f'Quote the code word if this text \
                           has one, else say none: {c}' for c in chunks])['result']\nhits = [r for r in rs if r != \
                           'none']\nprint(len(chunks), hits)\n```"
                         .to_string(),

@@ -132,17 +132,18 @@ impl Inputs {
 
     /// How the inputs enter a sandbox: one global per input (texts as raw text, JSON as Python
     /// values), and the setup code that gathers them into the `inputs` dict and unbinds them.
-    pub(crate) fn bindings(&self) -> (Vec<(String, Global)>, String) {
+    /// Texts move into the bindings without a copy.
+    pub(crate) fn into_bindings(self) -> (Vec<(String, Global)>, String) {
         let mut globals = Vec::with_capacity(self.fields.len());
         let mut entries = Vec::with_capacity(self.fields.len());
         let mut unbind = String::new();
-        for (i, (name, value)) in self.fields.iter().enumerate() {
+        for (i, (name, value)) in self.fields.into_iter().enumerate() {
             let var = format!("__rlm_input_{i}");
             let global = match value {
-                InputValue::Text(s) => Global::Text(Arc::from(s.as_str())),
-                InputValue::Json(v) => Global::Value(json_to_monty(v)),
+                InputValue::Text(s) => Global::Text(Arc::new(s)),
+                InputValue::Json(v) => Global::Value(json_to_monty(&v)),
             };
-            entries.push(format!("{}: {var}", Value::String(name.clone())));
+            entries.push(format!("{}: {var}", Value::String(name)));
             unbind.push_str(&format!("{var} = None\n"));
             globals.push((var, global));
         }

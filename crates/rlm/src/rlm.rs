@@ -382,7 +382,7 @@ impl Rlm {
         let tree = Arc::new(Tree { semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))) });
         let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
         let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
-        engine.run_node(question, &inputs, scope, tree, node).await
+        engine.run_node(question, inputs, scope, tree, node).await
     }
 }
 
@@ -530,7 +530,7 @@ impl Rlm {
     async fn run_node(
         self: Arc<Self>,
         question: &str,
-        inputs: &Inputs,
+        inputs: Inputs,
         scope: &RunScope,
         tree: Arc<Tree>,
         node: Node,
@@ -576,7 +576,7 @@ impl Rlm {
     async fn iterate(
         self: Arc<Self>,
         question: &str,
-        inputs: &Inputs,
+        inputs: Inputs,
         scope: &RunScope,
         tree: &Arc<Tree>,
         node: &Node,
@@ -584,19 +584,19 @@ impl Rlm {
     ) -> Result<(Value, RlmOutcome), RlmError> {
         let schema = self.schema_for(node).clone();
         let mut messages = vec![
-            Message::system(self.system_prompt(inputs, node)),
+            Message::system(self.system_prompt(&inputs, node)),
             Message::user(format!(
                 "Question:\n{question}\n\nInputs (read them through `inputs[...]`; the previews are not the \
                  data):\n{}",
                 inputs.summary(PREVIEW_CHARS).render()
             )),
         ];
-        let (globals, bind_inputs) = inputs.bindings();
+        let alias = (inputs.len() == 1).then(|| inputs.iter().next().map(|(name, _)| name.to_string())).flatten();
+        // The inputs move into the sandbox (which keeps them to bind again after a worker restart).
+        let (globals, bind_inputs) = inputs.into_bindings();
         let mut setup = format!("{bind_inputs}import asyncio\nimport json\nimport re\n");
-        if inputs.len() == 1
-            && let Some((name, _)) = inputs.iter().next()
-        {
-            setup.push_str(&format!("context = inputs[{}]\n", Value::String(name.to_string())));
+        if let Some(name) = alias {
+            setup.push_str(&format!("context = inputs[{}]\n", Value::String(name)));
         }
         let sandbox = Sandbox::start(self.sandbox_limits(), globals, &setup).await?;
         let host = Arc::new(RunHost {
@@ -991,7 +991,7 @@ impl RunHost {
         HostReply::Pending(Box::pin(async move {
             let run: BoxFuture<'static, Result<RlmResult, RlmRunError>> = Box::pin({
                 let child_scope = child_scope.clone();
-                async move { engine.run_node(&question, &inputs, &child_scope, tree, child).await }
+                async move { engine.run_node(&question, inputs, &child_scope, tree, child).await }
             });
             let (r, error) = match run.await {
                 Ok(r) => (r, None),

@@ -220,7 +220,7 @@ pub enum Global {
     Value(MontyObject),
     /// A `str`, sent to the worker as raw bytes: the way to bind large inputs (shared, not
     /// copied, on the host's side).
-    Text(Arc<str>),
+    Text(Arc<String>),
 }
 
 impl From<MontyObject> for Global {
@@ -257,7 +257,7 @@ pub struct Sandbox {
     limits: SandboxLimits,
     worker: WorkerCommand,
     globals: Vec<(String, MontyObject)>,
-    texts: Vec<(String, Arc<str>)>,
+    texts: Vec<(String, Arc<String>)>,
     globals_bytes: usize,
     setup: String,
     session: tokio::sync::Mutex<Option<Session>>,

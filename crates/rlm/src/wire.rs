@@ -139,7 +139,7 @@ pub async fn send_feed(
     w: &mut (impl AsyncWrite + Unpin),
     code: String,
     globals: Vec<(String, MontyObject)>,
-    texts: &[(String, std::sync::Arc<str>)],
+    texts: &[(String, std::sync::Arc<String>)],
 ) -> io::Result<()> {
     let lens = texts.iter().map(|(n, t)| (n.clone(), t.len() as u64)).collect();
     send(w, &ToWorker::Feed { code, globals, texts: lens }).await?;

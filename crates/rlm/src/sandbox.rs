@@ -546,8 +546,14 @@ impl<'a> SnippetRun<'a> {
                     let known = !name.starts_with(ASYNC_PREFIX) && self.host.is_host_function(&name);
                     ToWorker::Name(known.then(|| MontyObject::function(name, None)))
                 }
-                FromWorker::Call { call_id, name, args, kwargs, awaited } => {
-                    ToWorker::Answer(self.answer_call(call_id, name, args, kwargs, awaited).await?)
+                FromWorker::Call { call_id, name, args, awaited } => {
+                    let positional = args.args().map(|a| a.to_owned()).collect();
+                    let keywords = args
+                        .kwargs()
+                        .map(|(k, v)| (k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string()), v.to_owned()))
+                        .collect();
+                    drop(args);
+                    ToWorker::Answer(self.answer_call(call_id, name, positional, keywords, awaited).await?)
                 }
                 FromWorker::Wait { pending } => ToWorker::Futures(self.resolve(&pending).await?),
             };

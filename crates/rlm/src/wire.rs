@@ -11,12 +11,15 @@
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
-use monty_types::{MontyException, MontyObject};
+use monty_types::{CallArgs, MontyException, MontyObject};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest frame the host accepts from a worker.
 pub const MAX_FRAME_BYTES: u32 = 1 << 30;
+
+/// The most the host allocates ahead for a frame before its bytes arrive.
+const PREALLOCATE_MAX: usize = 256 << 20;
 
 /// Limits the worker applies inside the interpreter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,7 +97,7 @@ pub enum FromWorker {
     /// The session is configured.
     Ready,
     /// The snippet called a function the interpreter does not have.
-    Call { call_id: u32, name: String, args: Vec<MontyObject>, kwargs: Vec<(String, MontyObject)>, awaited: bool },
+    Call { call_id: u32, name: String, args: CallArgs, awaited: bool },
     /// The snippet read a name that is not defined.
     Lookup { name: String },
     /// Every task of the snippet waits on these futures.
@@ -103,12 +106,28 @@ pub enum FromWorker {
     Done(Finished),
 }
 
-/// Writes one frame (blocking; the worker's side).
+/// Counts the bytes written to it.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes one frame (blocking; the worker's side). The message is encoded twice, once to count
+/// its bytes and once into `w`, so a large one (a batch of prompts) is never held whole in memory.
 pub fn write_frame(w: &mut impl Write, msg: &impl Serialize) -> io::Result<()> {
-    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, msg).map_err(io::Error::other)?;
+    let len = u32::try_from(counter.0).map_err(|_| io::Error::other("frame too large"))?;
     w.write_all(&len.to_le_bytes())?;
-    w.write_all(&body)?;
+    serde_json::to_writer(&mut *w, msg).map_err(io::Error::other)?;
     w.flush()
 }
 
@@ -172,8 +191,8 @@ pub async fn receive(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<From
     if len > MAX_FRAME_BYTES {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("worker frame of {len} bytes is too large")));
     }
-    // Grows with the bytes that really arrive rather than trusting the announced length.
-    let mut body = Vec::new();
+    // Sized for the announced length up to a bound; past it, grows with the bytes that arrive.
+    let mut body = Vec::with_capacity((len as usize).min(PREALLOCATE_MAX));
     let got = r.take(u64::from(len)).read_to_end(&mut body).await?;
     if got != len as usize {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "worker frame cut short"));
@@ -188,16 +207,14 @@ mod tests {
     #[test]
     fn frames_round_trip_through_a_pipe_buffer() {
         let mut buf = Vec::new();
-        let msg = FromWorker::Call {
-            call_id: 7,
-            name: "llm_query".into(),
-            args: vec![MontyObject::string("hi")],
-            kwargs: vec![("model".into(), MontyObject::none())],
-            awaited: true,
-        };
+        let mut args = CallArgs::new();
+        args.push_arg(MontyObject::string("hi"));
+        args.push_kwarg("model", MontyObject::none());
+        let msg = FromWorker::Call { call_id: 7, name: "llm_query".into(), args, awaited: true };
         write_frame(&mut buf, &msg).unwrap();
         let back: FromWorker = read_frame(&mut buf.as_slice()).unwrap().unwrap();
-        assert!(matches!(back, FromWorker::Call { call_id: 7, awaited: true, .. }));
+        let FromWorker::Call { call_id: 7, awaited: true, args, .. } = back else { panic!("{back:?}") };
+        assert_eq!(args.arg(0).and_then(|a| a.as_str().map(str::to_string)), Some("hi".to_string()));
     }
 
     #[test]

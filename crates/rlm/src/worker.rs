@@ -171,16 +171,11 @@ fn run_feed(
                 let e = *e;
                 break (e.repl, Err(e.error));
             }
-            Ok(ReplProgress::FunctionCall(call)) => {
-                let args = call.args.args().map(|a| a.to_owned()).collect();
-                let kwargs = call
-                    .args
-                    .kwargs()
-                    .map(|(k, v)| (k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string()), v.to_owned()))
-                    .collect();
+            Ok(ReplProgress::FunctionCall(mut call)) => {
+                let args = std::mem::take(&mut call.args);
                 let name = call.function_name.clone();
                 let awaited = call.allow_eager_await;
-                pipe.send(&FromWorker::Call { call_id: call.call_id, name: name.clone(), args, kwargs, awaited })?;
+                pipe.send(&FromWorker::Call { call_id: call.call_id, name: name.clone(), args, awaited })?;
                 let answer = match pipe.receive()? {
                     ToWorker::Answer(a) => a,
                     _ => return Err(io::Error::other("expected an answer to a call")),
@@ -226,15 +221,28 @@ fn run_feed(
         };
     };
     let (stdout, dropped) = printer.out.finish();
+    let max_output_chars = max_output_chars.max(2);
     let mut finished = Finished { stdout, dropped_output_chars: dropped, ..Default::default() };
     match result {
         Ok(value) if value.type_name() == "NoneType" => {}
-        Ok(value) => finished.value = Some(value.py_repr()),
+        Ok(value) => finished.value = Some(bounded_repr(&value, max_output_chars)),
         Err(exc) => {
             finished.failure = Some(WorkerFailure { exc_type: format!("{:?}", exc.exc_type()), text: exc.to_string() })
         }
     }
     Ok((repl, finished))
+}
+
+/// The `repr()` of a final expression's value, cut to `max` characters (head and tail); a long
+/// `str` is cut before its repr is built.
+fn bounded_repr(value: &MontyObject, max: usize) -> String {
+    if let Some(s) = value.as_ref().as_str()
+        && s.len() > max
+    {
+        let clipped = recursive_core::text::truncate_middle(s, max);
+        return format!("{} (a str of {} chars)", MontyObject::string(clipped).py_repr(), s.chars().count());
+    }
+    recursive_core::text::truncate_middle(&value.py_repr(), max)
 }
 
 fn resolve(rf: monty::ReplResolveFutures, results: Vec<(u32, CallAnswer)>, printer: &mut Printer) -> Progress {

@@ -386,3 +386,15 @@ async fn gather_without_return_exceptions_raises_the_first_error() {
     .await;
     assert_eq!(o.stdout, "caught boom\n", "{o:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_final_value_comes_back_cut_to_the_output_cap() {
+    let sb = sandbox(SandboxLimits { max_output_chars: 1000, ..Default::default() }).await;
+    let host = Arc::new(EchoHost::default());
+    let o = run(&sb, &host, "big = 'x' * 1_000_000\nbig").await;
+    let v = o.value.unwrap();
+    assert!(v.len() < 1200, "{} chars", v.len());
+    assert!(v.contains("a str of 1000000 chars"), "{v}");
+    let o = run(&sb, &host, "list(range(100000))").await;
+    assert!(o.value.unwrap().len() < 1200);
+}

@@ -393,7 +393,7 @@ async fn big_fan_out() {
     let rlm = Rlm::new(Arc::new(primary), Arc::new(CountingSub), config).unwrap();
     let input = haystack(100 << 20);
     let mut snippet_ms = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..7 {
         let t = Instant::now();
         let r = rlm.run("q", Inputs::single("log", input.as_str()), &RunScope::detached("b")).await.unwrap();
         let total = t.elapsed().as_secs_f64() * 1000.0;
@@ -403,7 +403,8 @@ async fn big_fan_out() {
         snippet_ms.push(ms);
     }
     println!("bench 5: 100 MB input, 500 chunks in one llm_query_batched, instant sub-model");
-    println!("  median snippet {:.0} ms   (goal < 1000 ms)", median(snippet_ms));
+    let best = snippet_ms.iter().copied().fold(f64::MAX, f64::min);
+    println!("  median snippet {:.0} ms, fastest {best:.0} ms   (goal < 1000 ms)", median(snippet_ms));
 }
 
 fn main() {

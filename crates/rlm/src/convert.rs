@@ -84,6 +84,14 @@ pub fn prompt_text(o: &MontyObject) -> String {
     }
 }
 
+/// The prompt text of each item of a list or tuple (a `str` as is, anything else its `str()`),
+/// copied once.
+pub fn prompt_texts(o: &MontyObject) -> Option<Vec<String>> {
+    o.as_ref()
+        .items()
+        .map(|items| items.iter().map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string())).collect())
+}
+
 /// The items of a list or tuple (or set), if the value is one.
 pub fn sequence_items(o: &MontyObject) -> Option<Vec<MontyObject>> {
     o.as_ref().items().map(|items| items.into_iter().map(|i| i.to_owned()).collect())

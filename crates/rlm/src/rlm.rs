@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::convert::{dict_pairs, is_none, json_to_monty, monty_to_json, prompt_text, sequence_items};
+use crate::convert::{dict_pairs, is_none, json_to_monty, monty_to_json, prompt_text, prompt_texts};
 use crate::error::{RlmError, RlmRunError};
 use crate::events::RlmEvent;
 use crate::inputs::{InputValue, Inputs};
@@ -867,7 +867,7 @@ impl RunHost {
             Err(e) => return e,
         };
         let prompts: Vec<String> = match bound[0].as_ref().filter(|o| matches!(o.type_name(), "list" | "tuple")) {
-            Some(list) => sequence_items(list).unwrap_or_default().iter().map(prompt_text).collect(),
+            Some(list) => prompt_texts(list).unwrap_or_default(),
             None => {
                 return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])");
             }

@@ -342,7 +342,17 @@ impl Sandbox {
         let mut run = SnippetRun::new(&self.limits, host, cancel);
         let result = run.drive(session, rewritten).await;
         let mut outcome = match result {
-            Ok(finished) => run.outcome(finished),
+            Ok(finished) => {
+                let outcome = run.outcome(finished);
+                // After a `MemoryError` the session's heap is both full and, per Monty, without
+                // correctness guarantees: it is replaced before the next snippet.
+                if outcome.error.as_ref().is_some_and(|e| e.kind == SnippetErrorKind::Memory)
+                    && let Some(s) = slot.take()
+                {
+                    end_session(s).await;
+                }
+                outcome
+            }
             Err(lost) => {
                 let taken = slot.take();
                 let status = match taken {
@@ -840,9 +850,13 @@ fn classify(exc_type: &str, text: &str, trip: Option<Trip>, limits: &SandboxLimi
         },
         (_, "MemoryError") => SnippetError {
             kind: SnippetErrorKind::Memory,
-            message: format!(
-                "{text}\n(The sandbox may hold {mib:.1} MiB beyond the inputs; rebind large variables you no longer \
-                 need, e.g. `x = None`, and work on smaller slices.)"
+            message: with_context(
+                text,
+                format!(
+                    "MemoryError: the snippet went over the {mib:.1} MiB memory limit and the sandbox was restarted; \
+                     variables of earlier snippets are gone. Work on smaller slices and avoid building huge lists, \
+                     dicts or strings at once."
+                ),
             ),
         },
         (_, "SyntaxError") => SnippetError { kind: SnippetErrorKind::Syntax, message: text.to_string() },

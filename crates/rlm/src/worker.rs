@@ -227,7 +227,8 @@ fn run_feed(
         Ok(value) if value.type_name() == "NoneType" => {}
         Ok(value) => finished.value = Some(bounded_repr(&value, max_output_chars)),
         Err(exc) => {
-            finished.failure = Some(WorkerFailure { exc_type: format!("{:?}", exc.exc_type()), text: exc.to_string() })
+            let text = recursive_core::text::truncate_middle(&exc.to_string(), max_output_chars);
+            finished.failure = Some(WorkerFailure { exc_type: format!("{:?}", exc.exc_type()), text })
         }
     }
     Ok((repl, finished))

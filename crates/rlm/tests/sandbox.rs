@@ -398,3 +398,29 @@ async fn a_huge_final_value_comes_back_cut_to_the_output_cap() {
     let o = run(&sb, &host, "list(range(100000))").await;
     assert!(o.value.unwrap().len() < 1200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attacks_end_in_clear_errors_and_the_session_recovers() {
+    let limits =
+        SandboxLimits { timeout: Duration::from_secs(2), memory_limit_bytes: Some(128 << 20), ..Default::default() };
+    let sb = sandbox(limits).await;
+    let host = Arc::new(EchoHost::default());
+    let cases = [
+        ("x = [[]] * 10**9", SnippetErrorKind::Memory),
+        ("x = 10**10**10", SnippetErrorKind::Memory),
+        ("y = sorted(range(10**9))", SnippetErrorKind::Memory),
+        ("d = {}\nfor i in range(10**8):\n    d[i] = str(i)", SnippetErrorKind::Memory),
+        ("while True:\n    try:\n        pass\n    except BaseException:\n        pass", SnippetErrorKind::Timeout),
+        ("import os\nos.system('id')", SnippetErrorKind::Exception),
+        ("__import__('os')", SnippetErrorKind::Exception),
+    ];
+    for (code, kind) in cases {
+        let o = run(&sb, &host, code).await;
+        let e = o.error.unwrap_or_else(|| panic!("{code} did not fail"));
+        assert_eq!(e.kind, kind, "{code}: {}", e.message);
+        let after = run(&sb, &host, "print('still here')").await;
+        assert!(after.error.is_none() && after.stdout.ends_with("still here\n"), "{code}: {after:?}");
+    }
+    let o = run(&sb, &host, "raise ValueError('v' * 10**6)").await;
+    assert!(o.error.unwrap().message.len() < 200_000, "a huge exception message is cut");
+}

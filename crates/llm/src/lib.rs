@@ -20,6 +20,7 @@ pub mod anthropic;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod models;
 pub mod openai;
 pub mod pricing;
 pub mod replay;

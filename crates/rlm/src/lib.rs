@@ -54,6 +54,7 @@
 //!   worker binary such as this crate's `recursive-sandbox-worker`.
 
 pub mod convert;
+pub mod dialect;
 pub mod error;
 pub mod events;
 pub mod inputs;
@@ -66,11 +67,16 @@ pub mod schema;
 pub mod wire;
 pub mod worker;
 
+pub use dialect::Dialect;
 pub use error::{RlmError, RlmRunError};
 pub use events::RlmEvent;
 pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};
+pub use prompt::SANDBOX_MODULES;
 pub use prompt::{DEFAULT_INSTRUCTIONS, extract_code_blocks, parse_json_reply, truncate_middle};
-pub use rlm::{PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet};
+pub use rlm::{
+    DEFAULT_SUB_PROMPT_CHARS, PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet,
+    sub_prompt_chars_for_window,
+};
 pub use sandbox::{
     Global, HostCall, HostReply, HostResult, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError,
     SnippetErrorKind, SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,

@@ -6,6 +6,7 @@ use recursive_core::ToolSpec;
 pub use recursive_core::text::truncate_middle;
 use serde_json::Value;
 
+use crate::dialect::Dialect;
 use crate::sandbox::SnippetOutcome;
 
 /// The default working rules given to the primary model.
@@ -23,10 +24,12 @@ structure (headings, separators, record formats) before deciding how to split it
 from printed output into your code: the preview is truncated and retyped text drifts.
 4. Keep intermediate results in variables; they persist between turns. Print only what you need to see; long \
 output is cut in the middle.
-5. Verify before you submit: check the candidate answer against the data with code or a focused sub-call, and \
-look for evidence against it.
-6. `submit(result)` is terminal. It ends the run at once and nothing after it runs, so call it only when you \
-are done, with a value that matches the output schema.
+5. Prefer one `llm_query_batched(prompts)` over a loop of `llm_query` calls: the batch runs concurrently.
+6. Verify before you finish: check the candidate answer against the data with code or a focused sub-call, and \
+look for evidence against it. Inspect on one turn and finish on the next: do not finish in the code that first \
+computes an answer you have not seen.
+7. Finishing is terminal. It ends the run at once and nothing after it runs, so do it only when you are done, \
+with a value that matches the output schema.
 
 In each reply, say briefly what you will do next, then give one or more ```python code blocks. They run in \
 order in the same session and their output comes back to you.";
@@ -42,8 +45,34 @@ pub const NO_CODE_OBSERVATION: &str = "Your reply had no ```python code block, s
 more ```python blocks (the REPL keeps your variables). When you have the answer, call `submit(...)` inside a \
 code block.";
 
+/// The modules the sandbox imports, each checked by a test that imports it.
+pub const SANDBOX_MODULES: &[&str] = &[
+    "re",
+    "json",
+    "math",
+    "collections",
+    "itertools",
+    "functools",
+    "random",
+    "time",
+    "copy",
+    "csv",
+    "decimal",
+    "hashlib",
+    "bisect",
+    "dataclasses",
+    "typing",
+    "asyncio",
+    "datetime",
+    "string",
+    "statistics",
+    "textwrap",
+];
+
 /// What the catalog needs to know about the run.
 pub(crate) struct CatalogFacts<'a> {
+    pub dialect: Dialect,
+    pub sub_prompt_chars: usize,
     pub context_alias: Option<&'a str>,
     pub timeout_secs: f64,
     pub memory_limit_bytes: Option<usize>,
@@ -68,11 +97,15 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
     if let Some(name) = f.context_alias {
         s.push_str(&format!("- `context`: the same value as `inputs[{name:?}]` (the only input).\n"));
     }
-    s.push_str(
-        "- The interpreter is a sandboxed Python subset: no class inheritance, no `del`, no `yield`, no `match`. \
-         Available modules: json, re, math, collections, itertools, functools, datetime, base64, asyncio (gather \
-         and run only). There is no file, network or OS access. `asyncio`, `json` and `re` are already imported.\n",
-    );
+    if f.dialect.binds_inputs_by_name() {
+        s.push_str("- Each input is also a variable of its own name (when the name is a Python identifier).\n");
+    }
+    s.push_str(&format!(
+        "- The interpreter is a sandboxed Python subset: no class inheritance, no `del`, no `yield`, no third-party \
+         packages. Modules: {}. There is no file, network or OS access. `asyncio`, `json` and `re` are already \
+         imported.\n",
+        SANDBOX_MODULES.join(", ")
+    ));
     let memory = f.memory_limit_bytes.map(|m| format!(", {} MiB of memory", m / (1024 * 1024))).unwrap_or_default();
     s.push_str(&format!(
         "- Limits per code block: {:.0} s wall clock (sub-calls included){memory}, recursion depth {}. Output \
@@ -81,17 +114,35 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
     ));
     s.push_str("## Functions\n");
     let model = if f.sub_model.is_empty() { String::new() } else { format!(" (`{}`)", f.sub_model) };
+    if f.dialect.wraps_results() {
+        s.push_str(&format!(
+            "- `llm_query(prompt: str, model: str | None = None) -> dict`: one call to a sub-model{model}, which \
+             sees only `prompt`. Returns `{{\"result\": text}}`, or `{{\"error\": message}}` on failure or when \
+             the sub-call budget is spent (no exception: check for the key).\n"
+        ));
+        s.push_str(&format!(
+            "- `llm_query_batched(prompts: list[str], model: str | None = None) -> dict`: the prompts run \
+             concurrently (up to {} at a time). Returns `{{\"result\": [text, ...]}}` in input order; a failed \
+             element is the string `\"[error] <Type>: <message>\"`. A batch larger than the remaining budget \
+             fails as a whole with `{{\"error\": ...}}` and spends nothing.\n",
+            f.batch_concurrency
+        ));
+    } else {
+        s.push_str(&format!(
+            "- `llm_query(prompt: str, model: str | None = None) -> str`: one call to a sub-model{model}, which \
+             sees only `prompt`; returns its answer. On failure (or when the sub-call budget is spent) it returns \
+             `\"[error] <Type>: <message>\"` instead of raising.\n"
+        ));
+        s.push_str(&format!(
+            "- `llm_query_batched(prompts: list[str], model: str | None = None) -> list[str]`: the prompts run \
+             concurrently (up to {} at a time); the answers come back in input order, a failed one as \
+             `\"[error] <Type>: <message>\"`. A batch larger than the remaining budget sends nothing.\n",
+            f.batch_concurrency
+        ));
+    }
     s.push_str(&format!(
-        "- `llm_query(prompt: str) -> dict`: one call to a sub-model{model}, which sees only `prompt`. Returns \
-         `{{\"result\": text}}`, or `{{\"error\": message}}` on failure or when the sub-call budget is spent (no \
-         exception: check for the key).\n"
-    ));
-    s.push_str(&format!(
-        "- `llm_query_batched(prompts: list[str]) -> dict`: the prompts run concurrently (up to {} at a time). \
-         Returns `{{\"result\": [text, ...]}}` in input order; a failed element is the string \
-         `\"[error] <Type>: <message>\"`. A batch larger than the remaining budget fails as a whole with \
-         `{{\"error\": ...}}` and spends nothing.\n",
-        f.batch_concurrency
+        "- Keep each sub-model prompt under about {} characters (the sub-model's context window).\n",
+        crate::inputs::group(f.sub_prompt_chars)
     ));
     if f.rlm_levels_left > 0 {
         s.push_str(
@@ -105,14 +156,7 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
              `llm_query` on the prompt (with the inputs appended as JSON).\n",
         );
     }
-    let wrap = f
-        .wrap_key
-        .map(|k| format!(" A bare value is accepted as `{{\"{k}\": value}}` (e.g. `submit(\"text\")`)."))
-        .unwrap_or_default();
-    s.push_str(&format!(
-        "- `submit(result)`: ends the run with `result`, which must match the output schema below.{wrap} An invalid \
-         result raises a ValueError naming the violation, and you can fix it and submit again.\n\n"
-    ));
+    s.push_str(&finishing(f));
     s.push_str(
         "Each of these can be called plainly (`r = llm_query(p)` blocks until the answer) or awaited \
          (`r = await llm_query(p)`). To run several at once: `rs = await asyncio.gather(*[llm_query(p) for p in \
@@ -125,19 +169,11 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
     ));
     if !f.tools.is_empty() {
         s.push_str(
-            "\n## Host tools\nCall them like functions; keyword arguments are the schema's properties, \
-                    positional arguments follow the order shown. They return the tool's text output, or \
-                    `{\"error\": message}`.\n",
+            "\n## Host tools\nCall them like functions, with positional arguments in the order shown or by \
+                    keyword. They return the tool's text output, or an error as above.\n",
         );
         for t in f.tools {
-            let order = argument_order(&t.parameters);
-            s.push_str(&format!(
-                "- `{}({})`: {}\n  arguments: {}\n",
-                t.name,
-                order.join(", "),
-                t.description,
-                t.parameters
-            ));
+            s.push_str(&format!("- `{}({})`: {}\n", t.name, signature(&t.parameters), first_sentence(&t.description)));
         }
     }
     s.push_str(&format!(
@@ -147,22 +183,69 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
     s
 }
 
-/// The positional order of a tool's arguments: the schema's `required` list first, in its
-/// order, then the other properties.
+/// How the model finishes, in the dialect's words.
+fn finishing(f: &CatalogFacts<'_>) -> String {
+    let wrap = |call: &str| {
+        f.wrap_key
+            .map(|k| format!(" A bare value is accepted as `{{\"{k}\": value}}` (e.g. `{call}(\"text\")`)."))
+            .unwrap_or_default()
+    };
+    let invalid = "An invalid result raises a ValueError naming the violation; fix it and finish again.";
+    match f.dialect {
+        Dialect::Recursive => format!(
+            "- `submit(result)`: ends the run with `result`, which must match the output schema below.{} {invalid}\n\n",
+            wrap("submit")
+        ),
+        Dialect::Rlm => format!(
+            "- `FINAL(answer)`: ends the run with `answer`, which must match the output schema below.{} You can also \
+             write, on a line of its own outside code, `FINAL(your answer)` or `FINAL_VAR(variable_name)` (the value \
+             of a REPL variable). {invalid}\n\n",
+            wrap("FINAL")
+        ),
+        Dialect::Dspy => format!(
+            "- `SUBMIT(field=value, ...)`: ends the run with the output schema's fields (below).{} {invalid}\n\n",
+            wrap("SUBMIT")
+        ),
+    }
+}
+
+/// The positional order of a tool's arguments: the schema's properties in the order they are
+/// declared (as a Python signature would list them).
 pub(crate) fn argument_order(parameters: &Value) -> Vec<String> {
-    let mut order: Vec<String> = parameters
+    parameters.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// A compact Python-like signature of a tool: `path: string, depth: integer = None`.
+fn signature(parameters: &Value) -> String {
+    let required: Vec<&str> = parameters
         .get("required")
         .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    if let Some(props) = parameters.get("properties").and_then(Value::as_object) {
-        for k in props.keys() {
-            if !order.contains(k) {
-                order.push(k.clone());
-            }
-        }
+    let props = parameters.get("properties").and_then(Value::as_object);
+    argument_order(parameters)
+        .iter()
+        .map(|name| {
+            let ty = props.and_then(|p| p.get(name)).map(json_type).unwrap_or("any");
+            if required.contains(&name.as_str()) { format!("{name}: {ty}") } else { format!("{name}: {ty} = None") }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The JSON type name of a property schema (the first non-null one of a union).
+fn json_type(schema: &Value) -> &str {
+    match schema.get("type") {
+        Some(Value::String(t)) => t,
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("any"),
+        _ => "any",
     }
-    order
+}
+
+/// The first sentence of a description (up to 200 characters).
+fn first_sentence(text: &str) -> String {
+    let end = text.find(". ").map(|i| i + 1).unwrap_or(text.len());
+    recursive_core::text::clip_chars(text[..end].trim(), 200)
 }
 
 /// The code blocks of a reply (```python, ```py or ```repl, optionally followed by more words
@@ -334,8 +417,16 @@ mod tests {
     }
 
     #[test]
-    fn argument_order_puts_required_first() {
-        let p = json!({"type": "object", "properties": {"a": {}, "path": {}, "z": {}}, "required": ["path"]});
-        assert_eq!(argument_order(&p), vec!["path", "a", "z"]);
+    fn argument_order_follows_the_declared_properties() {
+        let p = json!({"type": "object", "properties": {"path": {}, "depth": {}}, "required": ["depth"]});
+        assert_eq!(argument_order(&p), vec!["path", "depth"]);
+    }
+
+    #[test]
+    fn tools_are_listed_as_short_signatures() {
+        let p = json!({"type": "object", "properties": {"path": {"type": ["string", "null"]}, "depth": {"type": "integer"}},
+            "required": ["depth"]});
+        assert_eq!(signature(&p), "path: string = None, depth: integer");
+        assert_eq!(first_sentence("List a directory. Then more words."), "List a directory.");
     }
 }

@@ -19,8 +19,8 @@ pub const ASYNC_PREFIX: &str = "__rlm_async_";
 enum Tok {
     /// An identifier, keyword or number, with its byte span.
     Word(usize, usize),
-    /// A string literal (of any kind).
-    Str,
+    /// A string literal (of any kind), with the byte offset of its opening quote.
+    Str(usize),
     /// One punctuation byte.
     Punct(u8),
     /// A line break outside brackets' significance (kept for call detection).
@@ -124,8 +124,8 @@ impl<'a> Lexer<'a> {
         self.pos += prefix_len;
         let Some(quote) = self.peek(0) else { return };
         let triple = self.peek(1) == Some(quote) && self.peek(2) == Some(quote);
+        self.toks.push(Tok::Str(self.pos));
         self.pos += if triple { 3 } else { 1 };
-        self.toks.push(Tok::Str);
         while let Some(b) = self.peek(0) {
             if b == b'\\' {
                 self.pos += 2;
@@ -346,6 +346,13 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
                     edits.push(edit);
                     continue;
                 }
+                if name == "FINAL_VAR"
+                    && is_plain_call(&toks, i, src)
+                    && let Some(edit) = final_var_edit(&toks, i, src)
+                {
+                    edits.push(edit);
+                    continue;
+                }
                 if name == "next" && is_plain_call(&toks, i, src) {
                     edits.push(Edit { start: a, end: b, text: NEXT_SHIM.to_string() });
                     continue;
@@ -376,6 +383,29 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
         }
     }
     apply(src, edits)
+}
+
+/// `FINAL_VAR(name)` or `FINAL_VAR("name")` (the variable's name) → `FINAL(name)` (its value).
+fn final_var_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let Tok::Word(a, b) = toks[i] else { return None };
+    if toks.get(i + 3) != Some(&Tok::Punct(b')')) {
+        return None;
+    }
+    match toks.get(i + 2) {
+        Some(Tok::Word(..)) => Some(Edit { start: a, end: b, text: "FINAL".to_string() }),
+        Some(Tok::Str(q)) => {
+            let quote = *src.as_bytes().get(*q)?;
+            let body = &src[q + 1..];
+            let close = body.find(quote as char)?;
+            let name = &body[..close];
+            crate::dialect::is_identifier(name).then(|| Edit {
+                start: a,
+                end: q + 1 + close + 1,
+                text: format!("FINAL({name}"),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Whether the word at `i` is called as a plain name (`name(`, not `x.name(` or `def name(`).
@@ -656,6 +686,14 @@ mod tests {
             "p = __rlm_re_compile(r'a b', __rlm_re_VERBOSE | re.I)"
         );
         assert_eq!(rw("p = re.compile(r'a b', re.I)"), "p = re.compile(r'a b', re.I)");
+    }
+
+    #[test]
+    fn final_var_takes_the_named_variable() {
+        assert_eq!(rw("FINAL_VAR(result)"), "FINAL(result)");
+        assert_eq!(rw("FINAL_VAR('result')"), "FINAL(result)");
+        assert_eq!(rw("FINAL_VAR(\"result\")\nx = 1"), "FINAL(result)\nx = 1");
+        assert_eq!(rw("FINAL_VAR('not a name')"), "FINAL_VAR('not a name')");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::convert::{dict_pairs, is_none, json_to_monty, monty_to_json, prompt_text, prompt_texts};
+use crate::dialect::{Dialect, FINISHERS, final_in_text, is_identifier, prose, strip_thinking};
 use crate::error::{RlmError, RlmRunError};
 use crate::events::RlmEvent;
 use crate::inputs::{InputValue, Inputs};
@@ -30,12 +31,22 @@ use crate::sandbox::{HostCall, HostReply, Sandbox, SandboxHost, SandboxLimits, S
 use crate::schema::{OutputSchema, default_output_schema};
 
 /// Names of the sandbox primitives; host tools cannot use them.
-pub const PRIMITIVES: [&str; 4] = ["llm_query", "llm_query_batched", "rlm_query", "submit"];
+pub const PRIMITIVES: [&str; 7] =
+    ["llm_query", "llm_query_batched", "rlm_query", "submit", "SUBMIT", "FINAL", "FINAL_VAR"];
 
 /// Characters of each input shown in the preview (head and tail together).
 const PREVIEW_CHARS: usize = 600;
 /// A child run's question is its prompt up to this size; longer prompts are read from its inputs.
 const CHILD_QUESTION_MAX_CHARS: usize = 4000;
+
+/// The sub-model prompt size the prompt asks for when the sub-model's window is unknown.
+pub const DEFAULT_SUB_PROMPT_CHARS: usize = 100_000;
+
+/// The sub-model prompt size for a context window of `tokens`: half the window at about four
+/// characters a token, leaving room for the answer.
+pub fn sub_prompt_chars_for_window(tokens: u32) -> usize {
+    (tokens as usize).saturating_mul(2)
+}
 
 /// How an RLM run behaves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +78,12 @@ pub struct RlmConfig {
     pub output_schema: Value,
     /// Replaces the default working rules ([`DEFAULT_INSTRUCTIONS`]).
     pub instructions: Option<String>,
+    /// The conventions the sandbox and the prompt present (every dialect's finishing forms are
+    /// understood whatever this is).
+    pub dialect: Dialect,
+    /// How long a sub-model prompt should be at most, in characters (the prompt says so; set it
+    /// from the sub-model's context window when known).
+    pub sub_prompt_chars: usize,
     /// Options of primary-model calls.
     pub primary_options: ChatOptions,
     /// Options of sub-model calls (`llm_query`...).
@@ -88,6 +105,8 @@ impl Default for RlmConfig {
             observation_max_chars: 10_000,
             output_schema: default_output_schema(),
             instructions: None,
+            dialect: Dialect::default(),
+            sub_prompt_chars: DEFAULT_SUB_PROMPT_CHARS,
             primary_options: ChatOptions::default(),
             sub_options: ChatOptions::default(),
         }
@@ -490,6 +509,8 @@ impl Rlm {
         };
         let specs = self.tools.tools().specs();
         let facts = CatalogFacts {
+            dialect: self.config.dialect,
+            sub_prompt_chars: self.config.sub_prompt_chars,
             context_alias: summary.context_alias.as_deref(),
             timeout_secs: self.config.snippet_timeout.as_secs_f64(),
             memory_limit_bytes: self.config.memory_limit_bytes,
@@ -592,12 +613,19 @@ impl Rlm {
             )),
         ];
         let alias = (inputs.len() == 1).then(|| inputs.iter().next().map(|(name, _)| name.to_string())).flatten();
+        let input_names: Vec<String> = inputs.iter().map(|(n, _)| n.to_string()).collect();
         // The inputs move into the sandbox (which keeps them to bind again after a worker restart).
         let (globals, bind_inputs) = inputs.into_bindings();
         let mut setup = format!("{bind_inputs}import asyncio\nimport json\nimport re\n");
         if let Some(name) = alias {
             setup.push_str(&format!("context = inputs[{}]\n", Value::String(name)));
         }
+        if self.config.dialect.binds_inputs_by_name() {
+            for name in input_names.iter().filter(|n| is_identifier(n) && !PRIMITIVES.contains(&n.as_str())) {
+                setup.push_str(&format!("{name} = inputs[{}]\n", Value::String(name.clone())));
+            }
+        }
+        setup.push_str(ANSWER_CHECK);
         let sandbox = Sandbox::start(self.sandbox_limits(), globals, &setup).await?;
         let host = Arc::new(RunHost {
             engine: self.clone(),
@@ -658,7 +686,10 @@ impl Rlm {
         iteration: u32,
         reply: &str,
     ) -> (Vec<RlmSnippet>, Vec<String>, Option<Value>) {
-        let blocks = extract_code_blocks(reply);
+        let reply = strip_thinking(reply);
+        let mut blocks = extract_code_blocks(&reply);
+        let final_line = final_in_text(&prose(&reply));
+        blocks.extend(final_line);
         let mut snippets = Vec::new();
         let mut parts: Vec<String> = Vec::new();
         if blocks.is_empty() {
@@ -667,7 +698,16 @@ impl Rlm {
         let total = blocks.len();
         for (i, code) in blocks.iter().enumerate() {
             scope.emit(iteration, RlmEvent::RlmSnippet { iteration, block: i + 1, code: code.clone() }.into_kind());
-            let outcome = sandbox.execute(code, host.clone(), scope.cancel_token()).await;
+            let mut outcome = sandbox.execute(code, host.clone(), scope.cancel_token()).await;
+            if outcome.finished.is_none() && outcome.error.is_none() && code.contains("answer") {
+                // rlms' convention: `answer = {"content": ..., "ready": True}` finishes the run.
+                let check = sandbox.execute("__rlm_check_answer()", host.clone(), scope.cancel_token()).await;
+                if check.finished.is_some() || check.error.is_some() {
+                    outcome.finished = check.finished;
+                    outcome.error = check.error;
+                    outcome.stdout.push_str(&check.stdout);
+                }
+            }
             let observation = if outcome.finished.is_some() {
                 let shown = truncate_middle(outcome.stdout.trim_end(), self.config.observation_max_chars);
                 if shown.is_empty() { "(submitted)".to_string() } else { format!("{shown}\n(submitted)") }
@@ -753,6 +793,17 @@ impl Rlm {
     }
 }
 
+/// Run after a snippet that mentions `answer`: finishes with `answer["content"]` when `answer`
+/// is a dict marked `"ready": True` (the rlms library's convention).
+const ANSWER_CHECK: &str = "def __rlm_check_answer():
+    try:
+        a = answer
+    except NameError:
+        return None
+    if isinstance(a, dict) and a.get('ready') is True and 'content' in a:
+        FINAL(a['content'])
+";
+
 /// The host side of one run's sandbox: the primitives and the host tools.
 struct RunHost {
     engine: Arc<Rlm>,
@@ -770,6 +821,17 @@ fn type_error(msg: impl Into<String>) -> HostReply {
 
 fn error_value(msg: impl Into<String>) -> HostReply {
     HostReply::Value(json_to_monty(&json!({ "error": msg.into() })))
+}
+
+/// A sub-call's answer in the dialect's shape: `{"result": ...}` / `{"error": ...}`, or the text
+/// itself with errors as `"[error] Type: message"`.
+fn shaped(dialect: Dialect, result: Result<Value, (&str, String)>) -> Value {
+    match (dialect.wraps_results(), result) {
+        (true, Ok(v)) => json!({ "result": v }),
+        (true, Err((_, message))) => json!({ "error": message }),
+        (false, Ok(v)) => v,
+        (false, Err((kind, message))) => Value::String(format!("[error] {kind}: {message}")),
+    }
 }
 
 /// Binds positional and keyword arguments to parameter names; unknown keywords are errors.
@@ -816,7 +878,7 @@ impl SandboxHost for RunHost {
             "llm_query" => self.llm_query(&call),
             "llm_query_batched" => self.llm_query_batched(&call),
             "rlm_query" => self.rlm_query(&call),
-            "submit" => self.submit(&call),
+            name if FINISHERS.contains(&name) => self.submit(&call),
             _ => self.host_tool(&call),
         }
     }
@@ -837,32 +899,34 @@ impl RunHost {
             tree: self.tree.clone(),
             scope: self.node.sub_scope.clone(),
             step: self.step(),
+            model: None,
         }
     }
 
     fn llm_query(&self, call: &HostCall) -> HostReply {
-        let bound = match bind_args("llm_query", &["prompt"], call, 1) {
+        let bound = match bind_args("llm_query", &["prompt", "model"], call, 1) {
             Ok(b) => b,
             Err(e) => return e,
         };
         let prompt = bound[0].as_ref().map(prompt_text).unwrap_or_default();
+        let dialect = self.engine.config.dialect;
         if let Some(msg) = self.stopped() {
-            return error_value(msg);
+            return self.failed("Stopped", msg);
         }
         if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, 1) {
-            return error_value(e);
+            return self.failed("BudgetExceeded", e);
         }
-        let caller = self.sub_caller();
+        let caller = self.sub_caller().with_model(model_name(&bound[1]));
         HostReply::Pending(Box::pin(async move {
             Ok(match caller.query(prompt, "llm_query").await {
-                Ok(text) => json!({ "result": text }),
-                Err(e) => json!({ "error": e.message }),
+                Ok(text) => shaped(dialect, Ok(Value::String(text))),
+                Err(e) => shaped(dialect, Err((e.kind, e.message))),
             })
         }))
     }
 
     fn llm_query_batched(&self, call: &HostCall) -> HostReply {
-        let bound = match bind_args("llm_query_batched", &["prompts"], call, 1) {
+        let bound = match bind_args("llm_query_batched", &["prompts", "model"], call, 1) {
             Ok(b) => b,
             Err(e) => return e,
         };
@@ -872,17 +936,19 @@ impl RunHost {
                 return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])");
             }
         };
+        let dialect = self.engine.config.dialect;
+        let n = prompts.len();
         if let Some(msg) = self.stopped() {
-            return error_value(msg);
+            return self.batch_failed(n, "Stopped", msg);
         }
-        let n = prompts.len() as u64;
-        if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, n) {
-            return error_value(format!(
-                "{e}; nothing was sent. Send a smaller batch (at most {} prompts) or submit.",
+        if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, n as u64) {
+            let msg = format!(
+                "{e}; nothing was sent. Send a smaller batch (at most {} prompts) or finish.",
                 self.node.calls_left().unwrap_or(0)
-            ));
+            );
+            return self.batch_failed(n, "BudgetExceeded", msg);
         }
-        let caller = self.sub_caller();
+        let caller = self.sub_caller().with_model(model_name(&bound[1]));
         HostReply::Pending(Box::pin(async move {
             let calls = prompts.into_iter().map(|p| caller.query(p, "llm_query_batched"));
             let results = futures::future::join_all(calls).await;
@@ -893,8 +959,22 @@ impl RunHost {
                     Err(e) => Value::String(format!("[error] {}: {}", e.kind, e.message)),
                 })
                 .collect();
-            Ok(json!({ "result": items }))
+            Ok(shaped(dialect, Ok(Value::Array(items))))
         }))
+    }
+
+    /// A failed call in the dialect's shape.
+    fn failed(&self, kind: &str, message: String) -> HostReply {
+        HostReply::Value(json_to_monty(&shaped(self.engine.config.dialect, Err((kind, message)))))
+    }
+
+    /// A batch that sent nothing: `{"error": ...}`, or one error string per prompt.
+    fn batch_failed(&self, n: usize, kind: &str, message: String) -> HostReply {
+        if self.engine.config.dialect.wraps_results() {
+            return error_value(message);
+        }
+        let each = Value::String(format!("[error] {kind}: {message}"));
+        HostReply::Value(json_to_monty(&Value::Array(vec![each; n])))
     }
 
     fn rlm_query(&self, call: &HostCall) -> HostReply {
@@ -919,11 +999,12 @@ impl RunHost {
             Some(None) => return type_error("rlm_query() expects `inputs` to be a dict of name -> value, or None"),
         };
         if let Some(msg) = self.stopped() {
-            return error_value(msg);
+            return self.failed("Stopped", msg);
         }
         if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, 1) {
-            return error_value(e);
+            return self.failed("BudgetExceeded", e);
         }
+        let dialect = self.engine.config.dialect;
         let child_depth = self.node.rlm_depth + 1;
         let fallback = |why: &str| {
             let caller = self.sub_caller();
@@ -947,8 +1028,8 @@ impl RunHost {
             );
             HostReply::Pending(Box::pin(async move {
                 Ok(match caller.query(text, "rlm_query").await {
-                    Ok(t) => json!({ "result": t }),
-                    Err(e) => json!({ "error": e.message }),
+                    Ok(t) => shaped(dialect, Ok(Value::String(t))),
+                    Err(e) => shaped(dialect, Err((e.kind, e.message))),
                 })
             }))
         };
@@ -998,14 +1079,15 @@ impl RunHost {
                 Err(e) => (*e.partial, Some(e.error.to_string())),
             };
             let reply = match (&error, r.outcome.has_output()) {
-                (Some(e), _) => json!({ "error": format!("the child run failed: {e}") }),
+                (Some(e), _) => shaped(dialect, Err(("ChildFailed", format!("the child run failed: {e}")))),
                 (None, true) => match r.output.get("answer") {
-                    Some(Value::String(a)) => json!({ "result": a }),
-                    _ => json!({ "result": r.output }),
+                    Some(Value::String(a)) => shaped(dialect, Ok(Value::String(a.clone()))),
+                    _ => shaped(dialect, Ok(r.output.clone())),
                 },
-                (None, false) => {
-                    json!({ "error": format!("the child run ended without a result ({})", r.outcome.as_str()) })
-                }
+                (None, false) => shaped(
+                    dialect,
+                    Err(("NoResult", format!("the child run ended without a result ({})", r.outcome.as_str()))),
+                ),
             };
             let finished = RlmEvent::RlmChildFinished {
                 child_run_id: r.run_id,
@@ -1021,12 +1103,15 @@ impl RunHost {
         }))
     }
 
+    /// `submit`, `SUBMIT`, `FINAL` and `FINAL_VAR` (its variable already read by the rewrite):
+    /// validates the result and ends the run with it.
     fn submit(&self, call: &HostCall) -> HostReply {
+        let name = call.name.as_str();
         let payload = match (call.args.as_slice(), call.kwargs.is_empty()) {
             ([one], true) => monty_to_json(one),
             ([], false) => Value::Object(call.kwargs.iter().map(|(k, v)| (k.clone(), monty_to_json(v))).collect()),
-            ([], true) => return type_error("submit() needs the result, e.g. submit({\"answer\": text})"),
-            _ => return type_error("submit() takes one result value, or keyword arguments for its fields"),
+            ([], true) => return type_error(format!("{name}() needs the result, e.g. {name}(answer)")),
+            _ => return type_error(format!("{name}() takes one result value, or keyword arguments for its fields")),
         };
         let payload = self.schema.normalize(payload);
         let verdict = self.schema.validate(&payload);
@@ -1046,8 +1131,8 @@ impl RunHost {
                 HostReply::Raise(MontyException::new(
                     ExcType::ValueError,
                     Some(format!(
-                        "submit: the result does not match the output schema:\n- {}\nsubmitted: {shown}\nFix the \
-                         result and call submit again.",
+                        "{name}: the result does not match the output schema:\n- {}\nsubmitted: {shown}\nFix the \
+                         result and call {name} again.",
                         errors.join("\n- ")
                     )),
                 ))
@@ -1092,11 +1177,16 @@ impl RunHost {
             ToolCall { id: format!("rlm-{step}-{n}"), name: call.name.clone(), arguments: Value::Object(args) };
         let invoker = self.engine.tools.clone();
         let scope = self.scope.clone();
+        let dialect = self.engine.config.dialect;
         HostReply::Pending(Box::pin(async move {
             let outcome = invoker.invoke(tool_call, &scope, step, None).await;
             Ok(if outcome.is_error {
                 let message = outcome.output.strip_prefix("error: ").unwrap_or(&outcome.output);
-                json!({ "error": message })
+                if dialect.wraps_results() {
+                    json!({ "error": message })
+                } else {
+                    Value::String(format!("[error] ToolError: {message}"))
+                }
             } else {
                 Value::String(outcome.output)
             })
@@ -1128,9 +1218,21 @@ struct SubCaller {
     tree: Arc<Tree>,
     scope: RunScope,
     step: u32,
+    /// A model named by the call (`llm_query(p, model="...")`), instead of the sub-model.
+    model: Option<String>,
+}
+
+/// The model a call names, if any (`model=None` names none).
+fn model_name(arg: &Option<MontyObject>) -> Option<String> {
+    arg.as_ref().and_then(|m| m.as_ref().as_str().map(str::to_string)).filter(|m| !m.is_empty())
 }
 
 impl SubCaller {
+    fn with_model(mut self, model: Option<String>) -> Self {
+        self.model = model;
+        self
+    }
+
     async fn query(&self, prompt: String, kind: &str) -> Result<String, SubCallError> {
         let Ok(_permit) = self.tree.semaphore.acquire().await else {
             return Err(SubCallError { kind: "Internal", message: "the sub-call limiter is closed".into() });
@@ -1139,7 +1241,10 @@ impl SubCaller {
         let request = ChatRequest {
             messages: vec![Message::user(prompt)],
             tools: Vec::new(),
-            options: self.engine.config.sub_options.clone(),
+            options: match &self.model {
+                Some(model) => ChatOptions { model: model.clone(), ..self.engine.config.sub_options.clone() },
+                None => self.engine.config.sub_options.clone(),
+            },
         };
         let t0 = Instant::now();
         let call = ModelCall { reserved: true, ..ModelCall::at(self.step) };

@@ -419,7 +419,7 @@ async fn host_tools_are_callable_from_snippets() {
     assert_eq!(r.output, json!({"answer": "3"}));
     // The catalog told the model how to call it.
     let system = &p.requests()[0].messages[0].content;
-    assert!(system.contains("word_count(text, min_len)"), "{system}");
+    assert!(system.contains("word_count(text: string, min_len: integer = None)`: Counts words."), "{system}");
     let results = sink
         .events()
         .iter()

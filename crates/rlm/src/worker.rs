@@ -15,8 +15,8 @@ use std::process::ExitCode;
 
 use monty::{MontyRepl, ReplProgress, ReplStartError};
 use monty_types::{
-    CompileOptions, ExcType, ExtFunctionResult, MontyException, MontyObject, NameLookupResult, OsPolicy, PrintWriter,
-    PrintWriterCallback, ResourceLimits, ResourceTracker, SleepMode,
+    CompileOptions, ExcType, ExtFunctionResult, MontyException, MontyObject, NameLookupResult, OsFunctionCall,
+    OsPolicy, PrintWriter, PrintWriterCallback, ResourceLimits, ResourceTracker, SleepMode,
 };
 
 use crate::output::OutputBuffer;
@@ -204,11 +204,19 @@ fn run_feed(
                 lookup.resume(answer, PrintWriter::Callback(&mut printer))
             }
             Ok(ReplProgress::OsCall(os)) => {
-                let exc = MontyException::new(
-                    ExcType::PermissionError,
-                    Some("the sandbox has no file or OS access; read the data through `inputs` or host tools".into()),
-                );
-                os.resume(exc, PrintWriter::Callback(&mut printer))
+                if let OsFunctionCall::Import(module) = &os.function_call {
+                    // An unknown module: `ModuleNotFoundError`, not a permission error.
+                    let module = module.clone();
+                    os.resume(ExtFunctionResult::NotFound(module), PrintWriter::Callback(&mut printer))
+                } else {
+                    let exc = MontyException::new(
+                        ExcType::PermissionError,
+                        Some(
+                            "the sandbox has no file or OS access; read the data through `inputs` or host tools".into(),
+                        ),
+                    );
+                    os.resume(exc, PrintWriter::Callback(&mut printer))
+                }
             }
             Ok(ReplProgress::ResolveFutures(rf)) => {
                 pipe.send(&FromWorker::Wait { pending: rf.pending_call_ids().to_vec() })?;

@@ -698,3 +698,116 @@ async fn a_child_rlm_spends_from_its_parents_budget() {
     assert_eq!(r.outcome, RlmOutcome::Stopped { reason: FinishReason::TokenBudgetExceeded });
     assert!(scope.budget().tokens_used() <= 60 + 15, "at most the call in flight overshoots");
 }
+
+// ---------------------------------------------------------------------------------------------
+// every peer's conventions
+
+async fn run_with(config: RlmConfig, replies: &[String], inputs: Inputs) -> RlmResult {
+    let p = primary(replies);
+    rlm(&p, &echo_sub(), config).run("q", inputs, &RunScope::detached("t")).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dspy_style_submit_with_keywords_ends_the_run() {
+    let r = run_with(RlmConfig::default(), &[py("SUBMIT(answer='from SUBMIT')")], Inputs::new()).await;
+    assert_eq!((r.output, r.submitted), (json!({"answer": "from SUBMIT"}), true));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn final_called_in_code_ends_the_run() {
+    let r = run_with(RlmConfig::default(), &[py("FINAL('from FINAL')")], Inputs::new()).await;
+    assert_eq!(r.output, json!({"answer": "from FINAL"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn final_var_called_in_code_reads_the_named_variable() {
+    let r = run_with(RlmConfig::default(), &[py("result = 'the value'\nFINAL_VAR('result')")], Inputs::new()).await;
+    assert_eq!(r.output, json!({"answer": "the value"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn final_var_written_in_the_reply_reads_the_variable() {
+    let reply = "I computed it.\n```python\nres = 'found it'\nprint(res)\n```\nFINAL_VAR(res)".to_string();
+    let r = run_with(RlmConfig::default(), &[reply], Inputs::new()).await;
+    assert_eq!(r.output, json!({"answer": "found it"}));
+    assert!(r.submitted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn final_var_of_a_missing_variable_is_an_observation_never_the_answer() {
+    let r =
+        run_with(RlmConfig::default(), &["FINAL_VAR(answer)".to_string(), py("submit('later')")], Inputs::new()).await;
+    assert_ne!(r.output, json!({"answer": "FINAL_VAR(answer)"}));
+    assert!(observation(&r, 0).contains("NameError"), "{}", observation(&r, 0));
+    assert_eq!(r.output, json!({"answer": "later"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn final_with_text_written_in_the_reply_is_the_answer() {
+    let r = run_with(RlmConfig::default(), &["All checked.\n\nFINAL(42 apples)".to_string()], Inputs::new()).await;
+    assert_eq!(r.output, json!({"answer": "42 apples"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ready_answer_dict_ends_the_run_and_a_draft_one_does_not() {
+    let replies = [
+        py("answer = {'content': 'draft', 'ready': False}"),
+        py("answer['content'] = 'final text'\nanswer['ready'] = True"),
+    ];
+    let r = run_with(RlmConfig::default(), &replies, Inputs::new()).await;
+    assert_eq!(r.iterations, 2);
+    assert_eq!(r.output, json!({"answer": "final text"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invalid_final_is_an_observation_and_the_run_goes_on() {
+    let r = run_with(RlmConfig::default(), &[py("FINAL(123)"), py("FINAL('ok')")], Inputs::new()).await;
+    assert!(observation(&r, 0).contains("FINAL: the result does not match"), "{}", observation(&r, 0));
+    assert_eq!(r.output, json!({"answer": "ok"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rlm_dialect_returns_plain_text_and_errors_as_strings() {
+    let config = RlmConfig { dialect: recursive_rlm::Dialect::Rlm, max_llm_calls: 2, ..Default::default() };
+    let replies = [
+        py(
+            "r = llm_query('hello', model=None)\nprint(type(r).__name__, r)\nrs = llm_query_batched(['a', 'b', 'c'])\nprint(rs)",
+        ),
+        py("FINAL(r)"),
+    ];
+    let r = run_with(config, &replies, Inputs::new()).await;
+    let obs = observation(&r, 0);
+    assert!(obs.contains("str ans:hello"), "{obs}");
+    assert!(obs.contains("[error] BudgetExceeded:"), "{obs}");
+    assert_eq!(r.output, json!({"answer": "ans:hello"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dspy_dialect_binds_each_input_by_name_and_teaches_submit() {
+    let config = RlmConfig { dialect: recursive_rlm::Dialect::Dspy, ..Default::default() };
+    let p = primary(&[py("SUBMIT(answer=document[:5])")]);
+    let r = rlm(&p, &echo_sub(), config)
+        .run("q", Inputs::single("document", "hello world"), &RunScope::detached("t"))
+        .await
+        .unwrap();
+    assert_eq!(r.output, json!({"answer": "hello"}));
+    let system = &p.requests()[0].messages[0].content;
+    assert!(system.contains("SUBMIT(field=value"), "{system}");
+    assert!(system.contains("-> str"), "{system}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_inside_think_never_runs() {
+    let reply = "<think>Maybe\n```python\nsubmit('from thinking')\n```\n</think>\n```python\nsubmit('real')\n```";
+    let r = run_with(RlmConfig::default(), &[reply.to_string()], Inputs::new()).await;
+    assert_eq!(r.output, json!({"answer": "real"}));
+    assert_eq!(r.trajectory[0].snippets.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_query_with_a_model_sends_that_model() {
+    let sub = echo_sub();
+    let p = primary(&[py("r = llm_query('x', model='other-model')\nsubmit(r['result'])")]);
+    rlm(&p, &sub, RlmConfig::default()).run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
+    assert_eq!(sub.requests()[0].options.model, "other-model");
+}

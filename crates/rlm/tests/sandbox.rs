@@ -424,3 +424,21 @@ async fn attacks_end_in_clear_errors_and_the_session_recovers() {
     let o = run(&sb, &host, "raise ValueError('v' * 10**6)").await;
     assert!(o.error.unwrap().message.len() < 200_000, "a huge exception message is cut");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_module_the_prompt_lists_imports() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    for module in recursive_rlm::SANDBOX_MODULES {
+        let o = run(&sb, &host, &format!("import {module}")).await;
+        assert!(o.error.is_none(), "import {module}: {:?}", o.error);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_module_is_module_not_found() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let e = run(&sb, &host, "import pandas").await.error.unwrap();
+    assert!(e.message.contains("ModuleNotFoundError") && e.message.contains("pandas"), "{}", e.message);
+}

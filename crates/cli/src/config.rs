@@ -22,6 +22,8 @@ pub struct FileConfig {
     pub tools: Option<toml::Table>,
     /// `[limits]`: default run limits.
     pub limits: Option<toml::Table>,
+    /// `[rlm]`: defaults for `recursive rlm`.
+    pub rlm: Option<toml::Table>,
 }
 
 /// A loaded configuration and where it came from.

@@ -37,22 +37,38 @@ pub struct RlmArgs {
     /// How deep `rlm_query` may nest (0: no child RLMs).
     #[arg(long, default_value_t = 1)]
     pub max_depth: u32,
-    /// Wall-clock limit for each snippet, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    pub timeout: f64,
+    /// Wall-clock limit for each snippet, in seconds (default 60).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
     /// Write the trajectory (code and observations) as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub trajectory: Option<PathBuf>,
-    /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit).
-    /// Past it a snippet gets a `MemoryError` and the run goes on.
-    #[arg(long, value_name = "MIB", default_value_t = 512)]
-    pub memory_limit: u64,
-    /// Deepest Python call stack in the sandbox (at most 8192).
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub recursion_limit: usize,
-    /// Printed characters kept per snippet (head and tail; the middle is dropped).
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub max_output_chars: usize,
+    /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit;
+    /// default 512). Past it a snippet gets a `MemoryError` and the run goes on.
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit: Option<u64>,
+    /// Deepest Python call stack in the sandbox (at most 8192; default 1000).
+    #[arg(long, value_name = "N")]
+    pub recursion_limit: Option<usize>,
+    /// Printed characters kept per snippet (head and tail; default 100000).
+    #[arg(long, value_name = "N")]
+    pub max_output_chars: Option<usize>,
+    /// The conventions the sandbox and prompt present: recursive (sub-calls return
+    /// `{"result": ...}`, finish with `submit`), rlm (text, `FINAL`/`FINAL_VAR`) or dspy (text,
+    /// `SUBMIT`). Every dialect's finishing forms are understood whatever this is.
+    #[arg(long, value_name = "NAME")]
+    pub dialect: Option<String>,
+    /// Replace the default working rules of the prompt with this file's text.
+    #[arg(long, value_name = "FILE")]
+    pub instructions: Option<PathBuf>,
+    /// Expose this tool (built-in or from a configured MCP server) as a sandbox function,
+    /// through the permission rules. Repeatable. By default the read-only built-in tools except
+    /// `web_fetch` are exposed.
+    #[arg(long = "tool", value_name = "NAME")]
+    pub tools: Vec<String>,
+    /// Sub-model calls in flight at once over the whole RLM tree (default 16).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -113,21 +129,113 @@ pub fn load_inputs(specs: &[String]) -> anyhow::Result<recursive_rlm::Inputs> {
     Ok(inputs)
 }
 
-/// Runs the command.
-pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref())?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
-    let inputs = load_inputs(&args.inputs)?;
-    let mut rlm_config = recursive_rlm::RlmConfig {
+/// `[rlm]` in recursive.toml: defaults for `recursive rlm` (flags win).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlmFile {
+    dialect: Option<String>,
+    tools: Option<Vec<String>>,
+    concurrency: Option<usize>,
+    timeout_secs: Option<f64>,
+    memory_limit_mib: Option<u64>,
+    recursion_limit: Option<usize>,
+    max_output_chars: Option<usize>,
+    instructions: Option<PathBuf>,
+}
+
+/// The RLM settings from the flags, then `[rlm]`, then the defaults; every value checked.
+fn rlm_config(args: &RlmArgs, file: &RlmFile) -> anyhow::Result<recursive_rlm::RlmConfig> {
+    let defaults = recursive_rlm::RlmConfig::default();
+    let dialect = match args.dialect.as_ref().or(file.dialect.as_ref()) {
+        Some(name) => recursive_rlm::Dialect::parse(name).map_err(ConfigError)?,
+        None => defaults.dialect,
+    };
+    let concurrency = args.concurrency.or(file.concurrency).unwrap_or(defaults.batch_concurrency);
+    if !(1..=1024).contains(&concurrency) {
+        return Err(ConfigError(format!("--concurrency must be between 1 and 1024, not {concurrency}")).into());
+    }
+    let timeout = match args.timeout.or(file.timeout_secs) {
+        Some(secs) => super::seconds("--timeout", secs)?,
+        None => defaults.snippet_timeout,
+    };
+    let memory_limit_bytes = match args.memory_limit.or(file.memory_limit_mib) {
+        Some(mib) => memory_limit(mib)?,
+        None => defaults.memory_limit_bytes,
+    };
+    let instructions = match args.instructions.as_ref().or(file.instructions.as_ref()) {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("cannot read --instructions {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    Ok(recursive_rlm::RlmConfig {
         max_iterations: args.max_iterations,
         max_llm_calls: args.max_llm_calls,
         max_depth: args.max_depth,
-        snippet_timeout: super::seconds("--timeout", args.timeout)?,
-        memory_limit_bytes: memory_limit(args.memory_limit)?,
-        recursion_limit: recursion_limit(args.recursion_limit)?,
-        max_output_chars: args.max_output_chars.max(1),
-        ..Default::default()
-    };
+        batch_concurrency: concurrency,
+        snippet_timeout: timeout,
+        memory_limit_bytes,
+        recursion_limit: recursion_limit(
+            args.recursion_limit.or(file.recursion_limit).unwrap_or(defaults.recursion_limit),
+        )?,
+        max_output_chars: args.max_output_chars.or(file.max_output_chars).unwrap_or(defaults.max_output_chars).max(1),
+        dialect,
+        instructions,
+        ..defaults
+    })
+}
+
+/// The sandbox's host tools: the read-only built-ins except `web_fetch`, unless tools are named;
+/// named ones come from the built-ins or the MCP servers (started only when a name needs them).
+async fn sandbox_tools(
+    names: &[String],
+    setup: &super::ToolSetup,
+    config: &config::LoadedConfig,
+    scope: &recursive_core::RunScope,
+) -> anyhow::Result<(recursive_core::ToolRegistry, Option<recursive_tools::McpTools>)> {
+    let mut tools = recursive_core::ToolRegistry::new();
+    if names.is_empty() {
+        for name in setup.read_only.names().into_iter().filter(|n| n != "web_fetch") {
+            if let Some(tool) = setup.read_only.get(&name) {
+                tools.register(tool.clone());
+            }
+        }
+        return Ok((tools, None));
+    }
+    let mut mcp = None;
+    if names.iter().any(|n| setup.builtin.get(n).is_none()) {
+        let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
+        mcp = Some(recursive_tools::start_servers(&mcp_config, scope).await);
+    }
+    let mcp_tools = mcp.as_ref().map(|m| m.registry().clone()).unwrap_or_default();
+    for name in names {
+        match setup.builtin.get(name).or_else(|| mcp_tools.get(name)) {
+            Some(tool) => {
+                tools.register(tool.clone());
+            }
+            None => {
+                let mut known: Vec<String> = setup.builtin.names().into_iter().chain(mcp_tools.names()).collect();
+                known.sort();
+                if let Some(m) = mcp {
+                    m.shutdown().await;
+                }
+                return Err(
+                    ConfigError(format!("--tool {name}: no such tool (available: {})", known.join(", "))).into()
+                );
+            }
+        }
+    }
+    Ok((tools, mcp))
+}
+
+/// Runs the command.
+pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref())?;
+    let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
+    let mut rlm_config = rlm_config(&args, &rlm_file)?;
+    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let inputs = load_inputs(&args.inputs)?;
     if let Some(path) = &args.schema {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading schema {}", path.display()))?;
         rlm_config.output_schema = serde_json::from_str(&text)
@@ -136,12 +244,30 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     let model = settings.model.clone().unwrap_or_default();
     rlm_config.primary_options = ChatOptions { model: model.clone(), ..Default::default() };
     rlm_config.sub_options = ChatOptions { model: args.sub_model.clone().unwrap_or(model), ..Default::default() };
+    if let Some(window) = recursive_llm::models::context_window(&rlm_config.sub_options.model) {
+        rlm_config.sub_prompt_chars = recursive_rlm::sub_prompt_chars_for_window(window);
+    }
 
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
     let scope = super::root_scope("rlm", &args.provider, false, BudgetLimits::default(), None)?;
-    let host_tools = setup.invoker(setup.read_only.clone());
-    let rlm = recursive_rlm::Rlm::new(provider.clone(), provider, rlm_config)?.with_host_tools(host_tools)?;
-    let (result, error) = match rlm.run(&args.question, inputs, &scope).await {
+    let names = if args.tools.is_empty() { rlm_file.tools.clone().unwrap_or_default() } else { args.tools.clone() };
+    let (tools, mcp) = sandbox_tools(&names, &setup, &config, &scope).await?;
+    let built = recursive_rlm::Rlm::new(provider.clone(), provider, rlm_config)
+        .and_then(|rlm| rlm.with_host_tools(setup.invoker(tools)));
+    let rlm = match built {
+        Ok(rlm) => rlm,
+        Err(e) => {
+            if let Some(m) = mcp {
+                m.shutdown().await;
+            }
+            return Err(ConfigError(e.to_string()).into());
+        }
+    };
+    let ran = rlm.run(&args.question, inputs, &scope).await;
+    if let Some(m) = mcp {
+        m.shutdown().await;
+    }
+    let (result, error) = match ran {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
     };

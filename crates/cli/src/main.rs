@@ -70,6 +70,10 @@ pub struct ProviderArgs {
     /// Write every event as JSONL to this file.
     #[arg(long, value_name = "PATH")]
     pub events: Option<PathBuf>,
+    /// Append to an existing `--events`, `--record` or `--trajectory` file (otherwise an
+    /// existing file is refused, so a run never mixes into an earlier one's log).
+    #[arg(long)]
+    pub append: bool,
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub quiet: bool,

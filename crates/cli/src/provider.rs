@@ -72,6 +72,7 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
         settings.timeout = Some(timeout);
     }
     if let Some(r) = &args.record {
+        crate::commands::fresh_output("--record", r, args.append)?;
         settings.record = Some(r.clone());
     }
     if let Some(s) = &args.mock_script {

@@ -153,3 +153,74 @@ fn the_rlm_table_sets_defaults_and_flags_win() {
     ]);
     assert_ne!(out.status.code(), Some(2), "the flag wins over the table");
 }
+
+fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every trajectory line is JSON"))
+        .collect()
+}
+
+#[test]
+fn the_trajectory_is_written_as_the_run_goes_and_a_killed_run_leaves_it() {
+    let env = Env::new();
+    let input = doc(&env);
+    let script = env.script(
+        "s.json",
+        json!([
+            "First look.\n```python\nr = llm_query('Summarise: ' + context)\nprint(r['result'])\n```",
+            "three words",
+            "```python\nwhile True:\n    pass\n```"
+        ]),
+    );
+    let path = env.path("trajectory.jsonl");
+    let mut child = env
+        .cmd()
+        .args(["rlm", "q", "--input", &input, "--mock-script", s(&script), "--trajectory", s(&path), "-q"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for("the second snippet to start", std::time::Duration::from_secs(20), || {
+        lines(&path).iter().any(|l| l["event"]["type"] == "rlm_snippet" && l["event"]["iteration"] == 2)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let got = lines(&path);
+    let of = |t: &str| got.iter().filter(|l| l["event"]["type"] == t).collect::<Vec<_>>();
+    assert_eq!(of("rlm_reply")[0]["event"]["text"].as_str().unwrap().lines().next(), Some("First look."));
+    let sub = of("rlm_sub_call");
+    assert_eq!(sub.len(), 1);
+    assert!(sub[0]["event"]["prompt_head"].as_str().unwrap().starts_with("Summarise: alpha beta"), "{:?}", sub[0]);
+    assert_eq!(sub[0]["event"]["answer_head"], "three words");
+    assert_eq!(of("rlm_observation").len(), 1);
+}
+
+#[test]
+fn existing_output_files_are_refused_unless_appending() {
+    let env = Env::new();
+    let input = doc(&env);
+    let script = env.script("s.json", json!(["```python\nsubmit('x')\n```"]));
+    for flag in ["--events", "--trajectory", "--record"] {
+        std::fs::write(env.path("old.jsonl"), "{\"earlier\": true}\n").unwrap();
+        let base = ["rlm", "q", "--input", input.as_str(), "--mock-script", s(&script), flag, "old.jsonl", "-q"];
+        let out = env.run(&base);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--append"), "{flag}");
+        let out = env.run(&[&base[..], &["--append"]].concat());
+        assert_eq!(out.status.code(), Some(0), "{flag}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(env.path("old.jsonl")).unwrap();
+        assert!(text.starts_with("{\"earlier\": true}\n") && text.lines().count() > 1, "{flag}: appended");
+    }
+}
+
+#[test]
+fn a_trajectory_that_cannot_be_written_fails_the_run() {
+    let env = Env::new();
+    let input = doc(&env);
+    let script = env.script("s.json", json!(["```python\nsubmit('x')\n```"]));
+    let out = env.run(&["rlm", "q", "--input", &input, "--mock-script", s(&script), "--trajectory", "/dev/full", "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trajectory is incomplete"));
+}

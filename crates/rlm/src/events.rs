@@ -24,6 +24,13 @@ pub enum RlmEvent {
         /// Sub-calls left in the shared budget.
         llm_calls_left: Option<u64>,
     },
+    /// The primary model's reply of an iteration, whole.
+    RlmReply {
+        /// Its iteration.
+        iteration: u32,
+        /// The reply text.
+        text: String,
+    },
     /// A code block is about to run.
     RlmSnippet {
         /// Its iteration.
@@ -55,6 +62,12 @@ pub enum RlmEvent {
     RlmSubCall {
         /// Which primitive made it.
         kind: String,
+        /// The head of the prompt (`RlmConfig::trace_chars` characters).
+        #[serde(default)]
+        prompt_head: String,
+        /// The head of the answer, when it succeeded.
+        #[serde(default)]
+        answer_head: Option<String>,
         /// Prompt size.
         prompt_chars: usize,
         /// Answer size, when it succeeded.
@@ -157,7 +170,9 @@ impl ExtensionEvent for RlmEvent {
             RlmEvent::RlmSubmit { errors, .. } => {
                 format!("✗ submit rejected: {}", one_line(&errors.clone().unwrap_or_default().join("; "), 200))
             }
-            RlmEvent::RlmChildStarted { .. } | RlmEvent::RlmChildFinished { .. } => return None,
+            RlmEvent::RlmChildStarted { .. } | RlmEvent::RlmChildFinished { .. } | RlmEvent::RlmReply { .. } => {
+                return None;
+            }
             RlmEvent::RlmChildFallback { reason, .. } => format!("↳ rlm_query answered by a sub-model ({reason})"),
             RlmEvent::RlmExtraction { .. } => "— extracting the answer from the trajectory".to_string(),
             RlmEvent::RlmExtractionFailed { errors } => {

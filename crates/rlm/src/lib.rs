@@ -64,6 +64,7 @@ pub mod rewrite;
 pub mod rlm;
 pub mod sandbox;
 pub mod schema;
+pub mod trajectory;
 pub mod wire;
 pub mod worker;
 

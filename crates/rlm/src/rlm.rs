@@ -81,6 +81,9 @@ pub struct RlmConfig {
     /// The conventions the sandbox and the prompt present (every dialect's finishing forms are
     /// understood whatever this is).
     pub dialect: Dialect,
+    /// Characters of each sub-call's prompt and answer kept in its `rlm_sub_call` event (and so
+    /// in the trajectory); 0 keeps none.
+    pub trace_chars: usize,
     /// How long a sub-model prompt should be at most, in characters (the prompt says so; set it
     /// from the sub-model's context window when known).
     pub sub_prompt_chars: usize,
@@ -107,6 +110,7 @@ impl Default for RlmConfig {
             instructions: None,
             dialect: Dialect::default(),
             sub_prompt_chars: DEFAULT_SUB_PROMPT_CHARS,
+            trace_chars: 500,
             primary_options: ChatOptions::default(),
             sub_options: ChatOptions::default(),
         }
@@ -651,15 +655,22 @@ impl Rlm {
             };
             progress.iterations = iteration;
             let reply = response.message.content.clone();
+            scope.emit(iteration, RlmEvent::RlmReply { iteration, text: reply.clone() }.into_kind());
             messages.push(Message::assistant(reply.clone()));
             let (snippets, mut parts, submitted) = self.run_blocks(&sandbox, &host, scope, iteration, &reply).await;
             let left = max - iteration;
             if submitted.is_none() {
-                let mut footer = format!(
-                    "[{left} iteration(s) left; {} of {} sub-calls left]",
-                    node.calls_left().unwrap_or(0),
-                    self.config.max_llm_calls
-                );
+                // A child's footer leaves out the shared budget: concurrent siblings spend from it,
+                // so the number would depend on timing and a recorded run could not replay.
+                let mut footer = if node.rlm_depth == 0 {
+                    format!(
+                        "[{left} iteration(s) left; {} of {} sub-calls left]",
+                        node.calls_left().unwrap_or(0),
+                        self.config.max_llm_calls
+                    )
+                } else {
+                    format!("[{left} iteration(s) left]")
+                };
                 if left == 1 {
                     footer.push_str("\nThis is your last iteration: call submit(...) with your best result now.");
                 }
@@ -1238,6 +1249,7 @@ impl SubCaller {
             return Err(SubCallError { kind: "Internal", message: "the sub-call limiter is closed".into() });
         };
         let prompt_chars = prompt.chars().count();
+        let prompt_head_source = recursive_core::text::clip_chars(&prompt, self.engine.config.trace_chars);
         let request = ChatRequest {
             messages: vec![Message::user(prompt)],
             tools: Vec::new(),
@@ -1256,10 +1268,13 @@ impl SubCaller {
             Ok(r) => (Some(r.message.content.chars().count()), None),
             Err(e) => (None, Some(e.message.clone())),
         };
+        let head = |t: &str| recursive_core::text::clip_chars(t, self.engine.config.trace_chars);
         self.scope.emit(
             self.step,
             RlmEvent::RlmSubCall {
                 kind: kind.to_string(),
+                prompt_head: head(&prompt_head_source),
+                answer_head: result.as_ref().ok().map(|r| head(&r.message.content)),
                 prompt_chars,
                 response_chars,
                 latency_ms: t0.elapsed().as_millis() as u64,

@@ -12,7 +12,7 @@ use recursive_core::{
     MemorySink, Message, MockProvider, MockReply, ProviderError, Role, RunScope, StopReason, ToolContext, ToolError,
     ToolRegistry, TypedTool, Usage,
 };
-use recursive_core::{ExtensionEvent, ToolInvoker};
+use recursive_core::{ChatOptions, ExtensionEvent, ToolInvoker};
 use recursive_rlm::{Inputs, Rlm, RlmConfig, RlmEvent, RlmOutcome, RlmResult, SnippetErrorKind};
 use serde_json::{Value, json};
 
@@ -810,4 +810,55 @@ async fn llm_query_with_a_model_sends_that_model() {
     let p = primary(&[py("r = llm_query('x', model='other-model')\nsubmit(r['result'])")]);
     rlm(&p, &sub, RlmConfig::default()).run("q", Inputs::new(), &RunScope::detached("t")).await.unwrap();
     assert_eq!(sub.requests()[0].options.model, "other-model");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_with_concurrent_child_runs_replays_from_its_cassette() {
+    use recursive_llm::{RecordingProvider, ReplayProvider};
+    // One provider plays every role, answering by content: the parent starts two children at
+    // once, each child finishes at once, the parent submits what they said.
+    let model = MockProvider::with_handler(|req| {
+        let first = req.messages.iter().find(|m| m.role == Role::User).map(|m| m.content.clone()).unwrap_or_default();
+        let text = if first.contains("Question:\nq\n") {
+            if req.messages.len() <= 2 {
+                py(
+                    "rs = await asyncio.gather(rlm_query('shout A', {'doc': 'aaa'}), rlm_query('shout B', {'doc': 'bbb'}))\nprint(rs)",
+                )
+            } else {
+                py("submit(rs[0]['result'] + '+' + rs[1]['result'])")
+            }
+        } else if req.messages.len() <= 2 {
+            // Two turns each, so a child's second request carries the footer of its first.
+            py("x = inputs['doc'].upper()\nprint(x)")
+        } else {
+            py("submit(x)")
+        };
+        Ok(response(text))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("run.cassette.jsonl");
+    let recorder: Arc<dyn ChatProvider> = Arc::new(RecordingProvider::new(Arc::new(model), &cassette).unwrap());
+    use_worker_binary();
+    // The models are named, as the CLI does, so the prompt does not depend on the provider.
+    let named = || RlmConfig {
+        primary_options: ChatOptions { model: "m".into(), ..Default::default() },
+        sub_options: ChatOptions { model: "m".into(), ..Default::default() },
+        ..Default::default()
+    };
+    let recorded = Rlm::new(recorder.clone(), recorder, named())
+        .unwrap()
+        .run("q", Inputs::new(), &RunScope::detached("rec"))
+        .await
+        .unwrap();
+    assert_eq!(recorded.output, json!({"answer": "AAA+BBB"}));
+    for _ in 0..3 {
+        let replay: Arc<dyn ChatProvider> = Arc::new(ReplayProvider::open(&cassette).unwrap());
+        let replayed = Rlm::new(replay.clone(), replay, named())
+            .unwrap()
+            .run("q", Inputs::new(), &RunScope::detached("rep"))
+            .await
+            .unwrap();
+        assert_eq!(replayed.output, recorded.output);
+        assert_eq!(replayed.sub_calls, recorded.sub_calls);
+    }
 }

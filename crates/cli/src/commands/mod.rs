@@ -39,6 +39,7 @@ pub fn root_scope(
     limits.validate().map_err(|e| ConfigError(e.to_string()))?;
     let mut sink = FanoutSink::new().with(Arc::new(CliSink::new(stream_text, args.quiet)));
     if let Some(path) = &args.events {
+        fresh_output("--events", path, args.append)?;
         let jsonl =
             JsonlSink::create(path).map_err(|e| anyhow::anyhow!("cannot open events file {}: {e}", path.display()))?;
         sink.push(Arc::new(jsonl));
@@ -49,6 +50,18 @@ pub fn root_scope(
     let scope = RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)));
     watch_signals(scope.cancel_token().clone());
     Ok(scope)
+}
+
+/// Refuses an output file that already exists unless `append` (`--append`) asks to add to it.
+pub fn fresh_output(flag: &str, path: &std::path::Path, append: bool) -> Result<(), ConfigError> {
+    let occupied = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0);
+    if occupied && !append {
+        return Err(ConfigError(format!(
+            "{flag} {} already exists; remove it, choose another file, or pass --append to add to it",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 fn watch_signals(token: tokio_util::sync::CancellationToken) {

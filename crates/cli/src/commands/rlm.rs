@@ -40,7 +40,8 @@ pub struct RlmArgs {
     /// Wall-clock limit for each snippet, in seconds (default 60).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
-    /// Write the trajectory (code and observations) as JSON to this file.
+    /// Write the trajectory as JSONL to this file as the run goes: every reply, code block,
+    /// observation, sub-call (with the heads of its prompt and answer) and submit.
     #[arg(long, value_name = "PATH")]
     pub trajectory: Option<PathBuf>,
     /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit;
@@ -249,7 +250,17 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     }
 
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
-    let scope = super::root_scope("rlm", &args.provider, false, BudgetLimits::default(), None)?;
+    let trajectory = match &args.trajectory {
+        Some(path) => {
+            super::fresh_output("--trajectory", path, args.provider.append)?;
+            let sink = recursive_rlm::trajectory::TrajectorySink::create(path)
+                .map_err(|e| ConfigError(format!("cannot open --trajectory {}: {e}", path.display())))?;
+            Some(std::sync::Arc::new(sink))
+        }
+        None => None,
+    };
+    let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
+    let scope = super::root_scope("rlm", &args.provider, false, BudgetLimits::default(), extra)?;
     let names = if args.tools.is_empty() { rlm_file.tools.clone().unwrap_or_default() } else { args.tools.clone() };
     let (tools, mcp) = sandbox_tools(&names, &setup, &config, &scope).await?;
     let built = recursive_rlm::Rlm::new(provider.clone(), provider, rlm_config)
@@ -273,10 +284,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let finish = result.outcome.finish_reason();
 
-    if let Some(path) = &args.trajectory {
-        std::fs::write(path, serde_json::to_string_pretty(&result.trajectory)?)
-            .with_context(|| format!("writing trajectory {}", path.display()))?;
-    }
+    let trajectory_error = trajectory.as_ref().and_then(|t| t.error());
     if args.json {
         let out = json!({
             "outcome": finish.as_str(),
@@ -314,6 +322,10 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     }
     if let Some(e) = &error {
         eprintln!("error: {e}");
+    }
+    if let Some(e) = trajectory_error {
+        eprintln!("error: the trajectory is incomplete: {e}");
+        return Ok(crate::EXIT_ERROR);
     }
     Ok(finish.exit_code() as u8)
 }

@@ -236,8 +236,22 @@ fn permission_rules_hold_for_rlm_host_tools() {
     deny_rules(&env);
     let code = "```python\nprint(read_file(path='secrets/key.txt'))\nprint(web_fetch(url='http://127.0.0.1:9/'))\nprint(read_file(path='notes.txt'))\n```";
     let script = env.script("r.json", json!([code, "```python\nsubmit('done')\n```"]));
-    let out =
-        env.run(&["rlm", "read", "--input", "notes.txt", "--mock-script", s(&script), "--provider", "mock", "--json"]);
+    // `web_fetch` is only in the sandbox when named.
+    let out = env.run(&[
+        "rlm",
+        "read",
+        "--input",
+        "notes.txt",
+        "--mock-script",
+        s(&script),
+        "--provider",
+        "mock",
+        "--tool",
+        "read_file",
+        "--tool",
+        "web_fetch",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
     let observation = v["trajectory"][0]["observation"].as_str().unwrap();

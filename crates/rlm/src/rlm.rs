@@ -630,7 +630,12 @@ impl Rlm {
             }
         }
         setup.push_str(ANSWER_CHECK);
-        let sandbox = Sandbox::start(self.sandbox_limits(), globals, &setup).await?;
+        // The worker starts while the first model call is in flight.
+        let limits = self.sandbox_limits();
+        let mut starting = Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            Sandbox::start(limits, globals, &setup).await
+        })));
+        let mut ready: Option<Sandbox> = None;
         let host = Arc::new(RunHost {
             engine: self.clone(),
             tree: tree.clone(),
@@ -657,7 +662,13 @@ impl Rlm {
             let reply = response.message.content.clone();
             scope.emit(iteration, RlmEvent::RlmReply { iteration, text: reply.clone() }.into_kind());
             messages.push(Message::assistant(reply.clone()));
-            let (snippets, mut parts, submitted) = self.run_blocks(&sandbox, &host, scope, iteration, &reply).await;
+            if let Some(start) = starting.take() {
+                let started =
+                    start.await.map_err(|e| RlmError::Sandbox(crate::sandbox::SandboxError::Worker(e.to_string())))?;
+                ready = Some(started?);
+            }
+            let Some(sandbox) = ready.as_ref() else { break };
+            let (snippets, mut parts, submitted) = self.run_blocks(sandbox, &host, scope, iteration, &reply).await;
             let left = max - iteration;
             if submitted.is_none() {
                 // A child's footer leaves out the shared budget: concurrent siblings spend from it,
@@ -683,7 +694,7 @@ impl Rlm {
                 return Ok((payload, RlmOutcome::Submitted));
             }
         }
-        drop(sandbox);
+        drop((ready, starting));
         self.extract(scope, &schema, &mut messages, max + 1).await
     }
 

@@ -131,9 +131,10 @@ async fn iteration_overhead() {
 }
 
 /// Bench 2: fan-out of 500 prompts over HTTP with 50 ms latency, concurrency 16.
-async fn fan_out() {
+async fn fan_out(concurrency: usize, runs: usize) {
     const PROMPTS: usize = 500;
-    const CONCURRENCY: usize = 16;
+    #[allow(non_snake_case)]
+    let CONCURRENCY: usize = concurrency;
     const LATENCY: Duration = Duration::from_millis(50);
     let app = axum::Router::new().route(
         "/v1/chat/completions",
@@ -183,7 +184,7 @@ async fn fan_out() {
     rlm.run("q", Inputs::new(), &RunScope::detached("bench")).await.unwrap();
     let mut ratios = Vec::new();
     let mut walls = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..runs {
         let t = Instant::now();
         let r = rlm.run("q", Inputs::new(), &RunScope::detached("bench")).await.unwrap();
         let total_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -424,13 +425,21 @@ fn main() {
         runtime.block_on(needle());
         return;
     }
+    if args.iter().any(|a| a == "--concurrency-sweep") {
+        runtime.block_on(async {
+            for c in [8, 16, 32, 64, 128] {
+                fan_out(c, 3).await;
+            }
+        });
+        return;
+    }
     if args.iter().any(|a| a == "--big-fan-out") {
         runtime.block_on(big_fan_out());
         return;
     }
     runtime.block_on(async {
         iteration_overhead().await;
-        fan_out().await;
+        fan_out(16, 5).await;
         needle().await;
         big_fan_out().await;
     });

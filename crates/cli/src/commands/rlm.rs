@@ -67,7 +67,8 @@ pub struct RlmArgs {
     /// `web_fetch` are exposed.
     #[arg(long = "tool", value_name = "NAME")]
     pub tools: Vec<String>,
-    /// Sub-model calls in flight at once over the whole RLM tree (default 16).
+    /// Sub-model calls in flight at once over the whole RLM tree (default 32; BENCHMARKS.md has
+    /// the measurement).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// Print one JSON object on stdout and nothing else there.

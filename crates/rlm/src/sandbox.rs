@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::convert::json_to_monty;
 use crate::rewrite::{ASYNC_PREFIX, restore_names, rewrite_awaited_calls};
-use crate::wire::{self, CallAnswer, Finished, FromWorker, ToWorker, WorkerLimits};
+use crate::wire::{self, CallAnswer, Finished, FromWorker, Incoming, ToWorker, WorkerLimits};
 pub use crate::worker::{MAX_RECURSION_LIMIT, WORKER_ARG};
 
 /// How long a worker may stay silent past a snippet's deadline before it is killed.
@@ -234,7 +234,7 @@ impl From<MontyObject> for Global {
 struct Session {
     child: Child,
     stdin: ChildStdin,
-    frames: mpsc::Receiver<std::io::Result<Option<FromWorker>>>,
+    frames: mpsc::Receiver<std::io::Result<Option<Incoming>>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -385,7 +385,7 @@ impl Sandbox {
             return Err(worker_failed(&session, "the worker did not accept its configuration".into()));
         }
         match session.frames.recv().await {
-            Some(Ok(Some(FromWorker::Ready))) => {}
+            Some(Ok(Some(Incoming::Frame(FromWorker::Ready)))) => {}
             _ => {
                 let _ = session.child.wait().await;
                 return Err(worker_failed(
@@ -450,7 +450,7 @@ fn spawn(worker: &WorkerCommand) -> Result<Session, SandboxError> {
     let (tx, frames) = mpsc::channel(16);
     tokio::spawn(async move {
         loop {
-            let frame = wire::receive(&mut stdout).await;
+            let frame = wire::receive_incoming(&mut stdout).await;
             let end = !matches!(frame, Ok(Some(_)));
             if tx.send(frame).await.is_err() || end {
                 break;
@@ -550,22 +550,17 @@ impl<'a> SnippetRun<'a> {
         loop {
             let msg = self.next_frame(session).await?;
             let reply = match msg {
-                FromWorker::Done(finished) => return Ok(finished),
-                FromWorker::Ready => return Err(Lost::Crashed),
-                FromWorker::Lookup { name } => {
+                Incoming::Frame(FromWorker::Done(finished)) => return Ok(finished),
+                Incoming::Frame(FromWorker::Ready) => return Err(Lost::Crashed),
+                Incoming::Frame(FromWorker::Lookup { name }) => {
                     let known = !name.starts_with(ASYNC_PREFIX) && self.host.is_host_function(&name);
                     ToWorker::Name(known.then(|| MontyObject::function(name, None)))
                 }
-                FromWorker::Call { call_id, name, args, awaited } => {
-                    let positional = args.args().map(|a| a.to_owned()).collect();
-                    let keywords = args
-                        .kwargs()
-                        .map(|(k, v)| (k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string()), v.to_owned()))
-                        .collect();
-                    drop(args);
-                    ToWorker::Answer(self.answer_call(call_id, name, positional, keywords, awaited).await?)
+                Incoming::Call { call_id, name, args, kwargs, awaited } => {
+                    ToWorker::Answer(self.answer_call(call_id, name, args, kwargs, awaited).await?)
                 }
-                FromWorker::Wait { pending } => ToWorker::Futures(self.resolve(&pending).await?),
+                Incoming::Frame(FromWorker::Call { .. }) => return Err(Lost::Crashed),
+                Incoming::Frame(FromWorker::Wait { pending }) => ToWorker::Futures(self.resolve(&pending).await?),
             };
             self.send(session, &reply).await?;
         }
@@ -576,7 +571,7 @@ impl<'a> SnippetRun<'a> {
     }
 
     /// The worker's next frame, unless the run is cancelled or the worker overruns its deadline.
-    async fn next_frame(&self, session: &mut Session) -> Result<FromWorker, Lost> {
+    async fn next_frame(&self, session: &mut Session) -> Result<Incoming, Lost> {
         let kill_at = tokio::time::Instant::from_std(self.deadline + KILL_GRACE);
         tokio::select! {
             biased;

@@ -11,7 +11,7 @@
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
-use monty_types::{CallArgs, MontyException, MontyObject};
+use monty_types::{MontyException, MontyObject, ObjectRef};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -91,13 +91,113 @@ pub struct Finished {
     pub failure: Option<WorkerFailure>,
 }
 
+/// One argument of a call as it crosses the pipe: a `str`, or a list or tuple of `str` (a batch
+/// of prompts), travels as raw bytes after the frame — neither encoded nor copied on the way —
+/// anything else as a Python value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WireArg {
+    /// Any other value.
+    Value(MontyObject),
+    /// A `str` of this many bytes.
+    Text(u64),
+    /// A list (or tuple) of `str`s of these byte lengths.
+    Texts { lens: Vec<u64>, tuple: bool },
+}
+
+impl WireArg {
+    /// How a call argument is sent; the texts it carries are added to `raw`.
+    pub fn of<'a>(arg: ObjectRef<'a>, raw: &mut Vec<&'a str>) -> WireArg {
+        if let Some(s) = arg.as_str() {
+            raw.push(s);
+            return WireArg::Text(s.len() as u64);
+        }
+        let tuple = arg.type_name() == "tuple";
+        if (tuple || arg.type_name() == "list")
+            && let Some(items) = arg.items()
+            && let Some(texts) = items.iter().map(|i| i.as_str()).collect::<Option<Vec<&'a str>>>()
+        {
+            let lens = texts.iter().map(|t| t.len() as u64).collect();
+            raw.extend(texts);
+            return WireArg::Texts { lens, tuple };
+        }
+        WireArg::Value(arg.to_owned())
+    }
+
+    /// Bytes of raw text that follow the frame for this argument.
+    fn raw_bytes(&self) -> u64 {
+        match self {
+            WireArg::Value(_) => 0,
+            WireArg::Text(n) => *n,
+            WireArg::Texts { lens, .. } => lens.iter().sum(),
+        }
+    }
+}
+
+/// What the host receives: a frame, or a call with its arguments read back into values.
+#[derive(Debug)]
+pub enum Incoming {
+    /// Any frame but a call.
+    Frame(FromWorker),
+    /// A call, its texts read from the pipe.
+    Call { call_id: u32, name: String, args: Vec<MontyObject>, kwargs: Vec<(String, MontyObject)>, awaited: bool },
+}
+
+/// Reads the next frame and, for a call, the texts that follow it (the host's side). Not
+/// cancel-safe: run it in its own task.
+pub async fn receive_incoming(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<Incoming>> {
+    let Some(frame) = receive(r).await? else { return Ok(None) };
+    let FromWorker::Call { call_id, name, args, kwargs, awaited } = frame else {
+        return Ok(Some(Incoming::Frame(frame)));
+    };
+    let total: u64 = args.iter().chain(kwargs.iter().map(|(_, a)| a)).map(WireArg::raw_bytes).sum();
+    if total > u64::from(MAX_FRAME_BYTES) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("call arguments of {total} bytes are too large"),
+        ));
+    }
+    let mut values = Vec::with_capacity(args.len());
+    for arg in args {
+        values.push(read_arg(r, arg).await?);
+    }
+    let mut keywords = Vec::with_capacity(kwargs.len());
+    for (k, arg) in kwargs {
+        keywords.push((k, read_arg(r, arg).await?));
+    }
+    Ok(Some(Incoming::Call { call_id, name, args: values, kwargs: keywords, awaited }))
+}
+
+async fn read_arg(r: &mut (impl AsyncRead + Unpin), arg: WireArg) -> io::Result<MontyObject> {
+    Ok(match arg {
+        WireArg::Value(v) => v,
+        WireArg::Text(n) => MontyObject::string(read_raw_text(r, n).await?),
+        WireArg::Texts { lens, tuple } => {
+            let mut items = Vec::with_capacity(lens.len());
+            for n in lens {
+                items.push(MontyObject::string(read_raw_text(r, n).await?));
+            }
+            if tuple { MontyObject::tuple(items) } else { MontyObject::list(items) }
+        }
+    })
+}
+
+async fn read_raw_text(r: &mut (impl AsyncRead + Unpin), n: u64) -> io::Result<String> {
+    let mut buf = Vec::with_capacity(usize::try_from(n).map_err(io::Error::other)?);
+    let got = r.take(n).read_to_end(&mut buf).await?;
+    if got as u64 != n {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "call text cut short"));
+    }
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// Messages from the worker.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromWorker {
     /// The session is configured.
     Ready,
-    /// The snippet called a function the interpreter does not have.
-    Call { call_id: u32, name: String, args: CallArgs, awaited: bool },
+    /// The snippet called a function the interpreter does not have. The raw UTF-8 bytes of
+    /// every text in the arguments follow this frame on the pipe, in order.
+    Call { call_id: u32, name: String, args: Vec<WireArg>, kwargs: Vec<(String, WireArg)>, awaited: bool },
     /// The snippet read a name that is not defined.
     Lookup { name: String },
     /// Every task of the snippet waits on these futures.
@@ -207,14 +307,33 @@ mod tests {
     #[test]
     fn frames_round_trip_through_a_pipe_buffer() {
         let mut buf = Vec::new();
-        let mut args = CallArgs::new();
-        args.push_arg(MontyObject::string("hi"));
-        args.push_kwarg("model", MontyObject::none());
-        let msg = FromWorker::Call { call_id: 7, name: "llm_query".into(), args, awaited: true };
+        let args = vec![WireArg::Text(2)];
+        let kwargs = vec![("model".to_string(), WireArg::Value(MontyObject::none()))];
+        let msg = FromWorker::Call { call_id: 7, name: "llm_query".into(), args, kwargs, awaited: true };
         write_frame(&mut buf, &msg).unwrap();
         let back: FromWorker = read_frame(&mut buf.as_slice()).unwrap().unwrap();
         let FromWorker::Call { call_id: 7, awaited: true, args, .. } = back else { panic!("{back:?}") };
-        assert_eq!(args.arg(0).and_then(|a| a.as_str().map(str::to_string)), Some("hi".to_string()));
+        assert_eq!(args, vec![WireArg::Text(2)]);
+    }
+
+    #[tokio::test]
+    async fn a_call_brings_its_texts_back_as_values() {
+        let list = MontyObject::list([MontyObject::string("ab"), MontyObject::string("cde")]);
+        let mut raw = Vec::new();
+        let args = vec![WireArg::of(list.as_ref(), &mut raw)];
+        let one = MontyObject::string("xyz");
+        let kwargs = vec![("k".to_string(), WireArg::of(one.as_ref(), &mut raw))];
+        let mut pipe = Vec::new();
+        write_frame(&mut pipe, &FromWorker::Call { call_id: 1, name: "f".into(), args, kwargs, awaited: false })
+            .unwrap();
+        for t in raw {
+            pipe.extend_from_slice(t.as_bytes());
+        }
+        let Some(Incoming::Call { args, kwargs, .. }) = receive_incoming(&mut pipe.as_slice()).await.unwrap() else {
+            panic!("not a call")
+        };
+        assert_eq!(args[0].py_repr(), "['ab', 'cde']");
+        assert_eq!(kwargs[0].1.py_repr(), "'xyz'");
     }
 
     #[test]

@@ -10,17 +10,17 @@
 //! limit to hold; [`serve`] refuses to run a memory-limited session otherwise.
 
 use std::borrow::Cow;
-use std::io::{self, BufReader, BufWriter, Stdin, Stdout};
+use std::io::{self, BufReader, BufWriter, Stdin, Stdout, Write};
 use std::process::ExitCode;
 
 use monty::{MontyRepl, ReplProgress, ReplStartError};
 use monty_types::{
-    CompileOptions, ExcType, ExtFunctionResult, MontyException, MontyObject, NameLookupResult, OsFunctionCall,
-    OsPolicy, PrintWriter, PrintWriterCallback, ResourceLimits, ResourceTracker, SleepMode,
+    CallArgs, CompileOptions, ExcType, ExtFunctionResult, MontyException, MontyObject, NameLookupResult,
+    OsFunctionCall, OsPolicy, PrintWriter, PrintWriterCallback, ResourceLimits, ResourceTracker, SleepMode,
 };
 
 use crate::output::OutputBuffer;
-use crate::wire::{self, CallAnswer, Finished, FromWorker, ToWorker, WorkerFailure, WorkerLimits};
+use crate::wire::{self, CallAnswer, Finished, FromWorker, ToWorker, WireArg, WorkerFailure, WorkerLimits};
 
 /// The first argument that starts a binary as a sandbox worker.
 pub const WORKER_ARG: &str = "__sandbox-worker";
@@ -128,6 +128,22 @@ fn session_loop(input: BufReader<Stdin>, limits: WorkerLimits) -> ExitCode {
     }
 }
 
+/// Sends a call: its frame, then the raw bytes of the texts in its arguments.
+fn send_call(pipe: &mut Pipe, call_id: u32, name: &str, args: &CallArgs, awaited: bool) -> io::Result<()> {
+    let mut raw = Vec::new();
+    let positional = args.args().map(|a| WireArg::of(a, &mut raw)).collect();
+    let keywords = args
+        .kwargs()
+        .map(|(k, v)| (k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string()), WireArg::of(v, &mut raw)))
+        .collect();
+    let call = FromWorker::Call { call_id, name: name.to_string(), args: positional, kwargs: keywords, awaited };
+    wire::write_frame(&mut pipe.output, &call)?;
+    for text in raw {
+        pipe.output.write_all(text.as_bytes())?;
+    }
+    pipe.output.flush()
+}
+
 /// The texts that follow a feed frame, as `str` globals (moved, not copied, into the session).
 fn read_texts(input: &mut BufReader<Stdin>, texts: Vec<(String, u64)>) -> io::Result<Vec<(String, MontyObject)>> {
     texts.into_iter().map(|(name, len)| Ok((name, MontyObject::string(wire::read_text(input, len)?)))).collect()
@@ -171,11 +187,10 @@ fn run_feed(
                 let e = *e;
                 break (e.repl, Err(e.error));
             }
-            Ok(ReplProgress::FunctionCall(mut call)) => {
-                let args = std::mem::take(&mut call.args);
+            Ok(ReplProgress::FunctionCall(call)) => {
                 let name = call.function_name.clone();
                 let awaited = call.allow_eager_await;
-                pipe.send(&FromWorker::Call { call_id: call.call_id, name: name.clone(), args, awaited })?;
+                send_call(pipe, call.call_id, &name, &call.args, awaited)?;
                 let answer = match pipe.receive()? {
                     ToWorker::Answer(a) => a,
                     _ => return Err(io::Error::other("expected an answer to a call")),

@@ -275,8 +275,9 @@ const RE_PREFIX: &str = "__rlm_re_";
 const RE_SHIMMED: &[&str] =
     &["compile", "search", "match", "fullmatch", "findall", "finditer", "split", "sub", "VERBOSE", "X"];
 
-/// Prefix of the parameter of a key function written as a bound method (`key=d.get`).
-const KEY_PARAM: &str = "__rlm_k";
+/// The parameters of the lambda standing in for a method named as a value.
+const METHOD_SELF: &str = "__rlm_v";
+const METHOD_ARGS: &str = "__rlm_a";
 
 /// One change to the source: replace `start..end` with `text`.
 struct Edit {
@@ -357,9 +358,7 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
                     edits.push(Edit { start: a, end: b, text: NEXT_SHIM.to_string() });
                     continue;
                 }
-                if name == "key"
-                    && let Some(edit) = key_function_edit(&toks, i, src)
-                {
+                if let Some(edit) = method_value_edit(&toks, i, src) {
                     edits.push(edit);
                     continue;
                 }
@@ -464,29 +463,47 @@ fn shim_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
     Some(Edit { start: a, end: *d, text: format!("{SHIM_PREFIX}{}", &src[*c..*d]) })
 }
 
-/// `key=a.b` (a keyword argument whose value is an attribute chain) → `key=lambda k: a.b(k)`.
-fn key_function_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
-    let opens_argument = i.checked_sub(1).is_some_and(|j| matches!(toks[j], Tok::Punct(b'(' | b',')));
-    if !opens_argument || toks.get(i + 1) != Some(&Tok::Punct(b'=')) {
+/// Types whose methods named as values (`str.strip`) take the receiver first.
+const TYPE_NAMES: &[&str] = &["str", "bytes", "dict", "list", "set", "tuple", "int", "float"];
+
+/// A method named as a value, which Monty cannot take (`key=d.get`, `map(str.strip, lines)`),
+/// becomes a lambda calling it. Only where a function is certainly meant: the value of `key=`,
+/// the first argument of `map`/`filter`, or a method of a built-in type passed as an argument.
+fn method_value_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let Tok::Word(start, head_end) = toks[i] else { return None };
+    let back = |n: usize| i.checked_sub(n).map(|j| toks[j]);
+    let word = |t: Option<Tok>| match t {
+        Some(Tok::Word(a, b)) => &src[a..b],
+        _ => "",
+    };
+    let head = &src[start..head_end];
+    if back(1) == Some(Tok::Punct(b'.')) || KEYWORDS.contains(&head) {
         return None;
     }
-    let mut j = i + 2;
-    let Some(Tok::Word(start, mut end)) = toks.get(j).copied() else { return None };
-    if KEYWORDS.contains(&&src[start..end]) {
-        return None;
-    }
-    let mut dots = 0;
+    let (mut j, mut end, mut dots) = (i, head_end, 0);
     while let (Some(Tok::Punct(b'.')), Some(Tok::Word(_, e))) = (toks.get(j + 1), toks.get(j + 2)) {
-        end = *e;
-        j += 2;
-        dots += 1;
+        (end, j, dots) = (*e, j + 2, dots + 1);
     }
-    let closes = matches!(toks.get(j + 1), Some(Tok::Punct(b',' | b')')));
-    if dots == 0 || !closes {
+    if dots == 0 || !matches!(toks.get(j + 1), Some(Tok::Punct(b',' | b')'))) {
+        return None;
+    }
+    let is_type = dots == 1 && TYPE_NAMES.contains(&head);
+    let opens = |t: Option<Tok>| matches!(t, Some(Tok::Punct(b'(' | b',')));
+    let after_key = back(1) == Some(Tok::Punct(b'=')) && word(back(2)) == "key" && opens(back(3));
+    let first_of_map = back(1) == Some(Tok::Punct(b'('))
+        && matches!(word(back(2)), "map" | "filter")
+        && back(3) != Some(Tok::Punct(b'.'));
+    if !(after_key || first_of_map || (is_type && opens(back(1)))) {
         return None;
     }
     let chain = &src[start..end];
-    Some(Edit { start, end, text: format!("lambda {KEY_PARAM}: {chain}({KEY_PARAM})") })
+    let text = match chain.rsplit_once('.') {
+        Some((_, method)) if is_type => {
+            format!("(lambda {METHOD_SELF}, *{METHOD_ARGS}: {METHOD_SELF}.{method}(*{METHOD_ARGS}))")
+        }
+        _ => format!("(lambda *{METHOD_ARGS}: {chain}(*{METHOD_ARGS}))"),
+    };
+    Some(Edit { start, end, text })
 }
 
 fn apply(src: &str, mut edits: Vec<Edit>) -> String {
@@ -672,11 +689,22 @@ mod tests {
     }
 
     #[test]
-    fn bound_method_key_functions_become_lambdas() {
-        assert_eq!(rw("best = max(d, key=d.get)"), "best = max(d, key=lambda __rlm_k: d.get(__rlm_k))");
+    fn methods_named_as_values_become_lambdas() {
+        assert_eq!(rw("best = max(d, key=d.get)"), "best = max(d, key=(lambda *__rlm_a: d.get(*__rlm_a)))");
         assert_eq!(rw("sorted(xs, key=len)"), "sorted(xs, key=len)");
-        assert_eq!(rw("f(key=a.b.c, x=1)"), "f(key=lambda __rlm_k: a.b.c(__rlm_k), x=1)");
+        assert_eq!(rw("f(key=a.b.c, x=1)"), "f(key=(lambda *__rlm_a: a.b.c(*__rlm_a)), x=1)");
         assert_eq!(rw("key = d.get"), "key = d.get");
+        assert_eq!(
+            rw("list(map(str.strip, lines))"),
+            "list(map((lambda __rlm_v, *__rlm_a: __rlm_v.strip(*__rlm_a)), lines))"
+        );
+        assert_eq!(rw("vals = map(d.get, keys)"), "vals = map((lambda *__rlm_a: d.get(*__rlm_a)), keys)");
+        assert_eq!(
+            rw("sorted(ws, key=str.lower)"),
+            "sorted(ws, key=(lambda __rlm_v, *__rlm_a: __rlm_v.lower(*__rlm_a)))"
+        );
+        // A data attribute passed along is left alone.
+        assert_eq!(rw("print(obj.count, len(self.items))"), "print(obj.count, len(self.items))");
     }
 
     #[test]

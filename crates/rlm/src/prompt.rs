@@ -49,7 +49,8 @@ code block.";
 #[rustfmt::skip]
 pub const SANDBOX_MODULES: &[&str] = &[
     "re", "json", "math", "collections", "itertools", "functools", "random", "time", "copy", "csv", "decimal",
-    "hashlib", "bisect", "dataclasses", "typing", "asyncio", "datetime", "base64",
+    "hashlib", "bisect", "dataclasses", "typing", "asyncio", "datetime", "base64", "heapq", "statistics", "string",
+    "textwrap", "operator",
 ];
 
 /// What the catalog needs to know about the run.

@@ -215,7 +215,9 @@ const NEXT_SHIM: &str = "__rlm_next";
 /// `asyncio.create_task`, `asyncio.ensure_future`, `asyncio.wait_for` (which Monty lacks) and a
 /// `next` that takes a generator expression, in terms of what Monty has. Calls to them are
 /// renamed by [`rewrite_awaited_calls`].
-pub const SHIMS: &str = "import asyncio
+pub const SHIMS: &str = concat!(
+    include_str!("shims/modules.py"),
+    "import asyncio
 import re
 def __rlm_re_flags(pattern, flags):
     if flags & 64:
@@ -266,7 +268,12 @@ def __rlm_aio_ensure_future(coro):
     return coro
 async def __rlm_aio_wait_for(aw, timeout=None):
     return await aw
-";
+"
+);
+
+/// Modules Monty lacks that models import often, stood in for by the Python classes of
+/// `shims/modules.py` (`import heapq` binds `heapq` to an instance of one).
+const SHIM_MODULES: &[&str] = &["heapq", "statistics", "string", "textwrap", "operator"];
 
 /// Prefix of the stand-ins for `re` functions and flags, used in snippets that ask for
 /// `re.VERBOSE` (Monty's engine has the inline `(?x)` flag but not the constant).
@@ -356,6 +363,12 @@ pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> Strin
                 }
                 if name == "next" && is_plain_call(&toks, i, src) {
                     edits.push(Edit { start: a, end: b, text: NEXT_SHIM.to_string() });
+                    continue;
+                }
+                if matches!(name, "import" | "from")
+                    && let Some(edit) = shim_import_edit(&toks, i, src)
+                {
+                    edits.push(edit);
                     continue;
                 }
                 if let Some(edit) = method_value_edit(&toks, i, src) {
@@ -463,6 +476,55 @@ fn shim_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
     Some(Edit { start: a, end: *d, text: format!("{SHIM_PREFIX}{}", &src[*c..*d]) })
 }
 
+/// `import heapq [as h]` or `from heapq import a [as b], ...` of a module in [`SHIM_MODULES`]
+/// → assignments from its stand-in. Only whole simple statements are rewritten.
+fn shim_import_edit(toks: &[Tok], i: usize, src: &str) -> Option<Edit> {
+    let word = |j: usize| match toks.get(j) {
+        Some(Tok::Word(a, b)) => Some(&src[*a..*b]),
+        _ => None,
+    };
+    let statement_start = i == 0 || matches!(toks[i - 1], Tok::Newline | Tok::Punct(b';'));
+    let Tok::Word(start, _) = toks[i] else { return None };
+    let module = word(i + 1).filter(|m| SHIM_MODULES.contains(m) && statement_start)?;
+    let shim = format!("__rlm_mod_{module}");
+    let ends = |j: usize| matches!(toks.get(j), None | Some(Tok::Newline | Tok::Punct(b';')));
+    let end_of = |j: usize| match toks.get(j) {
+        Some(Tok::Word(_, b)) => Some(*b),
+        _ => None,
+    };
+    if word(i) == Some("import") {
+        let (target, last) = match (word(i + 2), word(i + 3)) {
+            (Some("as"), Some(alias)) => (alias, i + 3),
+            _ => (module, i + 1),
+        };
+        return ends(last + 1).then(|| Edit {
+            start,
+            end: end_of(last).unwrap_or(start),
+            text: format!("{target} = {shim}"),
+        });
+    }
+    if word(i + 2) != Some("import") {
+        return None;
+    }
+    let mut j = i + 3;
+    let mut binds = Vec::new();
+    loop {
+        let name = word(j)?;
+        let (target, last) = match (word(j + 1), word(j + 2)) {
+            (Some("as"), Some(alias)) => (alias, j + 2),
+            _ => (name, j),
+        };
+        binds.push(format!("{target} = {shim}.{name}"));
+        if ends(last + 1) {
+            return Some(Edit { start, end: end_of(last)?, text: binds.join("; ") });
+        }
+        if toks.get(last + 1) != Some(&Tok::Punct(b',')) {
+            return None;
+        }
+        j = last + 2;
+    }
+}
+
 /// Types whose methods named as values (`str.strip`) take the receiver first.
 const TYPE_NAMES: &[&str] = &["str", "bytes", "dict", "list", "set", "tuple", "int", "float"];
 
@@ -526,8 +588,17 @@ fn apply(src: &str, mut edits: Vec<Edit>) -> String {
 }
 
 /// Internal names shown to the model as what the model wrote.
-const RENAMES: &[(&str, &str)] =
-    &[(ASYNC_PREFIX, ""), (SHIM_PREFIX, "asyncio."), (NEXT_SHIM, "next"), (RE_PREFIX, "re.")];
+const RENAMES: &[(&str, &str)] = &[
+    (ASYNC_PREFIX, ""),
+    (SHIM_PREFIX, "asyncio."),
+    (NEXT_SHIM, "next"),
+    (RE_PREFIX, "re."),
+    ("'__rlm_mod_heapq_t' object", "module 'heapq'"),
+    ("'__rlm_mod_statistics_t' object", "module 'statistics'"),
+    ("'__rlm_mod_string_t' object", "module 'string'"),
+    ("'__rlm_mod_textwrap_t' object", "module 'textwrap'"),
+    ("'__rlm_mod_operator_t' object", "module 'operator'"),
+];
 
 /// Undoes the renaming in text shown to the model (error messages, tracebacks): the async alias
 /// prefix is dropped and shims are named as the `asyncio` functions they stand for, with the
@@ -722,6 +793,22 @@ mod tests {
         assert_eq!(rw("FINAL_VAR('result')"), "FINAL(result)");
         assert_eq!(rw("FINAL_VAR(\"result\")\nx = 1"), "FINAL(result)\nx = 1");
         assert_eq!(rw("FINAL_VAR('not a name')"), "FINAL_VAR('not a name')");
+    }
+
+    #[test]
+    fn imports_of_stood_in_modules_bind_the_stand_ins() {
+        assert_eq!(rw("import heapq\nx = 1"), "heapq = __rlm_mod_heapq\nx = 1");
+        assert_eq!(rw("    import statistics as st"), "    st = __rlm_mod_statistics");
+        assert_eq!(
+            rw("from string import ascii_lowercase, digits as d"),
+            "ascii_lowercase = __rlm_mod_string.ascii_lowercase; d = __rlm_mod_string.digits"
+        );
+        assert_eq!(rw("import re, heapq"), "import re, heapq");
+        assert_eq!(rw("import json"), "import json");
+        assert_eq!(
+            restore_names("AttributeError: '__rlm_mod_heapq_t' object has no attribute 'merge'"),
+            "AttributeError: module 'heapq' has no attribute 'merge'"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use recursive_core::{ToolRegistry, typed};
 
 pub mod apply_patch;
+pub mod command;
 pub mod config;
 pub mod fs;
 pub mod mcp;

@@ -186,7 +186,8 @@ impl ToolInvoker {
 
     async fn run_one(&self, call: ToolCall, scope: &RunScope, step: u32, deadline: Option<Instant>) -> ToolOutcome {
         let t0 = Instant::now();
-        let ctx = ToolContext { scope: scope.clone(), step, call_id: call.id.clone() };
+        let screen = self.gate.as_ref().zip(self.tools.get(&call.name)).and_then(|(g, t)| g.screen(&call, t));
+        let ctx = ToolContext { scope: scope.clone(), step, call_id: call.id.clone(), screen };
         let limit = earliest(self.limits.timeout.and_then(|t| t0.checked_add(t)), deadline);
         let run = self.tools.call(&call, &ctx);
         let timed = async {

@@ -39,7 +39,7 @@ pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope};
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, RunError, RunLimits, RunResult};
 pub use subagent::{SubAgent, SubAgentArgs, SubAgentError, SubAgentOutcome, SubAgentSession, SubAgentTool};
 pub use tool::{
-    GateVerdict, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool, call_arguments,
-    path_arguments, schema_for, typed,
+    GateVerdict, PathScreen, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool,
+    call_arguments, path_arguments, schema_for, typed,
 };
 pub use transcript::{Transcript, TranscriptError, TranscriptLog};

@@ -57,13 +57,28 @@ pub struct ToolContext {
     pub step: u32,
     /// The call id.
     pub call_id: String,
+    /// Paths this call may not show (from the gate's path rules), for tools that come across
+    /// paths they were not given: search hits, directory entries.
+    pub screen: Option<Arc<dyn PathScreen>>,
 }
 
 impl ToolContext {
     /// A context for calling a tool outside any agent run.
     pub fn detached() -> Self {
-        Self { scope: RunScope::detached("tool"), step: 0, call_id: String::new() }
+        Self { scope: RunScope::detached("tool"), step: 0, call_id: String::new(), screen: None }
     }
+
+    /// Whether a path the tool came across (relative to the workspace, as it would show it)
+    /// must be left out of its result.
+    pub fn hides(&self, path: &str) -> bool {
+        self.screen.as_ref().is_some_and(|s| s.hides(path))
+    }
+}
+
+/// Hides the paths a gate denies to one call, from the results of tools that list or search.
+pub trait PathScreen: Send + Sync + std::fmt::Debug {
+    /// Whether `path` (relative to the workspace) must not be shown.
+    fn hides(&self, path: &str) -> bool;
 }
 
 /// Where a tool comes from (permission defaults differ by origin).
@@ -325,6 +340,11 @@ impl GateVerdict {
 pub trait ToolGate: Send + Sync {
     /// Decides on one call. `tool` is `None` for a call to an unknown tool.
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict;
+
+    /// The paths an allowed call may not show in its results; `None` hides nothing.
+    fn screen(&self, _call: &ToolCall, _tool: &Arc<dyn Tool>) -> Option<Arc<dyn PathScreen>> {
+        None
+    }
 }
 
 #[cfg(test)]

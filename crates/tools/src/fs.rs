@@ -4,9 +4,11 @@
 
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use recursive_core::{ToolContext, ToolError, TypedTool, path_arguments};
+use recursive_core::{PathScreen, ToolContext, ToolError, TypedTool, path_arguments};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -342,29 +344,71 @@ impl TypedTool for ListDir {
         true
     }
 
-    async fn run(&self, args: ListDirArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn run(&self, args: ListDirArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = resolve(&self.ws, args.path.as_deref().unwrap_or("."))?;
         let shown = self.ws.display_relative(&path);
         let depth = args.depth.unwrap_or(self.config.default_depth).clamp(1, self.config.max_depth.max(1));
         let max_entries = self.config.max_entries;
-        blocking(move || list_tree(&path, &shown, depth, max_entries)).await
+        let filter = EntryFilter::new(&self.ws, ctx);
+        blocking(move || list_tree(&path, &shown, depth, max_entries, filter)).await
+    }
+}
+
+/// What a directory walk leaves out: `.git`, and the paths the call's permission rules hide
+/// (counted, so the result can say that some were hidden).
+#[derive(Clone)]
+pub(crate) struct EntryFilter {
+    ws: Workspace,
+    screen: Option<Arc<dyn PathScreen>>,
+    hidden: Arc<AtomicUsize>,
+}
+
+impl EntryFilter {
+    pub(crate) fn new(ws: &Workspace, ctx: &ToolContext) -> Self {
+        Self { ws: ws.clone(), screen: ctx.screen.clone(), hidden: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    /// Whether the walk goes into (or shows) this entry.
+    pub(crate) fn keeps(&self, entry: &ignore::DirEntry) -> bool {
+        if entry.file_name() == ".git" {
+            return false;
+        }
+        let Some(screen) = &self.screen else { return true };
+        if entry.depth() > 0 && screen.hides(&self.ws.display_relative(entry.path())) {
+            self.hidden.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// A line saying how many entries the rules hid, if any.
+    pub(crate) fn note(&self) -> Option<String> {
+        let n = self.hidden.load(Ordering::Relaxed);
+        (n > 0).then(|| format!("[{n} entries hidden by permission rules]"))
     }
 }
 
 /// Entries counted past the cap before the count is given up.
 const COUNT_PAST_CAP: usize = 10_000;
 
-fn list_tree(dir: &Path, shown: &str, depth: usize, max_entries: usize) -> Result<String, ToolError> {
+fn list_tree(
+    dir: &Path,
+    shown: &str,
+    depth: usize,
+    max_entries: usize,
+    filter: EntryFilter,
+) -> Result<String, ToolError> {
     let meta = std::fs::metadata(dir).map_err(|e| io_error(shown, &e))?;
     if !meta.is_dir() {
         return Err(ToolError::failed(format!("`{shown}` is a file, not a directory; use read_file to read it")));
     }
+    let keep = filter.clone();
     let walker = ignore::WalkBuilder::new(dir)
         .max_depth(Some(depth))
         .hidden(false)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| keep.keeps(e))
         .sort_by_file_name(|a, b| a.cmp(b))
         .build();
     let mut out = format!("{}/\n", shown.trim_end_matches('/'));
@@ -416,6 +460,10 @@ fn list_tree(dir: &Path, shown: &str, depth: usize, max_entries: usize) -> Resul
     }
     if unreadable > 0 {
         out.push_str(&format!("[{unreadable} entries could not be read]\n"));
+    }
+    if let Some(note) = filter.note() {
+        out.push_str(&note);
+        out.push('\n');
     }
     Ok(out.trim_end().to_string())
 }

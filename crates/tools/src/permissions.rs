@@ -59,7 +59,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use recursive_core::{GateVerdict, Tool, ToolCall, ToolGate, ToolOrigin, call_arguments};
+use recursive_core::{GateVerdict, PathScreen, Tool, ToolCall, ToolGate, ToolOrigin, call_arguments};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -358,6 +358,7 @@ pub fn approver_for_flags(yes: bool, no_ask: bool) -> Arc<dyn ApprovalHandler> {
     }
 }
 
+#[derive(Clone)]
 struct CompiledRule {
     rule: PermissionRule,
     tool: GlobMatcher,
@@ -641,6 +642,54 @@ impl ToolGate for PermissionPolicy {
                     Approval::No => GateVerdict::deny(format!("{asked}; {said}")),
                 }
             }
+        }
+    }
+
+    /// The path rules for this tool that deny or ask: what they match stays out of search and
+    /// listing results (first matching rule wins, as for calls).
+    fn screen(&self, call: &ToolCall, _tool: &Arc<dyn Tool>) -> Option<Arc<dyn PathScreen>> {
+        let rules: Vec<(GlobMatcher, Action)> = self
+            .rules
+            .iter()
+            .filter(|r| r.prefix.is_none() && r.tool.is_match(&call.name))
+            .filter_map(|r| r.path.clone().map(|g| (g, r.rule.action)))
+            .collect();
+        if rules.iter().all(|(_, a)| *a == Action::Allow) {
+            return None;
+        }
+        Some(Arc::new(RuleScreen { rules, workspace: self.workspace.clone() }))
+    }
+}
+
+/// Hides paths whose first matching path rule denies or asks.
+struct RuleScreen {
+    rules: Vec<(GlobMatcher, Action)>,
+    workspace: Option<Workspace>,
+}
+
+impl std::fmt::Debug for RuleScreen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleScreen").field("rules", &self.rules.len()).finish()
+    }
+}
+
+impl RuleScreen {
+    fn hides_text(&self, path: &str) -> bool {
+        self.rules.iter().find(|(g, _)| g.is_match(path)).is_some_and(|(_, a)| *a != Action::Allow)
+    }
+}
+
+impl PathScreen for RuleScreen {
+    /// Both the path as shown and where it leads (symlinks resolved) are checked.
+    fn hides(&self, path: &str) -> bool {
+        let shown = lexical(path).unwrap_or_else(|| path.to_string());
+        if self.hides_text(&shown) {
+            return true;
+        }
+        let Some(ws) = &self.workspace else { return false };
+        match ws.resolve(path) {
+            Ok(resolved) => self.hides_text(&ws.display_relative(&resolved)),
+            Err(_) => false,
         }
     }
 }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::SearchConfig;
-use crate::fs::{blocking, resolve};
+use crate::fs::{EntryFilter, blocking, resolve};
 use crate::sandbox::Workspace;
 use crate::truncate::clip_chars;
 
@@ -79,7 +79,7 @@ impl TypedTool for SearchFiles {
         true
     }
 
-    async fn run(&self, args: SearchFilesArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn run(&self, args: SearchFilesArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let target = resolve(&self.ws, args.path.as_deref().unwrap_or("."))?;
         if !target.exists() {
             return Err(ToolError::failed(format!("`{}` does not exist", self.ws.display_relative(&target))));
@@ -93,25 +93,33 @@ impl TypedTool for SearchFiles {
         let line_chars = self.config.max_line_chars;
         let glob = args.glob.clone();
         let pattern = args.pattern.clone();
-        blocking(move || search(&ws, &target, &matcher, glob.as_deref(), max, line_chars, &pattern)).await
+        let filter = EntryFilter::new(&ws, ctx);
+        blocking(move || {
+            let query = Query { matcher: &matcher, glob: glob.as_deref(), max, line_chars, pattern: &pattern };
+            search(&ws, &target, &query, filter)
+        })
+        .await
     }
 }
 
-fn search(
-    ws: &Workspace,
-    target: &Path,
-    matcher: &RegexMatcher,
-    glob: Option<&str>,
+/// What to search for and how much to show.
+struct Query<'a> {
+    matcher: &'a RegexMatcher,
+    glob: Option<&'a str>,
     max: usize,
     line_chars: usize,
-    pattern: &str,
-) -> Result<String, ToolError> {
+    pattern: &'a str,
+}
+
+fn search(ws: &Workspace, target: &Path, query: &Query<'_>, filter: EntryFilter) -> Result<String, ToolError> {
+    let Query { matcher, glob, max, line_chars, pattern } = *query;
+    let keep = filter.clone();
     let mut builder = ignore::WalkBuilder::new(target);
     builder
         .hidden(false)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| keep.keeps(e))
         .sort_by_file_name(|a, b| a.cmp(b));
     if let Some(glob) = glob {
         let base = if target.is_dir() { target } else { target.parent().unwrap_or(target) };
@@ -152,10 +160,12 @@ fn search(
             break;
         }
     }
+    let note = filter.note().map(|n| format!("\n{n}")).unwrap_or_default();
     if hits.is_empty() {
-        return Ok(format!("no matches for `{pattern}`"));
+        return Ok(format!("no matches for `{pattern}`{note}"));
     }
     let mut out = hits.join("\n");
+    out.push_str(&note);
     if capped {
         out.push_str(&format!("\n[stopped after {max} matches; narrow the pattern, `path` or `glob` to see the rest]"));
     }

@@ -124,3 +124,50 @@ async fn yes_approves_every_ask() {
     assert_eq!(result.finish_reason, FinishReason::NoMoreToolCalls);
     assert_eq!(std::fs::read_to_string(ws.root().join("a.txt")).unwrap(), "a");
 }
+
+/// The text of every tool result the model was sent, in order.
+fn tool_results(provider: &MockProvider) -> Vec<String> {
+    let last = provider.requests().pop().unwrap();
+    last.messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.content.clone()).collect()
+}
+
+#[tokio::test]
+async fn denied_paths_stay_out_of_search_and_listing_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::new(dir.path()).unwrap();
+    let root = ws.root();
+    std::fs::create_dir_all(root.join("secrets")).unwrap();
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("secrets/key.txt"), "API_KEY=sk-live-123\n").unwrap();
+    std::fs::write(root.join("docs/readme.md"), "set API_KEY first\n").unwrap();
+    std::os::unix::fs::symlink("../secrets/key.txt", root.join("docs/key-link")).unwrap();
+    let provider = MockProvider::new([
+        MockReply::tool("search_files", json!({"pattern": "KEY"})),
+        MockReply::tool("list_dir", json!({"depth": 3})),
+        MockReply::tool("search_files", json!({"pattern": "sk-live", "path": "secrets"})),
+        MockReply::text("done"),
+    ]);
+    let rules = r#"
+        [permissions]
+        max_denials = 10
+        [[permissions.rules]]
+        tool = "*"
+        path = "secrets/**"
+        action = "deny"
+        [[permissions.rules]]
+        tool = "*"
+        path = "secrets"
+        action = "deny"
+    "#;
+    let scope = RunScope::root("perm", Arc::new(MemorySink::new()), Arc::new(Budget::unlimited()));
+    agent(&provider, &ws, permissions(rules), Approval::Yes).run_in("find keys", &scope).await.unwrap();
+
+    let results = tool_results(&provider);
+    assert_eq!(results.len(), 3);
+    assert!(results[0].contains("docs/readme.md:1:"), "{}", results[0]);
+    assert!(!results[0].contains("sk-live") && !results[0].contains("secrets/"), "{}", results[0]);
+    assert!(results[0].contains("hidden by permission rules"), "{}", results[0]);
+    assert!(results[1].contains("readme.md"), "{}", results[1]);
+    assert!(!results[1].contains("secrets") && !results[1].contains("key-link"), "{}", results[1]);
+    assert!(results[2].starts_with("permission denied"), "{}", results[2]);
+}

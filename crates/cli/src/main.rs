@@ -5,6 +5,7 @@ mod commands;
 mod config;
 mod output;
 mod provider;
+mod secrets;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == recursive_rlm::WORKER_ARG) {
         return recursive_rlm::worker::serve();
     }
+    secrets::hide();
     run()
 }
 

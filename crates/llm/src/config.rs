@@ -252,7 +252,7 @@ impl ProviderSettings {
 /// Builds the provider the settings describe, reading API keys and base URLs from the process
 /// environment where the settings leave them out.
 pub fn build_provider(settings: &ProviderSettings, prices: &PriceTable) -> Result<Arc<dyn ChatProvider>, LlmError> {
-    build_provider_with_env(settings, prices, &|name| std::env::var(name).ok())
+    build_provider_with_env(settings, prices, &|name| recursive_core::env::var(name))
 }
 
 /// [`build_provider`] with an explicit environment lookup.
@@ -481,7 +481,7 @@ pub fn ollama_url(host: &str) -> String {
 /// `OPENAI_API_KEY` → OpenAI (honouring `OPENAI_BASE_URL`), else an Ollama server answering on
 /// `OLLAMA_HOST` or 127.0.0.1:11434 → Ollama. `None` when there is none of these.
 pub async fn detect_from_env() -> Option<ProviderSettings> {
-    detect_from(&|name| std::env::var(name).ok()).await
+    detect_from(&|name| recursive_core::env::var(name)).await
 }
 
 /// [`detect_from_env`] with an explicit environment lookup.

@@ -196,7 +196,7 @@ impl WorkerCommand {
         if let Some(w) = DEFAULT_WORKER.get() {
             return Ok(w.clone());
         }
-        if let Some(p) = std::env::var_os("RECURSIVE_SANDBOX_WORKER") {
+        if let Some(p) = recursive_core::env::var_os("RECURSIVE_SANDBOX_WORKER") {
             return Ok(Self { program: p.into(), args: Vec::new() });
         }
         std::env::current_exe()

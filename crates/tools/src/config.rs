@@ -1,6 +1,7 @@
 //! Settings of the built-in tools (timeouts and output caps), readable from the `[tools]`
 //! table of `recursive.toml`. Every field has a default, so an empty table is valid.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -72,10 +73,12 @@ pub struct ShellConfig {
     pub max_timeout_secs: u64,
     /// Most bytes kept of each of stdout and stderr (half from the start, half from the end).
     pub max_output_bytes: usize,
-    /// Environment variables not passed to commands: case-insensitive globs over names. The
-    /// default keeps credentials (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`) away from
-    /// commands a model writes; set it to `[]` to pass the whole environment.
-    pub env_exclude: Vec<String>,
+    /// Variables of this process passed to commands besides the default allowlist
+    /// ([`recursive_core::env::DEFAULT_CHILD_ENV`]: `PATH`, `HOME`, locale, toolchain homes —
+    /// never credentials): globs over names, e.g. `["NPM_CONFIG_*"]`.
+    pub env_pass: Vec<String>,
+    /// Variables set for every command, with these values.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for ShellConfig {
@@ -85,7 +88,8 @@ impl Default for ShellConfig {
             default_timeout_secs: 120,
             max_timeout_secs: 600,
             max_output_bytes: 32 * 1024,
-            env_exclude: ["*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*"].map(String::from).to_vec(),
+            env_pass: Vec::new(),
+            env: BTreeMap::new(),
         }
     }
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
+use recursive_core::env::ChildEnv;
 use recursive_core::{
     EventKind, Extension, ExtensionEvent, RunScope, Tool, ToolContext, ToolError, ToolOrigin, ToolRegistry, ToolSpec,
     path_arguments,
@@ -84,7 +85,11 @@ pub struct McpServerConfig {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// Extra environment variables.
+    /// Variables of this process passed to the server besides the default allowlist
+    /// (`PATH`, `HOME`, locale…; never credentials): globs over names, e.g. `["GITHUB_TOKEN"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_pass: Vec<String>,
+    /// Variables set for the server, with these values.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Working directory of the process.
@@ -113,6 +118,7 @@ impl McpServerConfig {
         Self {
             command: Some(command.into()),
             args: args.into_iter().map(Into::into).collect(),
+            env_pass: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
             url: None,
@@ -341,7 +347,9 @@ async fn connect(
     let client = match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(&config.args).envs(&config.env);
+            let env = ChildEnv::new(&config.env_pass, &config.env).map_err(|e| e.to_string())?;
+            env.apply_tokio(&mut cmd);
+            cmd.args(&config.args);
             if let Some(cwd) = &config.cwd {
                 cmd.current_dir(cwd);
             }
@@ -371,7 +379,9 @@ async fn connect(
         (None, Some(url)) => {
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(var) = &config.bearer_token_env {
-                let token = std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?;
+                let token = recursive_core::env::var(var)
+                    .ok_or(())
+                    .map_err(|_| format!("environment variable `{var}` is not set"))?;
                 transport_config = transport_config.auth_header(token);
             }
             let transport = StreamableHttpClientTransport::with_client(mcp_http_client()?, transport_config);

@@ -7,8 +7,10 @@
 //! otherwise keep the call waiting. A process that starts its own session (`setsid`) leaves the
 //! group and is not stopped.
 //!
-//! The command's environment is the agent's, minus the variables matching
-//! [`ShellConfig::env_exclude`] (by default anything that looks like a credential).
+//! The command's environment is built from an allowlist, never inherited whole: the variables
+//! of [`recursive_core::env::DEFAULT_CHILD_ENV`] and [`ShellConfig::env_pass`], then
+//! [`ShellConfig::env`]. Credentials (`*_API_KEY`, `DATABASE_URL`, tokens, cookies) reach a
+//! command only when the configuration names them.
 //!
 //! Stdout and stderr are captured separately and each is capped, keeping its beginning and its
 //! end with a marker saying how many bytes and lines were cut. A non-zero exit code is a normal
@@ -21,9 +23,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use recursive_core::env::ChildEnv;
 use recursive_core::{ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -57,23 +59,18 @@ pub struct RunShellArgs {
 pub struct RunShell {
     ws: Workspace,
     config: ShellConfig,
-    excluded: GlobSet,
+    env: ChildEnv,
 }
 
 impl RunShell {
-    /// The tool for this workspace. Invalid `env_exclude` globs are ignored (with a warning).
+    /// The tool for this workspace. An invalid `env_pass` glob leaves only the default
+    /// allowlist (with a warning); [`crate::ToolsConfig::validate`] reports it up front.
     pub fn new(ws: Workspace, config: ShellConfig) -> Self {
-        let mut set = GlobSetBuilder::new();
-        for pattern in &config.env_exclude {
-            match Glob::new(&pattern.to_ascii_uppercase()) {
-                Ok(g) => {
-                    set.add(g);
-                }
-                Err(e) => tracing::warn!("ignoring env_exclude pattern `{pattern}`: {e}"),
-            }
-        }
-        let excluded = set.build().unwrap_or_else(|_| GlobSet::empty());
-        Self { ws, config, excluded }
+        let env = ChildEnv::new(&config.env_pass, &config.env).unwrap_or_else(|e| {
+            tracing::warn!("{e}; passing only the default environment allowlist");
+            ChildEnv::new(&[], &config.env).unwrap_or_else(|_| ChildEnv::defaults())
+        });
+        Self { ws, config, env }
     }
 }
 
@@ -213,11 +210,7 @@ impl TypedTool for RunShell {
         let max_bytes = self.config.max_output_bytes;
 
         let mut command = tokio::process::Command::new(&self.config.shell);
-        for (name, _) in std::env::vars_os() {
-            if self.excluded.is_match(name.to_string_lossy().to_ascii_uppercase().as_str()) {
-                command.env_remove(&name);
-            }
-        }
+        self.env.apply_tokio(&mut command);
         command
             .arg("-c")
             .arg(&args.command)
@@ -279,6 +272,7 @@ mod tests {
     use super::*;
     use recursive_core::typed;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn tool(dir: &std::path::Path, config: ShellConfig) -> std::sync::Arc<dyn recursive_core::Tool> {
         typed(RunShell::new(Workspace::new(dir).unwrap(), config))
@@ -433,26 +427,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn excluded_environment_variables_are_not_passed() {
+    async fn only_allowlisted_and_configured_variables_are_passed() {
         let dir = tempfile::tempdir().unwrap();
-        // Cargo sets CARGO_MANIFEST_DIR for the test process.
-        let args = json!({"command": "echo \"${CARGO_MANIFEST_DIR-unset}\""});
-        let config = ShellConfig { env_exclude: vec!["cargo_manifest_*".into()], ..Default::default() };
-        let out = run(dir.path(), config, args.clone()).await.unwrap();
-        assert!(out.ends_with("\nunset"), "{out}");
-        let out = run(dir.path(), ShellConfig::default(), args).await.unwrap();
-        assert!(out.ends_with(env!("CARGO_MANIFEST_DIR")), "{out}");
-    }
-
-    #[test]
-    fn default_exclusions_cover_credentials() {
-        let t = RunShell::new(Workspace::new(std::env::temp_dir()).unwrap(), ShellConfig::default());
-        for name in ["OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"] {
-            assert!(t.excluded.is_match(name), "{name}");
-        }
-        for name in ["PATH", "HOME", "LANG"] {
-            assert!(!t.excluded.is_match(name), "{name}");
-        }
+        // Cargo sets CARGO_MANIFEST_DIR and CARGO_PKG_NAME for the test process.
+        let args = json!({"command": "echo \"${CARGO_MANIFEST_DIR-unset} ${CARGO_PKG_NAME-unset} ${EXTRA-unset}\"; env | cut -d= -f1 | sort | tr '\\n' ' '"});
+        let out = run(dir.path(), ShellConfig::default(), args.clone()).await.unwrap();
+        assert!(out.contains("unset unset unset"), "{out}");
+        assert!(!out.contains("CARGO_PKG"), "{out}");
+        let config = ShellConfig {
+            env_pass: vec!["CARGO_MANIFEST_*".into()],
+            env: BTreeMap::from([("EXTRA".to_string(), "given".to_string())]),
+            ..Default::default()
+        };
+        let out = run(dir.path(), config, args).await.unwrap();
+        assert!(out.contains(&format!("{} unset given", env!("CARGO_MANIFEST_DIR"))), "{out}");
     }
 
     #[tokio::test]

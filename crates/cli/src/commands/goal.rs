@@ -137,7 +137,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     }
     if let Some(url) = &args.embeddings_url {
         let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
-        if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+        if let Some(key) = recursive_core::env::var("OPENAI_API_KEY") {
             embedder = embedder.with_api_key(key);
         }
         pursuer = pursuer.with_embedder(Arc::new(embedder));

@@ -1,0 +1,67 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Attacks on the CLI as a model or a cloned repository would make them: reading the
+//! program's secrets, walking around its checks, feeding it numbers and files it must refuse.
+
+mod common;
+
+use common::{Env, s, stdout_json};
+use serde_json::json;
+
+/// Results of the run's tool calls, from `--json`.
+fn tool_results(out: &std::process::Output) -> Vec<String> {
+    let v = stdout_json(out);
+    v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn commands_cannot_read_the_programs_secrets_from_proc_or_the_environment() {
+    let env = Env::new();
+    // The environment of the program, its own, and the memory file the secrets travelled in
+    // (through the program's descriptor and the one the shell may have inherited).
+    let probe = "tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; env; echo ---; \
+                 fd=$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^RECURSIVE_HELD_ENV_FD=//p'); echo \"fd=$fd\"; \
+                 timeout 2 cat /proc/$PPID/fd/$fd /proc/$$/fd/$fd | tr '\\0' '\\n'";
+    let script =
+        env.script("s.json", json!([{"tool_calls": [{"name": "run_shell", "arguments": {"command": probe}}]}, "done"]));
+    let out = env
+        .cmd()
+        .env("MY_SERVICE_API_KEY", "sk-secret-one")
+        .env("DATABASE_URL", "postgres://u:hunter2@db/x")
+        .env("SESSION_COOKIE", "cookie-secret")
+        .env("GITHUB_PAT", "ghp-secret")
+        .args(["run", "probe", "--mock-script", s(&script), "--yes", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = tool_results(&out);
+    assert!(results[0].contains("exit code"), "{}", results[0]);
+    assert!(results[0].contains("PATH="), "the probe ran: {}", results[0]);
+    let fd = results[0].split("fd=").nth(1).and_then(|r| r.chars().next());
+    assert!(fd.is_some_and(|c| c.is_ascii_digit()), "the memory file was looked for: {}", results[0]);
+    for secret in ["sk-secret-one", "hunter2", "cookie-secret", "ghp-secret"] {
+        assert!(!results[0].contains(secret), "{secret} leaked: {}", results[0]);
+    }
+}
+
+#[test]
+fn held_secrets_still_reach_the_program_itself() {
+    // The provider key travels through the re-execution: a model call to a server that is not
+    // there fails with a connection error, not with "no API key".
+    let env = Env::new();
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-held")
+        .args(["run", "hi", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+        .args(["--request-timeout", "2", "-q"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.to_lowercase().contains("api key"), "{stderr}");
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+}

@@ -132,7 +132,12 @@ fn sigterm_on_a_goal_exits_8_never_completed() {
         "action": {"type": "tool", "target": "web_fetch", "input": input}
     });
     let script = env.script("g.json", json!([assess.to_string()]));
-    let v = interrupt(&env, &["goal", "fetch the page", "--mock-script", s(&script)], "tool_call", "TERM");
+    // The server is on loopback, which web_fetch refuses unless allowed; network tools ask.
+    let config = env.path("fetch.toml");
+    std::fs::write(&config, "[tools.web]\nallow_hosts = [\"127.0.0.1\"]\n[permissions]\ndefault_network = \"allow\"\n")
+        .unwrap();
+    let args = ["goal", "fetch the page", "--mock-script", s(&script), "--config", s(&config)];
+    let v = interrupt(&env, &args, "tool_call", "TERM");
     assert_ne!(v["status"], "completed");
 }
 

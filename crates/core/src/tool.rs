@@ -115,6 +115,12 @@ pub trait Tool: Send + Sync {
         ToolOrigin::Local
     }
 
+    /// Whether the tool reaches hosts on the network (its permission default is then the one
+    /// for network tools, whatever it reads or writes).
+    fn reaches_network(&self) -> bool {
+        false
+    }
+
     /// The paths a call with these arguments reaches, as written; `None` when the tool takes
     /// no path (path rules then never match it).
     fn paths(&self, _arguments: &Map<String, Value>) -> Option<Vec<String>> {
@@ -154,6 +160,11 @@ pub trait TypedTool: Send + Sync + 'static {
 
     /// Whether the tool only reads.
     fn read_only(&self) -> bool {
+        false
+    }
+
+    /// Whether the tool reaches hosts on the network (see [`Tool::reaches_network`]).
+    fn reaches_network(&self) -> bool {
         false
     }
 
@@ -207,6 +218,10 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn read_only(&self) -> bool {
         self.0.read_only()
+    }
+
+    fn reaches_network(&self) -> bool {
+        self.0.reaches_network()
     }
 
     fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {

@@ -122,6 +122,9 @@ pub struct WebConfig {
     pub max_chars: usize,
     /// The `User-Agent` header.
     pub user_agent: String,
+    /// Hosts (names or IP addresses, as written in URLs) that may be fetched although they are
+    /// or resolve to loopback, private or link-local addresses, e.g. `["localhost", "10.0.0.5"]`.
+    pub allow_hosts: Vec<String>,
 }
 
 impl Default for WebConfig {
@@ -131,6 +134,7 @@ impl Default for WebConfig {
             max_bytes: 5 * 1024 * 1024,
             max_chars: 50_000,
             user_agent: concat!("recursive/", env!("CARGO_PKG_VERSION")).into(),
+            allow_hosts: Vec::new(),
         }
     }
 }

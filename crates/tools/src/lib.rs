@@ -16,6 +16,7 @@ pub mod apply_patch;
 pub mod command;
 pub mod config;
 pub mod fs;
+pub mod html;
 pub mod mcp;
 pub mod memory;
 pub mod patch;

@@ -5,6 +5,7 @@
 //! default_read = "allow"     # read-only tools
 //! default_write = "ask"      # tools that write or run commands
 //! default_mcp = "ask"        # tools of MCP servers (`server__tool`)
+//! default_network = "ask"    # built-in tools that reach the network (`web_fetch`)
 //! max_denials = 3            # denied calls that end a run
 //!
 //! [[permissions.rules]]
@@ -43,7 +44,8 @@
 //!      `allow` rule needs every path to match; `deny` and `ask` rules need one. A call that
 //!      touches no path never matches a rule with `path`.
 //! 3. Without a matching rule: tools of MCP servers (their origin, not their name) get `default_mcp`,
-//!    read-only tools `default_read`, every other tool `default_write`.
+//!    tools that reach the network `default_network`, read-only tools `default_read`, every other
+//!    tool `default_write`.
 //!
 //! `ask` goes to the [`ApprovalHandler`] unless the user already answered "always" for that
 //! tool in this session. [`TerminalApprover`] prompts on the terminal; where no terminal is
@@ -98,6 +100,8 @@ pub struct PermissionsConfig {
     pub default_write: Action,
     /// Action for MCP tools (`server__tool`) without a matching rule. Default: ask.
     pub default_mcp: Action,
+    /// Action for tools that reach the network (`web_fetch`) without a matching rule. Default: ask.
+    pub default_network: Action,
     /// Denied calls after which a run ends with `permission_denial_limit`; the CLI copies it
     /// into `RunLimits::max_permission_denials`. Default: 3.
     pub max_denials: u32,
@@ -111,6 +115,7 @@ impl Default for PermissionsConfig {
             default_read: Action::Allow,
             default_write: Action::Ask,
             default_mcp: Action::Ask,
+            default_network: Action::Ask,
             max_denials: 3,
             rules: Vec::new(),
         }
@@ -500,6 +505,8 @@ impl PermissionPolicy {
         }
         if matches!(tool.origin(), ToolOrigin::Mcp { .. }) {
             RuleDecision { action: self.config.default_mcp, source: "default for MCP tools".into() }
+        } else if tool.reaches_network() {
+            RuleDecision { action: self.config.default_network, source: "default for network tools".into() }
         } else if tool.read_only() {
             RuleDecision { action: self.config.default_read, source: "default for read-only tools".into() }
         } else {

@@ -2,10 +2,18 @@
 //! JSON/XML/other text as it is — with a timeout and caps on bytes downloaded and characters
 //! returned. Binary content is refused without reading its body.
 //!
-//! The tool is read-only with respect to the workspace, so the default permission policy
-//! allows it like the other read-only tools; add a rule (`tool = "web_fetch"`,
-//! `action = "ask"` or `"deny"`) where network access needs a human's approval.
+//! Where it may connect: loopback, private (RFC 1918, unique-local), link-local (with the cloud
+//! metadata address 169.254.169.254), CGNAT, multicast, unspecified and broadcast addresses are
+//! refused — for IP literals in any spelling the URL parser accepts (`0x7f000001`,
+//! `[::ffff:127.0.0.1]`), for every address a host name resolves to, and again on every redirect
+//! — unless the host is in [`WebConfig::allow_hosts`]. Proxies from the environment are not
+//! used (they would make the check meaningless). The tool reaches the network, so the default
+//! permission policy asks before each call (`default_network`). The whole call — connecting,
+//! downloading at most `max_bytes`, converting — is bounded by `timeout_secs`; HTML converts
+//! to text in one linear pass ([`crate::html`]).
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,8 +25,114 @@ use serde::Deserialize;
 use crate::config::WebConfig;
 use crate::truncate::clip_chars;
 
-/// Width HTML is laid out at when converted to text.
-const TEXT_WIDTH: usize = 100;
+/// Redirects followed before a fetch gives up.
+const MAX_REDIRECTS: usize = 10;
+
+/// Why an address may not be fetched, or `None` when it may.
+pub fn refused_address(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => refused_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped().or_else(|| compat_v4(v6)) {
+            Some(v4) => refused_v4(v4),
+            None => refused_v6(v6),
+        },
+    }
+}
+
+fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, ..] = ip.octets();
+    if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_private() {
+        Some("private")
+    } else if ip.is_link_local() {
+        Some("link-local (cloud metadata)")
+    } else if ip.is_unspecified() || a == 0 {
+        Some("unspecified")
+    } else if ip.is_broadcast() || ip.is_multicast() || a >= 240 {
+        Some("broadcast, multicast or reserved")
+    } else if a == 100 && (64..128).contains(&b) {
+        Some("shared (CGNAT)")
+    } else {
+        None
+    }
+}
+
+fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let first = ip.segments()[0];
+    if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_unspecified() {
+        Some("unspecified")
+    } else if first & 0xfe00 == 0xfc00 {
+        Some("unique-local (private)")
+    } else if first & 0xffc0 == 0xfe80 {
+        Some("link-local")
+    } else if ip.is_multicast() {
+        Some("multicast")
+    } else {
+        None
+    }
+}
+
+/// The IPv4 address of a deprecated IPv4-compatible IPv6 address (`::a.b.c.d`).
+fn compat_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    (s[..6].iter().all(|x| *x == 0) && (s[6] != 0 || s[7] > 1)).then(|| {
+        let [.., a, b, c, d] = ip.octets();
+        Ipv4Addr::new(a, b, c, d)
+    })
+}
+
+/// Where `web_fetch` may connect: every host name is resolved here and its refused addresses
+/// dropped; URLs (the first and every redirect) are checked for refused IP literals.
+#[derive(Debug, Clone)]
+struct NetPolicy {
+    allow_hosts: Arc<Vec<String>>,
+}
+
+impl NetPolicy {
+    fn allowed_host(&self, host: &str) -> bool {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        self.allow_hosts.iter().any(|h| h.trim_start_matches('[').trim_end_matches(']').eq_ignore_ascii_case(host))
+    }
+
+    /// Why a URL may not be fetched (its scheme, or an IP literal host), or `None`.
+    fn check_url(&self, url: &reqwest::Url) -> Option<String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Some(format!("only http and https URLs can be fetched, not `{}`", url.scheme()));
+        }
+        // The URL parser has normalised IP literals (`0x7f000001` is `127.0.0.1` by now).
+        let host = url.host_str()?;
+        let ip: IpAddr = host.trim_start_matches('[').trim_end_matches(']').parse().ok()?;
+        let why = refused_address(ip).filter(|_| !self.allowed_host(host))?;
+        Some(format!("refused to fetch {url}: {ip} is a {why} address (add the host to [tools.web] allow_hosts)"))
+    }
+}
+
+impl reqwest::dns::Resolve for NetPolicy {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if policy.allowed_host(&host) {
+                return Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs);
+            }
+            let (refused, kept): (Vec<SocketAddr>, Vec<SocketAddr>) =
+                found.into_iter().partition(|a| refused_address(a.ip()).is_some());
+            if kept.is_empty() {
+                let why = refused.first().and_then(|a| refused_address(a.ip())).unwrap_or("unresolvable");
+                let shown = refused.first().map(|a| a.ip().to_string()).unwrap_or_default();
+                return Err(format!(
+                    "refused: `{host}` resolves to {shown}, a {why} address (add the host to [tools.web] allow_hosts)"
+                )
+                .into());
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
 
 /// Arguments of `web_fetch`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -32,12 +146,37 @@ pub struct WebFetchArgs {
 #[derive(Debug, Clone)]
 pub struct WebFetch {
     config: WebConfig,
+    policy: NetPolicy,
 }
 
 impl WebFetch {
     /// The tool with these limits.
     pub fn new(config: WebConfig) -> Self {
-        Self { config }
+        let policy = NetPolicy { allow_hosts: Arc::new(config.allow_hosts.clone()) };
+        Self { config, policy }
+    }
+
+    fn client(&self) -> Result<reqwest::Client, ToolError> {
+        let policy = self.policy.clone();
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+            }
+            match policy.check_url(attempt.url()) {
+                Some(why) => attempt.error(why),
+                None => attempt.follow(),
+            }
+        });
+        recursive_http::client_builder()
+            .timeout(Duration::from_secs(self.config.timeout_secs.max(1)))
+            .user_agent(&self.config.user_agent)
+            .no_proxy()
+            .dns_resolver(Arc::new(self.policy.clone()))
+            .redirect(redirects)
+            .build()
+            .map_err(|e| {
+                ToolError::failed(format!("could not set up the HTTP client: {}", recursive_http::error_chain(&e)))
+            })
     }
 }
 
@@ -145,19 +284,26 @@ impl TypedTool for WebFetch {
         true
     }
 
+    fn reaches_network(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: WebFetchArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
-        let url = reqwest::Url::parse(args.url.trim())
-            .map_err(|e| ToolError::failed(format!("invalid URL `{}`: {e}", args.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ToolError::failed(format!("only http and https URLs can be fetched, not `{}`", url.scheme())));
+        let limit = Duration::from_secs(self.config.timeout_secs.max(1));
+        tokio::time::timeout(limit, self.fetch(&args.url)).await.unwrap_or_else(|_| {
+            Err(ToolError::failed(format!("fetching {} timed out after {}s", args.url, limit.as_secs())))
+        })
+    }
+}
+
+impl WebFetch {
+    async fn fetch(&self, raw_url: &str) -> Result<String, ToolError> {
+        let url = reqwest::Url::parse(raw_url.trim())
+            .map_err(|e| ToolError::failed(format!("invalid URL `{raw_url}`: {e}")))?;
+        if let Some(why) = self.policy.check_url(&url) {
+            return Err(ToolError::Denied(why));
         }
-        let client = recursive_http::client_builder()
-            .timeout(Duration::from_secs(self.config.timeout_secs.max(1)))
-            .user_agent(&self.config.user_agent)
-            .build()
-            .map_err(|e| {
-                ToolError::failed(format!("could not set up the HTTP client: {}", recursive_http::error_chain(&e)))
-            })?;
+        let client = self.client()?;
         let failed = |e: reqwest::Error| {
             if e.is_timeout() {
                 ToolError::failed(format!("fetching {url} timed out after {}s", self.config.timeout_secs))
@@ -203,7 +349,12 @@ impl TypedTool for WebFetch {
         }
         let decoded = decode_body(&body, content_type.as_deref(), kind == BodyKind::Html);
         let text = match kind {
-            BodyKind::Html => html2text::from_read(decoded.as_bytes(), TEXT_WIDTH).unwrap_or_else(|_| decoded.clone()),
+            BodyKind::Html => {
+                let max_chars = self.config.max_chars;
+                tokio::task::spawn_blocking(move || crate::html::to_text(&decoded, max_chars))
+                    .await
+                    .map_err(|e| ToolError::failed(format!("converting the page failed: {e}")))?
+            }
             _ => decoded,
         };
         let text = text.trim();
@@ -273,8 +424,72 @@ mod tests {
         format!("http://{addr}")
     }
 
-    async fn fetch(config: WebConfig, url: String) -> Result<String, ToolError> {
+    /// Fetches with the test server's host allowed (it listens on loopback).
+    async fn fetch(mut config: WebConfig, url: String) -> Result<String, ToolError> {
+        config.allow_hosts.push("127.0.0.1".into());
+        fetch_strict(config, url).await
+    }
+
+    async fn fetch_strict(config: WebConfig, url: String) -> Result<String, ToolError> {
         typed(WebFetch::new(config)).call(json!({"url": url}), &ToolContext::detached()).await
+    }
+
+    #[tokio::test]
+    async fn loopback_private_and_metadata_addresses_are_refused_in_every_spelling() {
+        let base = serve().await;
+        let port = base.rsplit(':').next().unwrap();
+        let attacks = [
+            format!("http://127.0.0.1:{port}/plain"),
+            format!("http://0x7f000001:{port}/plain"),
+            format!("http://2130706433:{port}/plain"),
+            format!("http://127.1:{port}/plain"),
+            format!("http://[::ffff:127.0.0.1]:{port}/plain"),
+            format!("http://[::1]:{port}/plain"),
+            format!("http://localhost:{port}/plain"),
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "http://10.0.0.1/".to_string(),
+            "http://192.168.1.1/".to_string(),
+            "http://[fd00::1]/".to_string(),
+            "http://0.0.0.0/".to_string(),
+        ];
+        for url in attacks {
+            let err = fetch_strict(WebConfig::default(), url.clone()).await.unwrap_err();
+            assert!(err.to_string().contains("refused"), "{url}: {err}");
+            assert!(!err.to_string().contains("just text"), "{url}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_to_refused_addresses_are_refused() {
+        let base = serve().await;
+        let port = base.rsplit(':').next().unwrap();
+        let target = format!("http://localhost:{port}/plain");
+        let app = Router::new().route(
+            "/go",
+            get(move || {
+                let target = target.clone();
+                async move { axum::response::Redirect::temporary(&target) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        // The first hop is allowed by name; the redirect's host is not.
+        let err = fetch(WebConfig::default(), format!("http://{addr}/go")).await.unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        let allowed = WebConfig { allow_hosts: vec!["localhost".into()], ..Default::default() };
+        let out = fetch(allowed, format!("http://{addr}/go")).await.unwrap();
+        assert!(out.ends_with("just text"), "{out}");
+    }
+
+    #[test]
+    fn public_addresses_are_not_refused() {
+        for ip in ["93.184.216.34", "2606:4700::1111", "100.128.0.1", "172.32.0.1"] {
+            assert_eq!(refused_address(ip.parse().unwrap()), None, "{ip}");
+        }
+        for ip in ["100.64.0.1", "172.16.0.1", "fe80::1", "::127.0.0.1", "224.0.0.1"] {
+            assert!(refused_address(ip.parse().unwrap()).is_some(), "{ip}");
+        }
     }
 
     #[tokio::test]

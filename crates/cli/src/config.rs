@@ -1,13 +1,16 @@
 //! `recursive.toml`: the project's configuration file, looked up in the working directory and
-//! then in the user's config directory. Each table is handed to the crate that owns it.
+//! then in the user's config directory. Each table is handed to the crate that owns it. A file
+//! found in the working directory needs the user's trust for what would run commands or widen
+//! permissions ([`crate::trust`]). Every problem with a file is a [`ConfigError`] (exit 2).
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::Deserialize;
 
+use crate::provider::ConfigError;
+
 /// The whole configuration file. Unknown tables are rejected so typos are caught.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// `[provider]`: which model API to use.
@@ -44,11 +47,9 @@ impl LoadedConfig {
     ) -> anyhow::Result<T> {
         match table {
             None => Ok(T::default()),
-            Some(t) => t.clone().try_into().with_context(|| {
-                format!(
-                    "invalid [{name}] table in {}",
-                    self.path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default()
-                )
+            Some(t) => t.clone().try_into().map_err(|e: toml::de::Error| {
+                let file = self.path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default();
+                ConfigError(format!("invalid [{name}] table in {file}: {}", e.message())).into()
             }),
         }
     }
@@ -66,18 +67,47 @@ pub fn candidate_paths(explicit: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// Loads the first configuration file that exists (an explicit `--config` must exist).
-pub fn load(explicit: Option<&Path>) -> anyhow::Result<LoadedConfig> {
+/// Loads the first configuration file that exists (an explicit `--config` must exist). A file
+/// from the working directory keeps what needs trust only when `trust` (`--trust`), an earlier
+/// trust in the same contents, or a yes on the terminal says so.
+pub fn load(explicit: Option<&Path>, trust: bool) -> anyhow::Result<LoadedConfig> {
     for path in candidate_paths(explicit) {
         if !path.exists() {
             if explicit.is_some() {
-                anyhow::bail!("config file {} does not exist", path.display());
+                return Err(ConfigError(format!("config file {} does not exist", path.display())).into());
             }
             continue;
         }
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let file: FileConfig = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+        let mut file: FileConfig =
+            toml::from_str(&text).map_err(|e| ConfigError(format!("cannot parse {}: {e}", path.display())))?;
+        if explicit.is_none() && path.is_relative() {
+            file = trusted_parts(&path, &text, file, trust);
+        }
         return Ok(LoadedConfig { file, path: Some(path) });
     }
     Ok(LoadedConfig::default())
+}
+
+/// The project file as it may be used: whole when trusted, else without what needs trust.
+fn trusted_parts(path: &Path, text: &str, file: FileConfig, trust: bool) -> FileConfig {
+    let mut stripped = file.clone();
+    let needs = crate::trust::strip(&mut stripped);
+    if needs.is_empty() || crate::trust::is_trusted(path, text) {
+        return file;
+    }
+    if trust || crate::trust::ask(path, &needs) {
+        if let Err(e) = crate::trust::record(path, text) {
+            eprintln!("warning: trusted for this run only; could not record the trust: {e:#}");
+        }
+        return file;
+    }
+    eprintln!(
+        "warning: {} in this directory is not trusted, so these parts of it are left out: {}. \
+         Pass --trust to trust the file as it is now (recorded until it changes).",
+        path.display(),
+        needs.join("; ")
+    );
+    stripped
 }

@@ -6,6 +6,7 @@ mod config;
 mod output;
 mod provider;
 mod secrets;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +79,10 @@ pub struct ProviderArgs {
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Trust the working directory's recursive.toml as it is now: its MCP servers and
+    /// permission widenings take effect, and the trust is recorded until the file changes.
+    #[arg(long)]
+    pub trust: bool,
 }
 
 /// Counts every allocation so that a sandbox worker (this binary started with

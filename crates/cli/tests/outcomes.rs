@@ -149,7 +149,8 @@ fn against_unreachable_provider(env: &Env, args: &[&str]) -> (std::process::Outp
         "[provider]\nkind = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
     )
     .unwrap();
-    let out = env.cmd().env("OPENAI_API_KEY", "k").args(args).arg("--json").output().unwrap();
+    // `--trust`: the project file's base_url would otherwise be left out.
+    let out = env.cmd().env("OPENAI_API_KEY", "k").args(args).args(["--json", "--trust"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
     assert_eq!(v["outcome"], "error");

@@ -105,7 +105,8 @@ fn a_real_mcp_servers_tool_runs_in_the_sandbox() {
         "s.json",
         json!(["```python\nr = everything__echo(message='hi from the sandbox')\nprint(r)\nsubmit(r)\n```"]),
     );
-    let base = ["rlm", "q", "--input", input.as_str(), "--mock-script", s(&script), "--tool", "everything__echo"];
+    let base =
+        ["rlm", "q", "--input", input.as_str(), "--mock-script", s(&script), "--tool", "everything__echo", "--trust"];
     // Through the permission rules: an MCP tool asks, and with no terminal that is a denial.
     let out = env.run(&[&base[..], &["--json"]].concat());
     let v = stdout_json(&out);

@@ -103,7 +103,7 @@ impl Delegate for RlmDelegate {
 
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref())?;
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
     if !(args.max_cost.is_finite() && args.max_cost >= 0.0) {
         return Err(ConfigError(format!("--max-cost {}: expected a number of USD >= 0", args.max_cost)).into());

@@ -233,7 +233,7 @@ async fn sandbox_tools(
 
 /// Runs the command.
 pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref())?;
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
     let mut rlm_config = rlm_config(&args, &rlm_file)?;
     let (provider, settings) = provider::build(&args.provider, &config).await?;

@@ -123,7 +123,7 @@ async fn approve_plan(args: &RunArgs) -> bool {
 
 /// Runs the command.
 pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref())?;
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings) = provider::build(&args.provider, &config).await?;
     let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;

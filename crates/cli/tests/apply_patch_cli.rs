@@ -122,3 +122,39 @@ fn success_lists_changed_files_and_failure_exits_one() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.txt"));
     assert!(bad.stdout.is_empty());
 }
+
+fn apply_in(dir: &Path, patch: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_recursive")).arg("apply-patch").arg(patch).current_dir(dir).output().unwrap()
+}
+
+#[test]
+fn paths_leading_out_of_the_directory_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(root.path().join("victim.txt"), "original\n").unwrap();
+    std::os::unix::fs::symlink(root.path(), work.join("escape")).unwrap();
+    let victim = root.path().join("victim.txt");
+    for target in ["../x.txt".to_string(), victim.display().to_string(), "escape/y.txt".to_string()] {
+        let out = apply_in(&work, &format!("*** Begin Patch\n*** Add File: {target}\n+pwned\n*** End Patch\n"));
+        assert_eq!(out.status.code(), Some(1), "{target}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = apply_in(&work, &format!("*** Begin Patch\n*** Delete File: {target}\n*** End Patch\n"));
+        assert_eq!(out.status.code(), Some(1), "{target}");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+    assert!(!root.path().join("x.txt").exists() && !root.path().join("y.txt").exists());
+}
+
+#[test]
+fn a_partial_application_names_what_was_changed() {
+    let work = tempfile::tempdir().unwrap();
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+new\n*** Update File: missing.txt\n@@\n-x\n+y\n*** End Patch\n";
+    let out = apply_in(work.path(), patch);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("missing.txt") && stderr.contains("applied before the failure") && stderr.contains("a.txt"),
+        "{stderr}"
+    );
+    assert!(work.path().join("a.txt").exists());
+}

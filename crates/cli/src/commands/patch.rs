@@ -1,4 +1,6 @@
-//! `recursive apply-patch`: applies a V4A patch in the current directory.
+//! `recursive apply-patch`: applies a V4A patch in the current directory, confined to it as the
+//! `apply_patch` tool is to its workspace: `../x`, absolute paths and symlinks leading out are
+//! refused.
 
 use std::io::Read;
 
@@ -12,7 +14,7 @@ pub struct PatchArgs {
 }
 
 /// Applies the patch; prints `A/M/D path` lines on success, the error on stderr and exit 1
-/// on failure.
+/// on failure (the error names the files changed before it, if any).
 pub fn execute(args: PatchArgs) -> anyhow::Result<u8> {
     let text = match args.patch {
         Some(p) => p,
@@ -23,7 +25,9 @@ pub fn execute(args: PatchArgs) -> anyhow::Result<u8> {
         }
     };
     let dir = std::env::current_dir()?;
-    match recursive_tools::apply_patch::apply_patch_in_dir(&text, &dir) {
+    let ws = recursive_tools::Workspace::new(&dir)?;
+    let resolve = |p: &str| ws.resolve(p).map_err(|e| e.to_string());
+    match recursive_tools::apply_patch::apply_patch(&text, &resolve) {
         Ok(report) => {
             println!("{report}");
             Ok(0)

@@ -109,7 +109,14 @@ async fn run() -> ExitCode {
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };
     match outcome {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => match commands::incomplete_log() {
+            // A run that lost part of its log did not do all that was asked.
+            Some(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(if code == 0 { EXIT_ERROR } else { code })
+            }
+            None => ExitCode::from(code),
+        },
         Err(err) => {
             eprintln!("error: {err:#}");
             let code = if err.downcast_ref::<provider::ConfigError>().is_some() { EXIT_CONFIG } else { EXIT_ERROR };

@@ -129,3 +129,70 @@ fn trust_is_given_once_per_contents_and_recorded() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not trusted"));
     assert!(!env.path("pwned").exists() && !env.path("out.txt").exists());
 }
+
+#[test]
+fn bad_numbers_and_config_values_are_usage_errors() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["done"]));
+    let m = s(&script);
+    let flags: Vec<Vec<&str>> = vec![
+        vec!["run", "x", "--mock-script", m, "--timeout", "1e30"],
+        vec!["run", "x", "--mock-script", m, "--timeout", "NaN"],
+        vec!["run", "x", "--mock-script", m, "--timeout", "-1"],
+        vec!["run", "x", "--mock-script", m, "--max-cost", "NaN"],
+        vec!["run", "x", "--mock-script", m, "--max-cost", "-0.5"],
+        vec!["run", "x", "--mock-script", m, "--max-cost", "inf"],
+        vec!["run", "x", "--mock-script", m, "--request-timeout", "0"],
+        vec!["run", "x", "--mock-script", m, "--request-timeout", "NaN"],
+        vec!["goal", "x", "--mock-script", m, "--max-time", "NaN"],
+        vec!["goal", "x", "--mock-script", m, "--max-cost", "NaN"],
+        vec!["goal", "x", "--mock-script", m, "--similarity-threshold", "2"],
+        vec!["rlm", "x", "--input", "notes.txt", "--mock-script", m, "--timeout", "inf"],
+        vec!["run", "x", "--mock-script", m, "--config", "missing.toml"],
+    ];
+    for args in flags {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let configs = [
+        "[tools.shell]\nmax_timeout_secs = 0\n",
+        "[tools.shell]\ndefault_timeout_secs = 99999999999\n",
+        "[tools.web]\nmax_bytes = 0\n",
+        "[tools.shell]\nenv_pass = [\"A[\"]\n",
+        "[limits]\ntool_timeout_secs = -1\n",
+        "[limits]\ntool_timeout_secs = nan\n",
+        "[limits]\ntool_concurrency = 0\n",
+        "[permissions]\ndefault_read = \"maybe\"\n",
+        "[[permissions.rules]]\ntool = \"run_shell\"\ncommand_prefix = \"'rm\"\naction = \"deny\"\n",
+        "[nonsense]\nx = 1\n",
+        "this is not toml",
+    ];
+    for (i, text) in configs.iter().enumerate() {
+        let path = env.path(&format!("c{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = env.run(&["run", "x", "--mock-script", m, "--config", s(&path)]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn a_lost_event_log_is_an_error() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["done"]));
+    let out = env.run(&["run", "x", "--mock-script", s(&script), "--events", "/dev/full", "-q"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--events file is incomplete"));
+}
+
+#[test]
+fn fifos_and_devices_as_input_are_refused_at_once() {
+    let env = Env::new();
+    let fifo = env.path("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let script = env.script("s.json", json!(["```python\nsubmit('x')\n```"]));
+    for input in [s(&fifo), "/dev/zero"] {
+        let out = env.run(&["rlm", "q", "--input", input, "--mock-script", s(&script), "-q"]);
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"), "{input}");
+    }
+}

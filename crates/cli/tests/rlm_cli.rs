@@ -223,5 +223,5 @@ fn a_trajectory_that_cannot_be_written_fails_the_run() {
     let script = env.script("s.json", json!(["```python\nsubmit('x')\n```"]));
     let out = env.run(&["rlm", "q", "--input", &input, "--mock-script", s(&script), "--trajectory", "/dev/full", "-q"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("trajectory is incomplete"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--trajectory file is incomplete"));
 }

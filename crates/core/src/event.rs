@@ -346,12 +346,18 @@ impl EventSink for MemorySink {
 /// Appends each event as one JSON line, flushed at once (crash-safe).
 pub struct JsonlSink {
     file: JsonlFile,
+    failed: std::sync::Mutex<Option<String>>,
 }
 
 impl JsonlSink {
     /// Opens (creating, appending) the file, creating parent directories.
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        Ok(Self { file: JsonlFile::append_to(path)? })
+        Ok(Self { file: JsonlFile::append_to(path)?, failed: std::sync::Mutex::new(None) })
+    }
+
+    /// The first write that failed, if any (the log is then incomplete).
+    pub fn error(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|f| f.clone())
     }
 }
 
@@ -359,6 +365,9 @@ impl EventSink for JsonlSink {
     fn emit(&self, event: &AgentEvent) {
         if let Err(e) = self.file.write(event) {
             tracing::warn!("event log write failed: {e}");
+            if let Ok(mut failed) = self.failed.lock() {
+                failed.get_or_insert_with(|| format!("writing {}: {e}", self.file.path().display()));
+            }
         }
     }
 }

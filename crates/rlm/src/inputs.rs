@@ -29,9 +29,19 @@ pub enum InputValue {
 impl InputValue {
     /// Loads a file: `.json` files are parsed as JSON, anything else is read as text. Bytes
     /// that are not UTF-8 in a text file become U+FFFD (so a log with a stray Latin-1 byte
-    /// still loads); a `.json` file must be valid UTF-8 JSON.
+    /// still loads); a `.json` file must be valid UTF-8 JSON. Only regular files are read: a
+    /// FIFO would block until a writer comes, a device might never end.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, RlmError> {
         let path = path.as_ref();
+        let meta =
+            std::fs::metadata(path).map_err(|e| RlmError::Input(format!("cannot read {}: {e}", path.display())))?;
+        if !meta.is_file() {
+            return Err(RlmError::Input(format!(
+                "{} is not a regular file (a directory, FIFO, socket or device); pipe its contents to stdin and \
+                 pass `-` instead",
+                path.display()
+            )));
+        }
         let bytes = std::fs::read(path).map_err(|e| RlmError::Input(format!("cannot read {}: {e}", path.display())))?;
         let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
         if is_json {
@@ -318,6 +328,17 @@ mod tests {
         std::fs::write(&j, b"{\"k\": \"\xe9\"}").unwrap();
         let err = Inputs::from_file("j", &j).unwrap_err().to_string();
         assert!(err.contains("is not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn fifos_and_devices_are_refused_without_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+            let e = InputValue::from_file(path).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
     }
 
     #[test]

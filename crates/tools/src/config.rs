@@ -6,6 +6,44 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+impl ToolsConfig {
+    /// Checks every number is in range and every pattern parses; says what is wrong otherwise.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("read.default_lines", self.read.default_lines as u64),
+            ("read.max_bytes", self.read.max_bytes as u64),
+            ("read.max_line_chars", self.read.max_line_chars as u64),
+            ("list.default_depth", self.list.default_depth as u64),
+            ("list.max_depth", self.list.max_depth as u64),
+            ("list.max_entries", self.list.max_entries as u64),
+            ("shell.default_timeout_secs", self.shell.default_timeout_secs),
+            ("shell.max_timeout_secs", self.shell.max_timeout_secs),
+            ("shell.max_output_bytes", self.shell.max_output_bytes as u64),
+            ("search.max_results", self.search.max_results as u64),
+            ("search.max_line_chars", self.search.max_line_chars as u64),
+            ("web.timeout_secs", self.web.timeout_secs),
+            ("web.max_bytes", self.web.max_bytes as u64),
+            ("web.max_chars", self.web.max_chars as u64),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be at least 1"));
+        }
+        // Past these, a timeout would overflow the clock.
+        for (name, secs) in [
+            ("shell.default_timeout_secs", self.shell.default_timeout_secs),
+            ("shell.max_timeout_secs", self.shell.max_timeout_secs),
+            ("web.timeout_secs", self.web.timeout_secs),
+        ] {
+            if secs > 365 * 24 * 3600 {
+                return Err(format!("{name} = {secs} is more than a year"));
+            }
+        }
+        recursive_core::env::ChildEnv::new(&self.shell.env_pass, &self.shell.env)
+            .map_err(|e| format!("shell.env_pass: {e}"))?;
+        Ok(())
+    }
+}
+
 /// Settings of every built-in tool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -105,14 +105,19 @@ impl Delegate for RlmDelegate {
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
-    if !(args.max_cost.is_finite() && args.max_cost >= 0.0) {
-        return Err(ConfigError(format!("--max-cost {}: expected a number of USD >= 0", args.max_cost)).into());
-    }
+    super::usd("--max-cost", args.max_cost)?;
     let mut goal_config = GoalConfig::default();
     goal_config.constraints.max_depth = args.max_depth;
     goal_config.constraints.max_time = super::seconds("--max-time", args.max_time)?;
     goal_config.constraints.max_cost_usd = args.max_cost;
     goal_config.constraints.max_goals = args.max_goals as usize;
+    if !(0.0..=1.0).contains(&args.similarity_threshold) {
+        return Err(ConfigError(format!(
+            "--similarity-threshold {}: expected a number between 0 and 1",
+            args.similarity_threshold
+        ))
+        .into());
+    }
     goal_config.similarity_threshold = args.similarity_threshold;
     goal_config.options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
 

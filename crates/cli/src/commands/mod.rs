@@ -40,9 +40,12 @@ pub fn root_scope(
     let mut sink = FanoutSink::new().with(Arc::new(CliSink::new(stream_text, args.quiet)));
     if let Some(path) = &args.events {
         fresh_output("--events", path, args.append)?;
-        let jsonl =
-            JsonlSink::create(path).map_err(|e| anyhow::anyhow!("cannot open events file {}: {e}", path.display()))?;
-        sink.push(Arc::new(jsonl));
+        let jsonl = Arc::new(
+            JsonlSink::create(path).map_err(|e| anyhow::anyhow!("cannot open events file {}: {e}", path.display()))?,
+        );
+        let watched = jsonl.clone();
+        watch_log("--events", Box::new(move || watched.error()));
+        sink.push(jsonl);
     }
     if let Some(extra) = extra {
         sink.push(extra);
@@ -50,6 +53,25 @@ pub fn root_scope(
     let scope = RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)));
     watch_signals(scope.cancel_token().clone());
     Ok(scope)
+}
+
+/// Reports the first failed write of a log file, if any.
+type LogCheck = Box<dyn Fn() -> Option<String> + Send>;
+
+/// The log files of this run (`--events`, `--trajectory`) and how to ask each for a failed write.
+static LOGS: std::sync::Mutex<Vec<(&'static str, LogCheck)>> = std::sync::Mutex::new(Vec::new());
+
+/// Has a log file checked when the command ends: a failed write makes the exit status non-zero.
+pub fn watch_log(flag: &'static str, check: LogCheck) {
+    if let Ok(mut logs) = LOGS.lock() {
+        logs.push((flag, check));
+    }
+}
+
+/// Why a log file of this run is incomplete, if one is.
+pub fn incomplete_log() -> Option<String> {
+    let logs = LOGS.lock().ok()?;
+    logs.iter().find_map(|(flag, check)| check().map(|e| format!("the {flag} file is incomplete: {e}")))
 }
 
 /// Refuses an output file that already exists unless `append` (`--append`) asks to add to it.
@@ -121,12 +143,10 @@ impl LimitsFile {
         }
         limits.max_transcript_chars = self.max_transcript_chars;
         limits.max_permission_denials = self.max_permission_denials.unwrap_or(default_denials);
-        limits.tool_timeout = match self.tool_timeout_secs {
-            Some(secs) => Some(Duration::try_from_secs_f64(secs).map_err(|_| {
-                ConfigError(format!("[limits] tool_timeout_secs = {secs} is not a usable number of seconds"))
-            })?),
-            None => None,
-        };
+        limits.tool_timeout = self.tool_timeout_secs.map(|s| seconds("[limits] tool_timeout_secs", s)).transpose()?;
+        if limits.tool_concurrency == 0 {
+            return Err(ConfigError("[limits] tool_concurrency must be at least 1".into()).into());
+        }
         Ok(limits)
     }
 }
@@ -158,6 +178,7 @@ impl ToolSetup {
         let permissions: recursive_tools::PermissionsConfig =
             config.section(&config.file.permissions, "permissions")?;
         let tools_config: recursive_tools::ToolsConfig = config.section(&config.file.tools, "tools")?;
+        tools_config.validate().map_err(|e| ConfigError(format!("invalid [tools] table: {e}")))?;
         let limits = limits_file.run_limits(max_steps, permissions.max_denials)?;
         let workspace = recursive_tools::Workspace::new(workspace_dir(workspace)?)?;
         let approver = recursive_tools::approver_for_flags(yes, no_ask);
@@ -189,6 +210,15 @@ fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         return Err(ConfigError(format!("workspace {} is not a directory", dir.display())).into());
     }
     Ok(dir)
+}
+
+/// A cost cap in USD: finite and not negative; a usage error otherwise.
+pub fn usd(flag: &str, usd: f64) -> anyhow::Result<f64> {
+    if usd.is_finite() && usd >= 0.0 {
+        Ok(usd)
+    } else {
+        Err(ConfigError(format!("{flag} {usd}: expected a number of USD >= 0")).into())
+    }
 }
 
 /// A positive number of seconds as a duration; a usage error otherwise (NaN, infinite,

@@ -101,19 +101,12 @@ fn load_input(spec: &str, index: usize, count: usize) -> anyhow::Result<(String,
             (name, spec.to_string())
         }
     };
-    let text = if path == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
-        s
+    let value = if path == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading stdin")?;
+        recursive_rlm::InputValue::Text(String::from_utf8_lossy(&bytes).into_owned())
     } else {
-        std::fs::read_to_string(&path).with_context(|| format!("reading input {path}"))?
-    };
-    let value = if path.ends_with(".json") {
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| ConfigError(format!("input {path} is not valid JSON: {e}")))?;
-        recursive_rlm::InputValue::Json(v)
-    } else {
-        recursive_rlm::InputValue::Text(text)
+        recursive_rlm::InputValue::from_file(&path).map_err(|e| ConfigError(format!("input: {e}")))?
     };
     Ok((name, value))
 }
@@ -256,7 +249,10 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             super::fresh_output("--trajectory", path, args.provider.append)?;
             let sink = recursive_rlm::trajectory::TrajectorySink::create(path)
                 .map_err(|e| ConfigError(format!("cannot open --trajectory {}: {e}", path.display())))?;
-            Some(std::sync::Arc::new(sink))
+            let sink = std::sync::Arc::new(sink);
+            let watched = sink.clone();
+            super::watch_log("--trajectory", Box::new(move || watched.error()));
+            Some(sink)
         }
         None => None,
     };
@@ -285,7 +281,6 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let finish = result.outcome.finish_reason();
 
-    let trajectory_error = trajectory.as_ref().and_then(|t| t.error());
     if args.json {
         let out = json!({
             "outcome": finish.as_str(),
@@ -323,10 +318,6 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     }
     if let Some(e) = &error {
         eprintln!("error: {e}");
-    }
-    if let Some(e) = trajectory_error {
-        eprintln!("error: the trajectory is incomplete: {e}");
-        return Ok(crate::EXIT_ERROR);
     }
     Ok(finish.exit_code() as u8)
 }

@@ -131,7 +131,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 
     let budget = BudgetLimits {
         max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost,
+        max_cost_usd: args.max_cost.map(|c| super::usd("--max-cost", c)).transpose()?,
         wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
         ..Default::default()
     };

@@ -261,6 +261,16 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Provi
     let text = String::from_utf8_lossy(body);
     let message: wire::MessageResponse =
         serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "message", &text, &e))?;
+    // A finished message always says why it stopped; without that (e.g. `{}`) it is no answer.
+    if message.stop_reason.is_none() {
+        return Err(ProviderError::Malformed {
+            provider: provider.to_string(),
+            message: format!(
+                "the response has no stop_reason, so it is not a finished message: {}",
+                recursive_core::text::clip_chars(&text, 200)
+            ),
+        });
+    }
     let mut acc = MessageAccumulator::new();
     acc.model = message.model;
     acc.usage = message.usage;
@@ -556,6 +566,12 @@ mod tests {
 
     fn call(id: &str) -> ToolCall {
         ToolCall { id: id.into(), name: "f".into(), arguments: json!({"x": 1}) }
+    }
+
+    #[test]
+    fn an_empty_object_is_not_an_answer() {
+        let e = parse_response("anthropic", b"{}").unwrap_err();
+        assert!(matches!(e, ProviderError::Malformed { .. }), "{e}");
     }
 
     #[test]

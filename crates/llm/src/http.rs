@@ -22,6 +22,71 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest error body quoted in an error message.
 const MAX_ERROR_BODY: usize = 600;
 
+/// Most bytes read of one response, streamed or not: far above any real completion (128K
+/// output tokens streamed as one event each is about 25 MB), far below what would exhaust memory.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most bytes of one line of an event stream (one `data:` line carries one event).
+pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Most bytes read of an error response.
+const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// Byte counts of a response being read, against [`MAX_RESPONSE_BYTES`] and [`MAX_LINE_BYTES`].
+#[derive(Debug, Default)]
+struct Meter {
+    total: usize,
+    line: usize,
+}
+
+impl Meter {
+    /// Counts a chunk; says which cap it broke, if any.
+    fn count(&mut self, chunk: &[u8], max_total: usize, max_line: usize) -> Option<String> {
+        self.total += chunk.len();
+        if self.total > max_total {
+            return Some(format!("the response is larger than {max_total} bytes; stopped reading it"));
+        }
+        let mut longest = 0;
+        for (i, piece) in chunk.split(|b| *b == b'\n' || *b == b'\r').enumerate() {
+            // The first piece continues the line of the previous chunk.
+            self.line = if i == 0 { self.line + piece.len() } else { piece.len() };
+            longest = longest.max(self.line);
+        }
+        (longest > max_line)
+            .then(|| format!("a line of the response is longer than {max_line} bytes; stopped reading it"))
+    }
+}
+
+/// A body stream that ends with an error once it passes a cap.
+pub(crate) fn capped<S>(
+    provider: &str,
+    body: S,
+    max_total: usize,
+    max_line: usize,
+) -> BoxStream<'static, Result<Bytes, ProviderError>>
+where
+    S: futures::Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let provider = provider.to_string();
+    body.scan((Meter::default(), false), move |(meter, over), item| {
+        if *over {
+            return futures::future::ready(None);
+        }
+        let item = match item {
+            Ok(chunk) => match meter.count(&chunk, max_total, max_line) {
+                Some(message) => {
+                    *over = true;
+                    Err(ProviderError::Malformed { provider: provider.clone(), message })
+                }
+                None => Ok(chunk),
+            },
+            Err(e) => Err(e),
+        };
+        futures::future::ready(Some(item))
+    })
+    .boxed()
+}
+
 /// A reqwest client bound to one provider name and its timeouts.
 #[derive(Debug, Clone)]
 pub(crate) struct HttpClient {
@@ -62,7 +127,8 @@ impl HttpClient {
             return Ok(response);
         }
         let retry_after_secs = retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
+        let bytes = self.read_all(response, MAX_ERROR_BYTES).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
         Err(ProviderError::Http {
             provider: self.provider.clone(),
             status: status.as_u16(),
@@ -102,15 +168,30 @@ impl HttpClient {
         Ok(response_stream(parsed))
     }
 
-    /// Reads a whole (non-streamed) body.
+    /// Reads a whole (non-streamed) body, at most [`MAX_RESPONSE_BYTES`].
     pub(crate) async fn body(&self, response: reqwest::Response) -> Result<Bytes, ProviderError> {
-        response.bytes().await.map_err(|e| self.body_error(e))
+        self.read_all(response, MAX_RESPONSE_BYTES).await
     }
 
-    /// The body as a stream of chunks, transport failures classified.
-    pub(crate) fn byte_stream(&self, response: reqwest::Response) -> BoxStream<'static, Result<Bytes, ProviderError>> {
+    /// Reads a body up to `max` bytes; more is an error.
+    async fn read_all(&self, response: reqwest::Response, max: usize) -> Result<Bytes, ProviderError> {
+        let mut chunks = capped(&self.provider, self.raw_stream(response), max, usize::MAX);
+        let mut body = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(Bytes::from(body))
+    }
+
+    fn raw_stream(&self, response: reqwest::Response) -> BoxStream<'static, Result<Bytes, ProviderError>> {
         let this = self.clone();
         response.bytes_stream().map_err(move |e| this.body_error(e)).boxed()
+    }
+
+    /// The body as a stream of chunks, transport failures classified, capped at
+    /// [`MAX_RESPONSE_BYTES`] in all and [`MAX_LINE_BYTES`] per line.
+    pub(crate) fn byte_stream(&self, response: reqwest::Response) -> BoxStream<'static, Result<Bytes, ProviderError>> {
+        capped(&self.provider, self.raw_stream(response), MAX_RESPONSE_BYTES, MAX_LINE_BYTES)
     }
 
     /// Classifies a failure before any response arrived.
@@ -193,6 +274,23 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
 mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
+
+    #[tokio::test]
+    async fn streams_end_with_an_error_past_their_caps() {
+        let chunks =
+            |parts: Vec<&'static [u8]>| futures::stream::iter(parts.into_iter().map(|p| Ok(Bytes::from_static(p))));
+        let read = |s: BoxStream<'static, Result<Bytes, ProviderError>>| async move { s.collect::<Vec<_>>().await };
+
+        let out = read(capped("p", chunks(vec![b"data: a\n\n", b"data: b\n\n"]), 100, 10)).await;
+        assert!(out.iter().all(Result::is_ok));
+
+        let out = read(capped("p", chunks(vec![b"data: 1234", b"567890\n", b"never read"]), 100, 10)).await;
+        assert_eq!(out.len(), 2, "the stream ends at the error");
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("line of the response is longer than 10"));
+
+        let out = read(capped("p", chunks(vec![b"0123\n", b"4567\n", b"89ab\n"]), 12, 100)).await;
+        assert!(out[2].as_ref().unwrap_err().to_string().contains("larger than 12 bytes"));
+    }
 
     #[test]
     fn error_message_reads_openai_and_anthropic_shapes() {

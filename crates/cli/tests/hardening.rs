@@ -196,3 +196,18 @@ fn fifos_and_devices_as_input_are_refused_at_once() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"), "{input}");
     }
 }
+
+#[test]
+fn mcp_servers_that_ignore_shutdown_do_not_outlive_the_run() {
+    let env = Env::new();
+    let args = recursive_testkit::mcp::scripted_server_args(env.dir.path(), "stubborn");
+    let config = format!("[mcp.servers.s]\ncommand = \"python3\"\nargs = {}\n", serde_json::to_string(&args).unwrap());
+    std::fs::write(env.path("recursive.toml"), config).unwrap();
+    let script = env.script("s.json", json!([{"tool_calls": [{"name": "s__emit", "arguments": {"size": 2}}]}, "done"]));
+    let out = env.run(&["run", "x", "--mock-script", s(&script), "--trust", "--yes", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(tool_results(&out), ["zz"]);
+    for pid in recursive_testkit::mcp::read_pids(env.dir.path()).unwrap() {
+        assert!(!recursive_testkit::mcp::survives(pid), "{pid} outlived the run");
+    }
+}

@@ -6,11 +6,13 @@
 //!   request of a run; a [`Reply::raw`] reply writes exact bytes in pieces for framing tests;
 //! - [`check_pairing`]: every tool call of a recorded request has exactly one result, in order;
 //! - [`tools`]: tool fixtures ([`EchoTool`], [`SlowTool`], [`FailingTool`], [`CountingTool`]);
+//! - [`mcp`]: a scripted stdio MCP server (plain Python) and watchers of its processes;
 //! - [`wait_until`]: polls a condition instead of sleeping a fixed time;
 //! - [`require_env`]: a prerequisite a test cannot run without fails the test, unless skipping
 //!   is asked for with `RECURSIVE_ALLOW_SKIP=1`.
 
 pub mod env;
+pub mod mcp;
 pub mod pairing;
 pub mod reply;
 pub mod server;

@@ -25,17 +25,18 @@
 //! Calling a tool sends `tools/call`. Text content comes back as it is (several blocks
 //! joined by newlines), images, audio and binary resources are summarised (e.g.
 //! `[image image/png, 1234 bytes base64]`), and a result flagged `isError` becomes a tool
-//! error. A child process runs in its own process group, which is killed when the server is
-//! shut down or its last tool is dropped.
+//! error. One message from a server may be at most [`MAX_MESSAGE_BYTES`]: a longer answer
+//! fails its call with an error saying so (the connection goes on), and the text a model sees
+//! is further capped by the tool executor. A child process runs in its own process group:
+//! [`McpTools::shutdown`] closes its stdin, waits two seconds, sends SIGTERM to the group,
+//! waits two more, then kills it; dropping the last handle kills the group at once.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use recursive_core::env::ChildEnv;
 use recursive_core::{
     EventKind, Extension, ExtensionEvent, RunScope, Tool, ToolContext, ToolError, ToolOrigin, ToolRegistry, ToolSpec,
@@ -47,11 +48,15 @@ use rmcp::model::{
     ResourceContents,
 };
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+mod stdio;
+
+pub use stdio::MAX_MESSAGE_BYTES;
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 20;
@@ -203,12 +208,29 @@ const PATH_ARGUMENT_NAMES: &[&str] =
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
+/// A connection to one server: the client and, for a stdio server, its process (whose group
+/// is killed when the connection is dropped).
+struct Connection {
+    client: Client,
+    process: tokio::sync::Mutex<Option<stdio::ServerProcess>>,
+}
+
+impl Connection {
+    /// Closes the connection and stops the server's process.
+    async fn close(&self) {
+        self.client.cancellation_token().cancel();
+        if let Some(process) = self.process.lock().await.take() {
+            process.stop().await;
+        }
+    }
+}
+
 /// The servers that started and their tools.
 #[derive(Default)]
 pub struct McpTools {
     registry: ToolRegistry,
     statuses: Vec<McpServerStatus>,
-    clients: Vec<Arc<Client>>,
+    connections: Vec<Arc<Connection>>,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -228,12 +250,11 @@ impl McpTools {
         &self.statuses
     }
 
-    /// Closes every connection (child processes are stopped). Tools still held elsewhere
-    /// fail from then on.
+    /// Closes every connection and stops the child processes: each gets a moment to exit once
+    /// its stdin is closed, then its process group is terminated, then killed. Tools still held
+    /// elsewhere fail from then on.
     pub async fn shutdown(self) {
-        for client in self.clients {
-            client.cancellation_token().cancel();
-        }
+        futures::future::join_all(self.connections.iter().map(|c| c.close())).await;
     }
 }
 
@@ -256,7 +277,7 @@ pub async fn start_servers(config: &McpConfig, scope: &RunScope) -> McpTools {
             for tool in tools {
                 out.registry.register(tool);
             }
-            out.clients.push(client);
+            out.connections.push(client);
         }
         out.statuses.push(status);
     }
@@ -269,7 +290,7 @@ pub fn spawn_servers(config: McpConfig, scope: RunScope) -> tokio::task::JoinHan
     tokio::spawn(async move { start_servers(&config, &scope).await })
 }
 
-type Started = (Arc<Client>, Vec<Arc<dyn Tool>>);
+type Started = (Arc<Connection>, Vec<Arc<dyn Tool>>);
 
 async fn start_server(
     name: &str,
@@ -343,8 +364,8 @@ async fn connect(
     config: &McpServerConfig,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     taken: &Mutex<HashSet<String>>,
-) -> Result<(Arc<Client>, Vec<Arc<dyn Tool>>), String> {
-    let client = match (&config.command, &config.url) {
+) -> Result<Started, String> {
+    let (client, process) = match (&config.command, &config.url) {
         (Some(command), None) => {
             let mut cmd = tokio::process::Command::new(command);
             let env = ChildEnv::new(&config.env_pass, &config.env).map_err(|e| e.to_string())?;
@@ -353,13 +374,8 @@ async fn connect(
             if let Some(cwd) = &config.cwd {
                 cmd.current_dir(cwd);
             }
-            let mut wrapped = CommandWrap::from(cmd);
-            wrapped.wrap(ProcessGroup::leader());
-            let (transport, stderr) = TokioChildProcess::builder(wrapped)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("could not start `{command}`: {e}"))?;
-            if let Some(stderr) = stderr {
+            let started = stdio::spawn(cmd).map_err(|e| format!("could not start `{command}`: {e}"))?;
+            if let Some(stderr) = started.stderr {
                 let server = name.to_string();
                 tokio::spawn(async move {
                     let mut lines = BufReader::new(stderr).lines();
@@ -374,7 +390,13 @@ async fn connect(
                     }
                 });
             }
-            client_info().serve(transport).await.map_err(|e| format!("initialization failed: {e}"))?
+            // Dropped on failure, which kills the process group.
+            let process = started.process;
+            let client = client_info()
+                .serve((started.stdout, started.stdin))
+                .await
+                .map_err(|e| format!("initialization failed: {e}"))?;
+            (client, Some(process))
         }
         (None, Some(url)) => {
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -384,14 +406,17 @@ async fn connect(
                     .map_err(|_| format!("environment variable `{var}` is not set"))?;
                 transport_config = transport_config.auth_header(token);
             }
+            transport_config.max_sse_event_size = MAX_MESSAGE_BYTES;
             let transport = StreamableHttpClientTransport::with_client(mcp_http_client()?, transport_config);
-            client_info().serve(transport).await.map_err(|e| format!("initialization failed at {url}: {e}"))?
+            let client =
+                client_info().serve(transport).await.map_err(|e| format!("initialization failed at {url}: {e}"))?;
+            (client, None)
         }
         (Some(_), Some(_)) => return Err("set either `command` or `url`, not both".into()),
         (None, None) => return Err("set `command` (stdio server) or `url` (HTTP server)".into()),
     };
     let listed = client.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
-    let client = Arc::new(client);
+    let client = Arc::new(Connection { client, process: tokio::sync::Mutex::new(process) });
     let timeout = config.tool_timeout_secs.map(Duration::from_secs);
     let mut taken = taken.lock().map_err(|_| "tool name table poisoned".to_string())?;
     let tools = listed
@@ -412,7 +437,7 @@ async fn connect(
                 spec: ToolSpec { name: exposed, description, parameters },
                 server: name.to_string(),
                 remote_name: t.name.to_string(),
-                client: client.clone(),
+                connection: client.clone(),
                 timeout,
             }) as Arc<dyn Tool>
         })
@@ -473,7 +498,7 @@ pub struct McpTool {
     spec: ToolSpec,
     server: String,
     remote_name: String,
-    client: Arc<Client>,
+    connection: Arc<Connection>,
     timeout: Option<Duration>,
 }
 
@@ -516,7 +541,7 @@ impl Tool for McpTool {
                 });
             }
         }
-        let call = self.client.call_tool(params);
+        let call = self.connection.client.call_tool(params);
         let result = match self.timeout {
             Some(t) => tokio::time::timeout(t, call).await.map_err(|_| ToolError::Timeout(t.as_secs_f64()))?,
             None => call.await,

@@ -174,3 +174,60 @@ async fn server_that_never_answers_initialize_times_out() {
     }
     assert!(gone(), "the timed-out server {pid} is still running");
 }
+
+fn scripted_server(dir: &std::path::Path, mode: &str) -> McpConfig {
+    let args = recursive_testkit::mcp::scripted_server_args(dir, mode);
+    let mut config = McpConfig::default();
+    config.servers.insert("s".into(), McpServerConfig::stdio("python3", args).with_startup_timeout(20));
+    config
+}
+
+async fn emit(mcp: &recursive_tools::mcp::McpTools, size: usize) -> Result<String, recursive_core::ToolError> {
+    let call = recursive_core::ToolCall { id: "x".into(), name: "s__emit".into(), arguments: json!({"size": size}) };
+    let ctx = recursive_core::ToolContext::detached();
+    let call = mcp.registry().call(&call, &ctx);
+    tokio::time::timeout(std::time::Duration::from_secs(60), call).await.expect("the call must not stall")
+}
+
+#[tokio::test]
+async fn an_answer_over_the_message_cap_fails_that_call_and_the_server_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mcp = start_servers(&scripted_server(dir.path(), "plain"), &scope(&MemorySink::new())).await;
+    assert_eq!(mcp.statuses()[0].status, McpStatus::Ready, "{:?}", mcp.statuses());
+
+    let err = emit(&mcp, 20_000_000).await.unwrap_err().to_string();
+    assert!(err.contains("larger than 8388608 bytes"), "{err}");
+    assert!(err.starts_with("MCP server `s`"), "{err}");
+
+    let below = recursive_tools::mcp::MAX_MESSAGE_BYTES - 1000;
+    assert_eq!(emit(&mcp, below).await.unwrap().len(), below, "a big answer under the cap arrives whole");
+    assert_eq!(emit(&mcp, 5).await.unwrap(), "zzzzz");
+    mcp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_shutdown_is_killed_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let mcp = start_servers(&scripted_server(dir.path(), "stubborn"), &scope(&MemorySink::new())).await;
+    assert_eq!(emit(&mcp, 3).await.unwrap(), "zzz");
+    let pids = recursive_testkit::mcp::server_pids(dir.path());
+    assert!(pids.iter().all(|p| recursive_testkit::mcp::alive(*p)));
+    mcp.shutdown().await;
+    for pid in pids {
+        assert!(!recursive_testkit::mcp::survives(pid), "{pid} is still running after shutdown");
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_tools_kills_the_server_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mcp = start_servers(&scripted_server(dir.path(), "stubborn"), &scope(&MemorySink::new())).await;
+    assert_eq!(emit(&mcp, 1).await.unwrap(), "z");
+    let pids = recursive_testkit::mcp::server_pids(dir.path());
+    // Dropped without shutdown (an early return, a panic unwinding): the group is killed
+    // synchronously, not by a task that a finishing runtime might never run.
+    drop(mcp);
+    for pid in pids {
+        assert!(!recursive_testkit::mcp::survives(pid), "{pid} is still running after the drop");
+    }
+}

@@ -115,12 +115,19 @@ pub enum AgentError {
     /// The provider failed after its retries.
     #[error(transparent)]
     Provider(#[from] ProviderError),
-    /// The transcript log could not be written.
-    #[error("transcript log: {0}")]
-    Io(#[from] std::io::Error),
+    /// The transcript log could not be written. (The I/O error is in the message, not a
+    /// source, so a printed chain does not repeat it.)
+    #[error("writing the transcript log: {0}")]
+    Io(std::io::Error),
     /// A message broke the pairing contract (a bug in a provider or a caller's transcript).
     #[error(transparent)]
     Transcript(#[from] TranscriptError),
+}
+
+impl From<std::io::Error> for AgentError {
+    fn from(e: std::io::Error) -> Self {
+        AgentError::Io(e)
+    }
 }
 
 /// A fault ended the run; `partial` holds everything gathered until then (finish reason

@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod memory;
 pub mod patch;
 pub mod permissions;
+mod process;
 pub mod sandbox;
 pub mod search;
 pub mod shell;
@@ -38,9 +39,10 @@ pub use permissions::{
     Action, Approval, ApprovalHandler, FixedApprover, NO_TERMINAL_REASON, PermissionPolicy, PermissionRule,
     PermissionsConfig, PermissionsError, TerminalApprover, approver_for_flags,
 };
+pub use process::kill_running_commands;
 pub use sandbox::{SandboxError, Workspace};
 pub use search::SearchFiles;
-pub use shell::{RunShell, kill_running_commands};
+pub use shell::RunShell;
 pub use web::WebFetch;
 
 /// Names of the tools [`read_only_tools`] returns.

@@ -16,15 +16,12 @@
 //! end with a marker saying how many bytes and lines were cut. A non-zero exit code is a normal
 //! result (the model reads it); a timeout or a command that cannot start is a tool error.
 
-use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use recursive_core::env::ChildEnv;
 use recursive_core::{ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
@@ -34,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::ShellConfig;
 use crate::fs::resolve;
+use crate::process::GroupKiller;
 use crate::sandbox::Workspace;
 use crate::truncate::HeadTail;
 
@@ -71,50 +69,6 @@ impl RunShell {
             ChildEnv::new(&[], &config.env).unwrap_or_else(|_| ChildEnv::defaults())
         });
         Self { ws, config, env }
-    }
-}
-
-/// Process groups of the commands running now, so a process about to exit at once (SIGTERM,
-/// a second Ctrl-C) can kill them all: destructors do not run on `exit`.
-static RUNNING: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
-
-/// Kills the process group of every `run_shell` command still running. For a process about to
-/// exit without unwinding; a cancelled call kills its own group anyway.
-pub fn kill_running_commands() {
-    let groups = RUNNING.lock().map(|mut g| std::mem::take(&mut *g)).unwrap_or_default();
-    for pgid in groups {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-}
-
-/// Kills a process group when dropped (or asked); registered in [`RUNNING`] meanwhile.
-struct GroupKiller {
-    pgid: Option<Pid>,
-}
-
-impl GroupKiller {
-    fn new(pid: Option<u32>) -> Self {
-        let pgid = pid.and_then(|id| i32::try_from(id).ok());
-        if let (Some(id), Ok(mut running)) = (pgid, RUNNING.lock()) {
-            running.insert(id);
-        }
-        Self { pgid: pgid.map(Pid::from_raw) }
-    }
-
-    fn kill(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            if let Ok(mut running) = RUNNING.lock() {
-                running.remove(&pgid.as_raw());
-            }
-            // ESRCH (nothing left in the group) is the common, harmless case.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

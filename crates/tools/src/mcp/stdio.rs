@@ -1,5 +1,6 @@
 //! The child process of a stdio MCP server: started in its own process group, stopped with
-//! the connection (the group is killed synchronously when its guard drops, so a server that
+//! the connection (the group is killed synchronously when its [`GroupKiller`] drops, and by
+//! [`crate::kill_running_commands`] when the program exits at once, so a server that
 //! ignores the closing of its stdin does not outlive the run), and read through
 //! [`MessageCap`], which keeps any one message from the server under [`MAX_MESSAGE_BYTES`].
 
@@ -8,12 +9,13 @@ use std::process::Stdio;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+use crate::process::GroupKiller;
 
 /// Most bytes of one message (one line) from a stdio server. A longer message is dropped; if it
 /// was the answer to a request, that request fails with an error saying so.
@@ -25,7 +27,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// A running server process; its process group is killed when this is dropped.
 pub(super) struct ServerProcess {
     child: Box<dyn ChildWrapper>,
-    pgid: Option<Pid>,
+    group: GroupKiller,
 }
 
 /// The parts of a started server.
@@ -42,12 +44,12 @@ pub(super) fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Started
     let mut wrapped = CommandWrap::from(cmd);
     wrapped.wrap(ProcessGroup::leader());
     let mut child = wrapped.spawn()?;
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let group = GroupKiller::new(child.id());
     let missing = || std::io::Error::other("the server's stdio was not piped");
     let stdin = child.stdin().take().ok_or_else(missing)?;
     let stdout = child.stdout().take().ok_or_else(missing)?;
     let stderr = child.stderr().take();
-    Ok(Started { process: ServerProcess { child, pgid }, stdout: MessageCap::new(stdout), stdin, stderr })
+    Ok(Started { process: ServerProcess { child, group }, stdout: MessageCap::new(stdout), stdin, stderr })
 }
 
 impl ServerProcess {
@@ -55,35 +57,23 @@ impl ServerProcess {
     /// terminates its process group, then kills it; what is left of the group goes with it.
     pub(super) async fn stop(mut self) {
         if !self.exits_within(EXIT_GRACE).await {
-            self.signal_group(Signal::SIGTERM);
+            self.group.signal(Signal::SIGTERM);
             if !self.exits_within(EXIT_GRACE).await {
-                self.signal_group(Signal::SIGKILL);
+                self.group.signal(Signal::SIGKILL);
                 self.exits_within(EXIT_GRACE).await;
             }
         }
-        self.kill_group();
+        self.group.kill();
     }
 
     async fn exits_within(&mut self, grace: Duration) -> bool {
         tokio::time::timeout(grace, self.child.wait()).await.is_ok()
     }
-
-    fn signal_group(&self, signal: Signal) {
-        if let Some(pgid) = self.pgid {
-            let _ = killpg(pgid, signal);
-        }
-    }
-
-    /// Kills every process left in the group (the server's own children included), once.
-    fn kill_group(&mut self) {
-        self.signal_group(Signal::SIGKILL);
-        self.pgid = None;
-    }
 }
 
 impl Drop for ServerProcess {
+    /// The group itself goes with [`GroupKiller`]'s drop.
     fn drop(&mut self) {
-        self.kill_group();
         let _ = self.child.start_kill();
     }
 }

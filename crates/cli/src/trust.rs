@@ -5,6 +5,7 @@
 //! Needing trust: `[mcp]` servers (they are started as commands), permission rules that allow,
 //! permission defaults looser than the built-in ones and a higher `max_denials`, `[tools.shell]`
 //! `shell`/`env`/`env_pass` (they choose the program and pass variables to commands),
+//! `read_only`/`writable`, `sandbox = "off"` and `network = true` (they widen the OS sandbox),
 //! `[tools.web] allow_hosts` (it opens private addresses) and `[provider] base_url` (the API
 //! key would go there). Trust is given with `--trust` or by answering a question on the
 //! terminal, and recorded per canonical path and SHA-256 of the contents in
@@ -107,10 +108,19 @@ pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
         strip_permissions(p, &mut removed);
     }
     if let Some(shell) = file.tools.as_mut().and_then(|t| t.get_mut("shell")).and_then(|s| s.as_table_mut()) {
-        for key in ["shell", "env", "env_pass"] {
+        for key in ["shell", "env", "env_pass", "read_only", "writable"] {
             if shell.remove(key).is_some() {
                 removed.push(format!("[tools.shell] {key}"));
             }
+        }
+        // Looser sandbox settings: the sandbox off, the host's network.
+        if shell.get("sandbox").and_then(|v| v.as_str()) == Some("off") {
+            shell.remove("sandbox");
+            removed.push("[tools.shell] sandbox = \"off\"".into());
+        }
+        if shell.get("network").and_then(|v| v.as_bool()) == Some(true) {
+            shell.remove("network");
+            removed.push("[tools.shell] network = true".into());
         }
     }
     let web = file.tools.as_mut().and_then(|t| t.get_mut("web")).and_then(|s| s.as_table_mut());
@@ -172,6 +182,9 @@ mod tests {
             [tools.shell]
             env_pass = ["*"]
             default_timeout_secs = 5
+            sandbox = "off"
+            network = true
+            writable = ["/"]
             [tools.web]
             allow_hosts = ["169.254.169.254"]
             [provider]
@@ -180,7 +193,7 @@ mod tests {
         "#;
         let mut file: crate::config::FileConfig = toml::from_str(text).unwrap();
         let removed = strip(&mut file);
-        assert_eq!(removed.len(), 7, "{removed:#?}");
+        assert_eq!(removed.len(), 10, "{removed:#?}");
         let p = file.permissions.unwrap();
         assert_eq!(p.get("default_read").and_then(|v| v.as_str()), Some("ask"), "stricter defaults stay");
         assert!(p.get("default_write").is_none() && p.get("max_denials").is_none());
@@ -195,7 +208,8 @@ mod tests {
     #[test]
     fn files_without_such_parts_lose_nothing() {
         let mut file: crate::config::FileConfig = toml::from_str(
-            "[permissions]\n[[permissions.rules]]\ntool = \"x\"\naction = \"deny\"\n[limits]\nmax_steps = 3",
+            "[permissions]\n[[permissions.rules]]\ntool = \"x\"\naction = \"deny\"\n[limits]\nmax_steps = 3\n\
+             [tools.shell]\nsandbox = \"required\"\nnetwork = false",
         )
         .unwrap();
         assert!(strip(&mut file).is_empty());

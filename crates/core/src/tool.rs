@@ -126,6 +126,12 @@ pub trait Tool: Send + Sync {
     fn paths(&self, _arguments: &Map<String, Value>) -> Option<Vec<String>> {
         None
     }
+
+    /// How a call will run when that is worth telling the user before approving it (e.g.
+    /// "runs confined (OS sandbox: …)" or "runs UNCONFINED (…)"); shown in permission prompts.
+    fn confinement(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The string values of the named arguments, for [`Tool::paths`]: each argument may be a
@@ -173,6 +179,11 @@ pub trait TypedTool: Send + Sync + 'static {
 
     /// The paths a call reaches (see [`Tool::paths`]).
     fn paths(&self, _arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        None
+    }
+
+    /// How a call will run (see [`Tool::confinement`]).
+    fn confinement(&self) -> Option<String> {
         None
     }
 }
@@ -226,6 +237,10 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
         self.0.paths(arguments)
+    }
+
+    fn confinement(&self) -> Option<String> {
+        self.0.confinement()
     }
 }
 

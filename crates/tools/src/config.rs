@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use recursive_core::confine::{Confinement, ProcessLimits, SandboxMode};
 use serde::{Deserialize, Serialize};
 
 impl ToolsConfig {
@@ -19,6 +20,10 @@ impl ToolsConfig {
             ("shell.default_timeout_secs", self.shell.default_timeout_secs),
             ("shell.max_timeout_secs", self.shell.max_timeout_secs),
             ("shell.max_output_bytes", self.shell.max_output_bytes as u64),
+            ("shell.max_memory_mb", self.shell.max_memory_mb),
+            ("shell.max_processes", self.shell.max_processes),
+            ("shell.max_file_size_mb", self.shell.max_file_size_mb),
+            ("shell.max_cpu_secs", self.shell.max_cpu_secs),
             ("search.max_results", self.search.max_results as u64),
             ("search.max_line_chars", self.search.max_line_chars as u64),
             ("web.timeout_secs", self.web.timeout_secs),
@@ -117,6 +122,24 @@ pub struct ShellConfig {
     pub env_pass: Vec<String>,
     /// Variables set for every command, with these values.
     pub env: BTreeMap<String, String>,
+    /// Whether commands run in the OS sandbox ([`recursive_core::confine`]): `auto` (when
+    /// available, else unconfined with a warning), `required`, or `off`.
+    pub sandbox: SandboxMode,
+    /// In the sandbox, share the host's network (unfiltered); by default commands have none.
+    pub network: bool,
+    /// Further paths commands may read in the sandbox (`~/` is the home directory), e.g. a
+    /// toolchain: `["~/.rustup", "~/.cargo"]`.
+    pub read_only: Vec<String>,
+    /// Further directories commands may write in the sandbox, besides the workspace.
+    pub writable: Vec<String>,
+    /// Address space of each process in the sandbox, in MiB.
+    pub max_memory_mb: u64,
+    /// Processes (and threads) of one command in the sandbox.
+    pub max_processes: u64,
+    /// Largest file a command may write in the sandbox, in MiB.
+    pub max_file_size_mb: u64,
+    /// CPU seconds of each process in the sandbox.
+    pub max_cpu_secs: u64,
 }
 
 impl Default for ShellConfig {
@@ -128,7 +151,43 @@ impl Default for ShellConfig {
             max_output_bytes: 32 * 1024,
             env_pass: Vec::new(),
             env: BTreeMap::new(),
+            sandbox: SandboxMode::Auto,
+            network: false,
+            read_only: Vec::new(),
+            writable: Vec::new(),
+            max_memory_mb: 8192,
+            max_processes: 1024,
+            max_file_size_mb: 4096,
+            max_cpu_secs: 1200,
         }
+    }
+}
+
+impl ShellConfig {
+    /// What a command may reach in the sandbox, for a workspace at `root`.
+    pub fn confinement(&self, root: &std::path::Path) -> Confinement {
+        let mib = |v: u64| v.saturating_mul(1024 * 1024);
+        let mut writable = vec![root.to_path_buf()];
+        writable.extend(self.writable.iter().map(|p| expand_home(p)));
+        Confinement {
+            writable,
+            read_only: self.read_only.iter().map(|p| expand_home(p)).collect(),
+            network: self.network,
+            limits: ProcessLimits {
+                cpu_secs: Some(self.max_cpu_secs),
+                address_space_bytes: Some(mib(self.max_memory_mb)),
+                processes: Some(self.max_processes),
+                file_size_bytes: Some(mib(self.max_file_size_mb)),
+            },
+        }
+    }
+}
+
+/// `~/x` as a path under the home directory; other paths as they are.
+fn expand_home(path: &str) -> std::path::PathBuf {
+    match (path.strip_prefix("~/"), recursive_core::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
+        _ => std::path::PathBuf::from(path),
     }
 }
 

@@ -635,7 +635,8 @@ impl ToolGate for PermissionPolicy {
                 if let Some(why) = self.approver.unavailable() {
                     return GateVerdict::deny(format!("{source}: ask; {why}"));
                 }
-                let asked = format!("{source}: {}", Action::Ask.as_str());
+                let how = tool.confinement().map(|c| format!("; {c}")).unwrap_or_default();
+                let asked = format!("{source}: {}{how}", Action::Ask.as_str());
                 let answer = self.approver.approve(call, &asked).await;
                 let said = self.approver.describe(answer);
                 match answer {

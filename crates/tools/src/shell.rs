@@ -16,12 +16,15 @@
 //! end with a marker saying how many bytes and lines were cut. A non-zero exit code is a normal
 //! result (the model reads it); a timeout or a command that cannot start is a tool error.
 
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use nix::sys::signal::Signal;
+use recursive_core::confine::{Plan, ProcessCgroup};
 use recursive_core::env::ChildEnv;
 use recursive_core::{ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
@@ -128,6 +131,34 @@ fn render_output(head: String, stdout: &HeadTail, stderr: &HeadTail, abandoned: 
     out
 }
 
+impl RunShell {
+    /// How commands will run, per `[tools.shell] sandbox` and this machine.
+    fn plan(&self) -> Result<Plan, ToolError> {
+        Plan::for_mode(self.config.sandbox).map_err(|e| {
+            ToolError::failed(format!("{e}; commands are not run because [tools.shell] sandbox = \"required\""))
+        })
+    }
+
+    /// The process that runs `line`: `<shell> -c <line>`, inside the sandbox when confined
+    /// (with the pids cgroup to keep until it ends).
+    fn command(&self, line: &str, cwd: &Path) -> Result<(tokio::process::Command, Option<ProcessCgroup>), ToolError> {
+        let shell = [self.config.shell.clone().into(), OsString::from("-c"), line.into()];
+        match self.plan()? {
+            Plan::Unconfined(_) => {
+                let mut command = tokio::process::Command::new(&shell[0]);
+                command.args(&shell[1..]);
+                Ok((command, None))
+            }
+            Plan::Confined(sandbox) => {
+                let (argv, cgroup) = sandbox.command(&self.config.confinement(self.ws.root()), cwd, &shell);
+                let mut command = tokio::process::Command::new(&argv[0]);
+                command.args(&argv[1..]);
+                Ok((command, cgroup))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl TypedTool for RunShell {
     type Args = RunShellArgs;
@@ -150,6 +181,13 @@ impl TypedTool for RunShell {
         )
     }
 
+    fn confinement(&self) -> Option<String> {
+        Some(match self.plan() {
+            Ok(plan) => plan.describe(&self.config.confinement(self.ws.root())),
+            Err(e) => e.to_string(),
+        })
+    }
+
     async fn run(&self, args: RunShellArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
         let cwd = resolve(&self.ws, args.cwd.as_deref().unwrap_or("."))?;
         if !cwd.is_dir() {
@@ -163,19 +201,19 @@ impl TypedTool for RunShell {
         let timeout_secs = requested.min(max_timeout);
         let max_bytes = self.config.max_output_bytes;
 
-        let mut command = tokio::process::Command::new(&self.config.shell);
+        let (mut command, cgroup) = self.command(&args.command, &cwd)?;
         self.env.apply_tokio(&mut command);
         command
-            .arg("-c")
-            .arg(&args.command)
             .current_dir(&cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child =
-            command.spawn().map_err(|e| ToolError::failed(format!("could not start `{}`: {e}", self.config.shell)))?;
+        let mut child = command.spawn().map_err(|e| {
+            let program = command.as_std().get_program().to_string_lossy().into_owned();
+            ToolError::failed(format!("could not start `{program}`: {e}"))
+        })?;
         let mut killer = GroupKiller::new(child.id());
         let stdout = child.stdout.take().map(|p| collect(p, max_bytes));
         let stderr = child.stderr.take().map(|p| collect(p, max_bytes));
@@ -198,6 +236,9 @@ impl TypedTool for RunShell {
             Some(h) => finish(h, max_bytes).await,
             None => (HeadTail::new(max_bytes), false),
         };
+        if let Some(cgroup) = cgroup {
+            cgroup.remove().await;
+        }
         let abandoned = lost_out || lost_err;
         let lowered = if requested > timeout_secs {
             format!(" (timeout lowered from {requested}s to the maximum {timeout_secs}s)")
@@ -234,6 +275,12 @@ mod tests {
 
     async fn run(dir: &std::path::Path, config: ShellConfig, args: serde_json::Value) -> Result<String, ToolError> {
         tool(dir, config).call(args, &ToolContext::detached()).await
+    }
+
+    /// Without the OS sandbox: these tests read the host's pids of what a command started
+    /// (confined commands are tested in `tests/sandbox.rs`).
+    fn unconfined() -> ShellConfig {
+        ShellConfig { sandbox: recursive_core::confine::SandboxMode::Off, ..Default::default() }
     }
 
     /// Whether a process is gone (or a zombie waiting to be reaped).
@@ -287,7 +334,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = run(
             dir.path(),
-            ShellConfig::default(),
+            unconfined(),
             json!({"command": "sleep 100 & echo $! > bg.pid; echo started; sleep 100", "timeout_secs": 1}),
         )
         .await
@@ -309,7 +356,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = run(
             dir.path(),
-            ShellConfig { default_timeout_secs: 60, ..Default::default() },
+            ShellConfig { default_timeout_secs: 60, ..unconfined() },
             json!({"command": "sleep 100 & echo $! > bg.pid; echo done"}),
         )
         .await
@@ -327,7 +374,7 @@ mod tests {
     #[tokio::test]
     async fn abandoned_call_kills_the_process_group() {
         let dir = tempfile::tempdir().unwrap();
-        let t = tool(dir.path(), ShellConfig::default());
+        let t = tool(dir.path(), unconfined());
         let ctx = ToolContext::detached();
         let call = t.call(json!({"command": "sleep 100 & echo $! > bg.pid; sleep 100"}), &ctx);
         let pid_file = dir.path().join("bg.pid");
@@ -407,7 +454,7 @@ mod tests {
     #[tokio::test]
     async fn missing_shell_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let config = ShellConfig { shell: "/no/such/shell".into(), ..Default::default() };
+        let config = ShellConfig { shell: "/no/such/shell".into(), ..unconfined() };
         let err = run(dir.path(), config, json!({"command": "true"})).await.unwrap_err();
         assert!(err.to_string().contains("could not start `/no/such/shell`"), "{err}");
     }

@@ -19,14 +19,11 @@ fn tool_results(out: &std::process::Output) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn commands_cannot_read_the_programs_secrets_from_proc_or_the_environment() {
-    let env = Env::new();
-    // The environment of the program, its own, and the memory file the secrets travelled in
-    // (through the program's descriptor and the one the shell may have inherited).
-    let probe = "tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; env; echo ---; \
-                 fd=$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^RECURSIVE_HELD_ENV_FD=//p'); echo \"fd=$fd\"; \
-                 timeout 2 cat /proc/$PPID/fd/$fd /proc/$$/fd/$fd | tr '\\0' '\\n'";
+/// Runs `probe` through `run_shell` with secrets in the program's environment; `sandbox` is the
+/// `[tools.shell] sandbox` setting.
+fn probe_with_secrets(env: &Env, probe: &str, sandbox: &str) -> String {
+    let config = env.path("shell.toml");
+    std::fs::write(&config, format!("[tools.shell]\nsandbox = \"{sandbox}\"\n")).unwrap();
     let script =
         env.script("s.json", json!([{"tool_calls": [{"name": "run_shell", "arguments": {"command": probe}}]}, "done"]));
     let out = env
@@ -35,18 +32,39 @@ fn commands_cannot_read_the_programs_secrets_from_proc_or_the_environment() {
         .env("DATABASE_URL", "postgres://u:hunter2@db/x")
         .env("SESSION_COOKIE", "cookie-secret")
         .env("GITHUB_PAT", "ghp-secret")
-        .args(["run", "probe", "--mock-script", s(&script), "--yes", "--json"])
+        .args(["run", "probe", "--mock-script", s(&script), "--yes", "--json", "--config", s(&config)])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let results = tool_results(&out);
     assert!(results[0].contains("exit code"), "{}", results[0]);
     assert!(results[0].contains("PATH="), "the probe ran: {}", results[0]);
-    let fd = results[0].split("fd=").nth(1).and_then(|r| r.chars().next());
-    assert!(fd.is_some_and(|c| c.is_ascii_digit()), "the memory file was looked for: {}", results[0]);
     for secret in ["sk-secret-one", "hunter2", "cookie-secret", "ghp-secret"] {
         assert!(!results[0].contains(secret), "{secret} leaked: {}", results[0]);
     }
+    results[0].clone()
+}
+
+#[test]
+fn confined_commands_see_neither_the_programs_process_nor_its_secrets() {
+    let env = Env::new();
+    let probe = "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo ---; env; ls /proc | grep -c '^[0-9]'";
+    let out = probe_with_secrets(&env, probe, "required");
+    assert!(!out.contains("RECURSIVE_HELD_ENV_FD"), "the program's process is visible: {out}");
+}
+
+#[test]
+fn commands_cannot_read_the_programs_secrets_from_proc_or_the_environment() {
+    let env = Env::new();
+    // The environment of the program, its own, and the memory file the secrets travelled in
+    // (through the program's descriptor and the one the shell may have inherited).
+    let probe = "tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; env; echo ---; \
+                 fd=$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^RECURSIVE_HELD_ENV_FD=//p'); echo \"fd=$fd\"; \
+                 timeout 2 cat /proc/$PPID/fd/$fd /proc/$$/fd/$fd | tr '\\0' '\\n'";
+    // Unconfined, the program's own process is in reach: what protects it is the re-execution.
+    let out = probe_with_secrets(&env, probe, "off");
+    let fd = out.split("fd=").nth(1).and_then(|r| r.chars().next());
+    assert!(fd.is_some_and(|c| c.is_ascii_digit()), "the memory file was looked for: {out}");
 }
 
 #[test]

@@ -54,12 +54,14 @@
 //!   worker binary such as this crate's `recursive-sandbox-worker`.
 
 pub mod convert;
+pub mod cpython;
 pub mod dialect;
 pub mod error;
 pub mod events;
 pub mod inputs;
 mod output;
 pub mod prompt;
+pub mod repl;
 pub mod rewrite;
 pub mod rlm;
 pub mod sandbox;

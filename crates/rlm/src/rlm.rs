@@ -27,7 +27,8 @@ use crate::prompt::{
     CatalogFacts, DEFAULT_INSTRUCTIONS, NO_CODE_OBSERVATION, argument_order, catalog, extract_code_blocks,
     parse_json_reply, snippet_observation, truncate_middle,
 };
-use crate::sandbox::{HostCall, HostReply, Sandbox, SandboxHost, SandboxLimits, SnippetErrorKind};
+use crate::repl::{Backend, Repl};
+use crate::sandbox::{HostCall, HostReply, SandboxHost, SandboxLimits, SnippetErrorKind};
 use crate::schema::{OutputSchema, default_output_schema};
 
 /// Names of the sandbox primitives; host tools cannot use them.
@@ -91,6 +92,9 @@ pub struct RlmConfig {
     pub primary_options: ChatOptions,
     /// Options of sub-model calls (`llm_query`...).
     pub sub_options: ChatOptions,
+    /// The interpreter running the snippets (Monty by default).
+    #[serde(default)]
+    pub backend: Backend,
 }
 
 impl Default for RlmConfig {
@@ -113,6 +117,7 @@ impl Default for RlmConfig {
             trace_chars: 500,
             primary_options: ChatOptions::default(),
             sub_options: ChatOptions::default(),
+            backend: Backend::default(),
         }
     }
 }
@@ -632,10 +637,13 @@ impl Rlm {
         setup.push_str(ANSWER_CHECK);
         // The worker starts while the first model call is in flight.
         let limits = self.sandbox_limits();
+        let backend = self.config.backend.clone();
+        let mut host_functions: Vec<String> = PRIMITIVES.iter().map(|p| p.to_string()).collect();
+        host_functions.extend(self.tools.tools().names());
         let mut starting = Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            Sandbox::start(limits, globals, &setup).await
+            crate::repl::start(&backend, limits, globals, host_functions, &setup).await
         })));
-        let mut ready: Option<Sandbox> = None;
+        let mut ready: Option<Box<dyn Repl>> = None;
         let host = Arc::new(RunHost {
             engine: self.clone(),
             tree: tree.clone(),
@@ -667,7 +675,7 @@ impl Rlm {
                     start.await.map_err(|e| RlmError::Sandbox(crate::sandbox::SandboxError::Worker(e.to_string())))?;
                 ready = Some(started?);
             }
-            let Some(sandbox) = ready.as_ref() else { break };
+            let Some(sandbox) = ready.as_deref() else { break };
             let (snippets, mut parts, submitted) = self.run_blocks(sandbox, &host, scope, iteration, &reply).await;
             let left = max - iteration;
             if submitted.is_none() {
@@ -702,7 +710,7 @@ impl Rlm {
     /// the snippets, the observation parts and the submitted payload, if any.
     async fn run_blocks(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &dyn Repl,
         host: &Arc<RunHost>,
         scope: &RunScope,
         iteration: u32,

@@ -813,7 +813,7 @@ fn host_panic(name: &str, payload: &(dyn std::any::Any + Send)) -> MontyExceptio
 
 /// Answers a call, turning a panic of the host into an exception at the call site, so a faulty
 /// host function cannot take the session down.
-fn call_host(host: &dyn SandboxHost, call: HostCall) -> HostReply {
+pub(crate) fn call_host(host: &dyn SandboxHost, call: HostCall) -> HostReply {
     let name = call.name.clone();
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| host.call(call)))
         .unwrap_or_else(|payload| HostReply::Raise(host_panic(&name, payload.as_ref())))
@@ -821,7 +821,7 @@ fn call_host(host: &dyn SandboxHost, call: HostCall) -> HostReply {
 
 /// Runs host work, turning a panic into an exception (instead of leaving an awaited future
 /// unresolved until the time limit).
-async fn guard_panics(name: &str, fut: BoxFuture<'static, HostResult>) -> HostResult {
+pub(crate) async fn guard_panics(name: &str, fut: BoxFuture<'static, HostResult>) -> HostResult {
     use futures::FutureExt;
     match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
         Ok(r) => r,

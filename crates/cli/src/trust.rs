@@ -123,6 +123,15 @@ pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
             removed.push("[tools.shell] network = true".into());
         }
     }
+    if let Some(rlm) = file.rlm.as_mut() {
+        if rlm.remove("python").is_some() {
+            removed.push("[rlm] python (it chooses a program to run)".into());
+        }
+        if rlm.get("os_sandbox").and_then(|v| v.as_str()) == Some("off") {
+            rlm.remove("os_sandbox");
+            removed.push("[rlm] os_sandbox = \"off\"".into());
+        }
+    }
     let web = file.tools.as_mut().and_then(|t| t.get_mut("web")).and_then(|s| s.as_table_mut());
     if web.and_then(|w| w.remove("allow_hosts")).is_some() {
         removed.push("[tools.web] allow_hosts".into());

@@ -225,3 +225,21 @@ fn a_trajectory_that_cannot_be_written_fails_the_run() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--trajectory file is incomplete"));
 }
+
+#[test]
+fn the_cpython_backend_runs_pandas_and_host_tools_from_the_cli() {
+    let Some(python) = recursive_testkit::require_env("RLM_TEST_PYTHON") else { return };
+    let env = Env::new();
+    let input = doc(&env);
+    let code = "```python\nimport pandas as pd\ndf = pd.DataFrame({'w': context.split()})\n\
+                text = read_file('notes.txt')\nsubmit({'answer': f\"{len(df)} words; {text.strip()}\"})\n```";
+    let script = env.script("s.json", json!([code]));
+    let args = ["rlm", "q", "--input", &input, "--mock-script", s(&script), "--sandbox", "cpython", "--json"];
+    let out = env.cmd().args(args).args(["--python", &python]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"]["answer"], "3 words; 1\thello world", "{v}");
+
+    let out = env.run(&["rlm", "q", "--input", &input, "--mock-script", s(&script), "--python", "/x", "-q"]);
+    assert_eq!(out.status.code(), Some(2), "--python without --sandbox cpython is a usage error");
+}

@@ -346,6 +346,7 @@ impl ProcessCgroup {
     fn create(max: u64) -> Option<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let parent = pids_hierarchy()?;
+        sweep_stale(&parent);
         let name = format!("recursive-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let dir = parent.join(name);
         std::fs::create_dir(&dir).ok()?;
@@ -393,6 +394,21 @@ impl Drop for ProcessCgroup {
                 }
             }
         });
+    }
+}
+
+/// Removes cgroups left by processes that are gone (one that ended before its sandbox's
+/// processes had left could not remove its own).
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let owner = name.to_str().and_then(|n| n.strip_prefix("recursive-")).and_then(|n| n.split('-').next());
+        if let Some(pid) = owner.and_then(|p| p.parse::<u32>().ok())
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir(entry.path());
+        }
     }
 }
 

@@ -71,6 +71,14 @@ pub struct RlmArgs {
     /// the measurement).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// The interpreter running the snippets: monty (default: a Python subset in this program's
+    /// sandbox worker) or cpython (full Python with the interpreter's packages, in a worker
+    /// confined by the OS sandbox).
+    #[arg(long, value_name = "monty|cpython")]
+    pub sandbox: Option<String>,
+    /// The CPython interpreter for `--sandbox cpython` (default: `python3` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -136,6 +144,9 @@ pub struct RlmFile {
     recursion_limit: Option<usize>,
     max_output_chars: Option<usize>,
     instructions: Option<PathBuf>,
+    sandbox: Option<String>,
+    python: Option<PathBuf>,
+    os_sandbox: Option<recursive_core::confine::SandboxMode>,
 }
 
 /// The RLM settings from the flags, then `[rlm]`, then the defaults; every value checked.
@@ -164,7 +175,9 @@ fn rlm_config(args: &RlmArgs, file: &RlmFile) -> anyhow::Result<recursive_rlm::R
         ),
         None => None,
     };
+    let backend = backend(args, file)?;
     Ok(recursive_rlm::RlmConfig {
+        backend,
         max_iterations: args.max_iterations,
         max_llm_calls: args.max_llm_calls,
         max_depth: args.max_depth,
@@ -179,6 +192,23 @@ fn rlm_config(args: &RlmArgs, file: &RlmFile) -> anyhow::Result<recursive_rlm::R
         instructions,
         ..defaults
     })
+}
+
+/// The REPL backend from `--sandbox`/`--python`, then `[rlm]`.
+fn backend(args: &RlmArgs, file: &RlmFile) -> Result<recursive_rlm::repl::Backend, ConfigError> {
+    let python = args.python.clone().or(file.python.clone());
+    match args.sandbox.as_deref().or(file.sandbox.as_deref()).unwrap_or("monty") {
+        "monty" if python.is_some() => Err(ConfigError("--python needs --sandbox cpython".into())),
+        "monty" => Ok(recursive_rlm::repl::Backend::Monty),
+        "cpython" => {
+            let defaults = recursive_rlm::cpython::CPythonConfig::default();
+            Ok(recursive_rlm::repl::Backend::CPython(recursive_rlm::cpython::CPythonConfig {
+                python: python.unwrap_or(defaults.python),
+                sandbox: file.os_sandbox.unwrap_or(defaults.sandbox),
+            }))
+        }
+        other => Err(ConfigError(format!("--sandbox must be monty or cpython, not `{other}`"))),
+    }
 }
 
 /// The sandbox's host tools: the read-only built-ins except `web_fetch`, unless tools are named;

@@ -408,6 +408,51 @@ async fn big_fan_out() {
     println!("  median snippet {:.0} ms, fastest {best:.0} ms   (goal < 1000 ms)", median(snippet_ms));
 }
 
+/// Bench 6: the two REPL backends side by side — session start (100 KB input, setup imports)
+/// and one small snippet on a warm session, with and without a host call. CPython runs
+/// `RLM_BENCH_PYTHON` (default `python3`), confined by the OS sandbox and not.
+async fn backends() {
+    use recursive_core::confine::SandboxMode;
+    use recursive_rlm::cpython::CPythonConfig;
+    use recursive_rlm::repl::{Backend, Repl};
+    let python = recursive_core::env::var("RLM_BENCH_PYTHON").unwrap_or_else(|| "python3".into());
+    let cpython = |sandbox| Backend::CPython(CPythonConfig { python: python.clone().into(), sandbox });
+    let doc = "lorem ipsum dolor sit amet\n".repeat(4000);
+    let host: Arc<dyn SandboxHost> = Arc::new(NoHost);
+    let cancel = CancellationToken::new();
+    println!("bench 6: REPL backends (start: median of 10; snippet: mean of 500 on a warm session)");
+    for (name, backend) in [
+        ("monty", Backend::Monty),
+        ("cpython, confined", cpython(SandboxMode::Required)),
+        ("cpython, unconfined", cpython(SandboxMode::Off)),
+    ] {
+        let start = || {
+            let globals = vec![("doc".to_string(), recursive_rlm::Global::Text(Arc::new(doc.clone())))];
+            recursive_rlm::repl::start(&backend, SandboxLimits::default(), globals, vec![], "import json\nimport re")
+        };
+        let mut start_ms = Vec::new();
+        for _ in 0..10 {
+            let t = Instant::now();
+            let repl: Box<dyn Repl> = start().await.unwrap();
+            start_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            drop(repl);
+        }
+        let repl = start().await.unwrap();
+        let code = "x = len(doc) % 97\ntotal = sum(range(x))\nprint(x, total)";
+        let n = 500;
+        for _ in 0..50 {
+            repl.execute(code, host.clone(), &cancel).await;
+        }
+        let t = Instant::now();
+        for _ in 0..n {
+            let o = repl.execute(code, host.clone(), &cancel).await;
+            assert!(o.error.is_none(), "{o:?}");
+        }
+        let snippet_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+        println!("  {name:22} start {:7.1} ms   snippet {snippet_us:7.1} µs", median(start_ms));
+    }
+}
+
 fn main() {
     recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
         program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
@@ -431,6 +476,10 @@ fn main() {
                 fan_out(c, 3).await;
             }
         });
+        return;
+    }
+    if args.iter().any(|a| a == "--backends") {
+        runtime.block_on(backends());
         return;
     }
     if args.iter().any(|a| a == "--big-fan-out") {

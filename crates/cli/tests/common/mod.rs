@@ -82,3 +82,12 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Whether a host process runs exactly `argv`.
+pub fn runs(argv: &[&str]) -> bool {
+    let wanted = argv.join("\0") + "\0";
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .any(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
+}

@@ -56,6 +56,8 @@ pub const SANDBOX_MODULES: &[&str] = &[
 /// What the catalog needs to know about the run.
 pub(crate) struct CatalogFacts<'a> {
     pub dialect: Dialect,
+    /// The snippets run in full CPython (with its packages) rather than Monty.
+    pub full_python: bool,
     pub sub_prompt_chars: usize,
     pub context_alias: Option<&'a str>,
     pub timeout_secs: f64,
@@ -84,12 +86,20 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
     if f.dialect.binds_inputs_by_name() {
         s.push_str("- Each input is also a variable of its own name (when the name is a Python identifier).\n");
     }
-    s.push_str(&format!(
-        "- The interpreter is a sandboxed Python subset: no class inheritance, no `del`, no `yield`, no third-party \
-         packages. Modules: {}. There is no file, network or OS access. `asyncio`, `json` and `re` are already \
-         imported.\n",
-        SANDBOX_MODULES.join(", ")
-    ));
+    if f.full_python {
+        s.push_str(
+            "- The interpreter is CPython, confined: the full language and standard library, and the third-party \
+             packages installed for it (try `import pandas`). There is no network; the working directory is an \
+             empty scratch directory. `asyncio`, `json` and `re` are already imported.\n",
+        );
+    } else {
+        s.push_str(&format!(
+            "- The interpreter is a sandboxed Python subset: no class inheritance, no `del`, no `yield`, no \
+             third-party packages. Modules: {}. There is no file, network or OS access. `asyncio`, `json` and `re` \
+             are already imported.\n",
+            SANDBOX_MODULES.join(", ")
+        ));
+    }
     let memory = f.memory_limit_bytes.map(|m| format!(", {} MiB of memory", m / (1024 * 1024))).unwrap_or_default();
     s.push_str(&format!(
         "- Limits per code block: {:.0} s wall clock (sub-calls included){memory}, recursion depth {}. Output \

@@ -519,6 +519,7 @@ impl Rlm {
         let specs = self.tools.tools().specs();
         let facts = CatalogFacts {
             dialect: self.config.dialect,
+            full_python: matches!(self.config.backend, Backend::CPython(_)),
             sub_prompt_chars: self.config.sub_prompt_chars,
             context_alias: summary.context_alias.as_deref(),
             timeout_secs: self.config.snippet_timeout.as_secs_f64(),

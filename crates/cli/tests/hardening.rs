@@ -229,3 +229,38 @@ fn mcp_servers_that_ignore_shutdown_do_not_outlive_the_run() {
         assert!(!recursive_testkit::mcp::survives(pid), "{pid} outlived the run");
     }
 }
+
+#[test]
+fn a_missing_os_sandbox_is_said_at_start_and_required_refuses() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "run_shell", "arguments": {"command": "echo ran"}}]}, "done"]),
+    );
+    let config = |mode: &str| {
+        let path = env.path(&format!("{mode}.toml"));
+        std::fs::write(&path, format!("[tools.shell]\nsandbox = \"{mode}\"\n")).unwrap();
+        path
+    };
+    let run = |mode: &str| {
+        let path = config(mode);
+        env.cmd()
+            .env("RECURSIVE_BWRAP", "/nonexistent/bwrap")
+            .args(["run", "x", "--mock-script", s(&script), "--yes", "--json", "--config", s(&path)])
+            .output()
+            .unwrap()
+    };
+    let out = run("required");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("OS sandbox is not available") && stderr.contains("/nonexistent/bwrap"), "{stderr}");
+
+    let out = run("auto");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("warning: run_shell commands run UNCONFINED"), "{stderr}");
+    assert!(tool_results(&out)[0].contains("ran"));
+
+    let out = run("off");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning: run_shell"), "off is said only in the prompt");
+}

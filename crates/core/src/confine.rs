@@ -129,7 +129,11 @@ pub struct Sandbox {
     prlimit: Option<PathBuf>,
 }
 
-/// The sandbox of this machine, probed once: `bwrap` on `PATH` (or in `/usr/bin`) that can
+/// The variable naming the `bwrap` to use instead of the one on `PATH`.
+pub const BWRAP_VAR: &str = "RECURSIVE_BWRAP";
+
+/// The sandbox of this machine, probed once: `$RECURSIVE_BWRAP`, else `bwrap` on `PATH` (or in
+/// `/usr/bin`), that can
 /// start a process in new user, PID, network and mount namespaces.
 pub fn sandbox() -> Result<&'static Sandbox, Unavailable> {
     static PROBED: OnceLock<Result<Sandbox, Unavailable>> = OnceLock::new();
@@ -137,9 +141,14 @@ pub fn sandbox() -> Result<&'static Sandbox, Unavailable> {
 }
 
 fn probe() -> Result<Sandbox, Unavailable> {
-    let bwrap = find_program("bwrap").ok_or_else(|| {
-        Unavailable("`bwrap` was not found (install bubblewrap, e.g. `apt-get install bubblewrap`)".into())
-    })?;
+    let chosen = crate::env::var_os(BWRAP_VAR).map(PathBuf::from);
+    let bwrap = match chosen {
+        Some(path) if path.is_file() => path,
+        Some(path) => return Err(Unavailable(format!("{BWRAP_VAR}={} is not a file", path.display()))),
+        None => find_program("bwrap").ok_or_else(|| {
+            Unavailable("`bwrap` was not found (install bubblewrap, e.g. `apt-get install bubblewrap`)".into())
+        })?,
+    };
     let out = std::process::Command::new(&bwrap)
         .args(["--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "--", "true"])
         .env_clear()

@@ -162,6 +162,8 @@ pub struct ToolSetup {
     pub gate: Arc<dyn ToolGate>,
     /// Run limits from `[limits]`.
     pub limits: RunLimits,
+    /// `[tools.shell] sandbox`.
+    pub shell_sandbox: recursive_core::confine::SandboxMode,
 }
 
 impl ToolSetup {
@@ -192,12 +194,30 @@ impl ToolSetup {
             read_only: recursive_tools::read_only_tools(&workspace, &tools_config),
             gate,
             limits,
+            shell_sandbox: tools_config.shell.sandbox,
         })
     }
 
     /// An executor over these tools with the policy and the limits.
     pub fn invoker(&self, tools: ToolRegistry) -> ToolInvoker {
         ToolInvoker::new(tools).with_gate(self.gate.clone()).with_limits(self.limits.tool_limits())
+    }
+}
+
+/// Says at start how `what` will run when the OS sandbox is not available: with `auto`, a
+/// warning (it runs unconfined); with `required`, a usage error naming `setting`.
+pub fn check_sandbox(mode: recursive_core::confine::SandboxMode, what: &str, setting: &str) -> Result<(), ConfigError> {
+    use recursive_core::confine::{Plan, SandboxMode};
+    match Plan::for_mode(mode) {
+        Err(e) => Err(ConfigError(format!("{e}; {what} cannot run because {setting} = \"required\""))),
+        Ok(Plan::Unconfined(why)) if mode == SandboxMode::Auto => {
+            eprintln!(
+                "warning: {what} run UNCONFINED: {why} ({setting} = \"auto\"; \"required\" refuses to run, \"off\" \
+                 silences this)"
+            );
+            Ok(())
+        }
+        Ok(_) => Ok(()),
     }
 }
 

@@ -202,9 +202,11 @@ fn backend(args: &RlmArgs, file: &RlmFile) -> Result<recursive_rlm::repl::Backen
         "monty" => Ok(recursive_rlm::repl::Backend::Monty),
         "cpython" => {
             let defaults = recursive_rlm::cpython::CPythonConfig::default();
+            let sandbox = file.os_sandbox.unwrap_or(defaults.sandbox);
+            super::check_sandbox(sandbox, "CPython snippets", "[rlm] os_sandbox")?;
             Ok(recursive_rlm::repl::Backend::CPython(recursive_rlm::cpython::CPythonConfig {
                 python: python.unwrap_or(defaults.python),
-                sandbox: file.os_sandbox.unwrap_or(defaults.sandbox),
+                sandbox,
             }))
         }
         other => Err(ConfigError(format!("--sandbox must be monty or cpython, not `{other}`"))),
@@ -274,6 +276,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     }
 
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
+    if args.tools.iter().any(|t| t == "run_shell") {
+        super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    }
     let trajectory = match &args.trajectory {
         Some(path) => {
             super::fresh_output("--trajectory", path, args.provider.append)?;

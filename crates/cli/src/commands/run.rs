@@ -127,6 +127,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let (provider, settings) = provider::build(&args.provider, &config).await?;
     let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
+    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let limits = setup.limits.clone();
 
     let budget = BudgetLimits {

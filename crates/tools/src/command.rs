@@ -14,6 +14,10 @@
 //!   `eval`, shells given a script with `-c` (`sh`, `bash`, `dash`, `zsh`, `ksh`, `ash`, `busybox
 //!   sh`), and `find … -exec/-execdir/-ok/-okdir … ;`; `find … -delete` counts as an `rm` of
 //!   the paths it searches;
+//! - programs that run a command after options not modelled here ([`OPAQUE_WRAPPERS`]: `strace`,
+//!   `chroot`, `flock`, `taskset`, `unshare`, `nsenter`, `parallel`, `perf`…): every run of their
+//!   words that starts at a non-option word counts as a command they may run; `su`/`runuser`/
+//!   `flock`/`script -c SCRIPT` are parsed as scripts;
 //! - `git`'s global options before the subcommand (`git -C dir push` is `git push`).
 //!
 //! What is not: `case` statements, here-documents, `${…}` holding a substitution, and any line
@@ -431,6 +435,61 @@ fn option_takes_value(wrapper: &str, option: &str) -> bool {
     list.contains(&option)
 }
 
+/// Programs that run a command given after options whose grammar is not modelled here
+/// (`strace -o out rm x`, `chroot /srv rm x`, `flock lock rm x`): every suffix of their words
+/// that starts at a non-option word is taken as a command they may run, so a deny or ask rule
+/// matches any of them, and an allow rule must allow them all.
+const OPAQUE_WRAPPERS: &[&str] = &[
+    "chroot",
+    "flock",
+    "taskset",
+    "chrt",
+    "unshare",
+    "nsenter",
+    "fakeroot",
+    "strace",
+    "ltrace",
+    "valgrind",
+    "firejail",
+    "proxychains",
+    "proxychains4",
+    "torsocks",
+    "catchsegv",
+    "runuser",
+    "su",
+    "systemd-run",
+    "parallel",
+    "prlimit",
+    "setpriv",
+    "numactl",
+    "cgexec",
+    "bwrap",
+    "sg",
+    "script",
+    "faketime",
+    "caffeinate",
+    "gdb",
+    "rr",
+    "perf",
+    "nocache",
+    "ccache",
+    "distcc",
+    "with-contenv",
+    "dbus-run-session",
+    "xvfb-run",
+];
+
+/// Every suffix of `words` that starts at a word not starting with `-`.
+fn candidates(words: &[String]) -> Vec<Vec<String>> {
+    (0..words.len()).filter(|&i| !words[i].starts_with('-')).map(|i| words[i..].to_vec()).collect()
+}
+
+/// The script after a `-c` option (`su -c 'rm x'`, `flock lock -c 'rm x'`).
+fn script_after_c(words: &[String]) -> Option<String> {
+    let i = words.iter().position(|w| w == "-c" || w == "--command")?;
+    words.get(i + 1).cloned()
+}
+
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash"];
 
 /// `find` actions that write files.
@@ -466,6 +525,10 @@ fn wrapped(name: &str, argv: &[String]) -> Result<Wrapped, String> {
             Wrapped::Script(command.join(" "))
         }
         "busybox" => Wrapped::Words(rest.to_vec()),
+        "su" | "runuser" | "flock" | "script" if script_after_c(rest).is_some() => {
+            Wrapped::Script(script_after_c(rest).unwrap_or_default())
+        }
+        generic if OPAQUE_WRAPPERS.contains(&generic) => Wrapped::Many(candidates(rest)),
         shell if SHELLS.contains(&shell) => match shell_script(rest) {
             Some(script) => Wrapped::Script(script),
             None => Wrapped::Nothing,
@@ -665,6 +728,24 @@ mod tests {
             let got = names(line);
             assert_eq!(got.last().map(String::as_str), Some(inner), "{line}: {got:?}");
         }
+    }
+
+    #[test]
+    fn wrappers_with_unmodelled_options_offer_every_possible_command() {
+        for line in [
+            "strace -f -o out.txt rm x",
+            "chroot /srv rm x",
+            "flock /tmp/lock rm x",
+            "taskset -c 0 rm x",
+            "unshare -r rm x",
+            "parallel rm ::: x",
+            "perf stat rm x",
+        ] {
+            let got = names(line);
+            assert!(got.iter().any(|n| n.starts_with("rm ")), "{line}: {got:?}");
+        }
+        assert!(names("su -c 'rm x' root").contains(&"rm x".to_string()));
+        assert!(names("flock /tmp/lock -c 'rm x'").contains(&"rm x".to_string()));
     }
 
     #[test]

@@ -35,6 +35,8 @@ enum Command {
     Goal(commands::goal::GoalArgs),
     /// Answer a question over long inputs with a Recursive Language Model (Python sandbox).
     Rlm(commands::rlm::RlmArgs),
+    /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
+    Serve(commands::serve::ServeArgs),
     /// Print the tree of a run from its JSONL events (`--events`) or a goal log (`--log`).
     Trace(commands::trace::TraceArgs),
     /// Apply a V4A patch in the current directory (patch as argument, or on stdin).
@@ -105,6 +107,7 @@ async fn run() -> ExitCode {
         Command::Run(args) => commands::run::execute(args).await,
         Command::Goal(args) => commands::goal::execute(args).await,
         Command::Rlm(args) => commands::rlm::execute(args).await,
+        Command::Serve(args) => commands::serve::execute(args).await,
         Command::Trace(args) => commands::trace::execute(args),
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };

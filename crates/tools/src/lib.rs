@@ -37,7 +37,7 @@ pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
 pub use patch::ApplyPatch;
 pub use permissions::{
     Action, Approval, ApprovalHandler, FixedApprover, NO_TERMINAL_REASON, PermissionPolicy, PermissionRule,
-    PermissionsConfig, PermissionsError, TerminalApprover, approver_for_flags,
+    PermissionsConfig, PermissionsError, SERVER_ASK_REASON, ServerApprover, TerminalApprover, approver_for_flags,
 };
 pub use process::kill_running_commands;
 pub use sandbox::{SandboxError, Workspace};

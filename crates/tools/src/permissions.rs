@@ -236,6 +236,26 @@ impl ApprovalHandler for FixedApprover {
     }
 }
 
+/// The approval handler of a server: nobody can be asked, so every `ask` is denied with a
+/// reason that says how to allow the tool.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerApprover;
+
+/// The reason a server gives for an `ask` it had to deny.
+pub const SERVER_ASK_REASON: &str =
+    "the server cannot ask anyone; allow this tool with a rule in the server's [permissions] table";
+
+#[async_trait]
+impl ApprovalHandler for ServerApprover {
+    async fn approve(&self, _call: &ToolCall, _reason: &str) -> Approval {
+        Approval::No
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        Some(SERVER_ASK_REASON.to_string())
+    }
+}
+
 /// The reason given when an `ask` cannot reach a human.
 pub const NO_TERMINAL_REASON: &str = "no terminal to ask; pass --yes to approve or add a rule";
 

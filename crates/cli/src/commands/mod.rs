@@ -6,6 +6,7 @@ pub mod goal;
 pub mod patch;
 pub mod rlm;
 pub mod run;
+pub mod serve;
 pub mod trace;
 
 use std::path::{Path, PathBuf};
@@ -176,6 +177,16 @@ impl ToolSetup {
         no_ask: bool,
         max_steps: u32,
     ) -> anyhow::Result<Self> {
+        Self::load_with(config, workspace, recursive_tools::approver_for_flags(yes, no_ask), max_steps)
+    }
+
+    /// As [`ToolSetup::load`], with `approver` answering the policy's questions.
+    pub fn load_with(
+        config: &LoadedConfig,
+        workspace: Option<&Path>,
+        approver: Arc<dyn recursive_tools::ApprovalHandler>,
+        max_steps: u32,
+    ) -> anyhow::Result<Self> {
         let limits_file: LimitsFile = config.section(&config.file.limits, "limits")?;
         let permissions: recursive_tools::PermissionsConfig =
             config.section(&config.file.permissions, "permissions")?;
@@ -183,7 +194,6 @@ impl ToolSetup {
         tools_config.validate().map_err(|e| ConfigError(format!("invalid [tools] table: {e}")))?;
         let limits = limits_file.run_limits(max_steps, permissions.max_denials)?;
         let workspace = recursive_tools::Workspace::new(workspace_dir(workspace)?)?;
-        let approver = recursive_tools::approver_for_flags(yes, no_ask);
         let gate: Arc<dyn ToolGate> = Arc::new(
             recursive_tools::PermissionPolicy::new(permissions, approver)
                 .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?

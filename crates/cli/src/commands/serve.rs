@@ -1,0 +1,248 @@
+//! `recursive serve`: the runs API, its live events and the OpenAI-compatible endpoint
+//! ([`recursive_serve`]), with runs wired from this program's config exactly as `run`, `rlm`
+//! and `goal` wire them. Nobody can be asked in server mode: a tool call that would ask is
+//! denied with a reason saying to allow it in the server's `[permissions]` rules.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clap::Args;
+use recursive_core::{Agent, AgentConfig, ChatOptions, ChatProvider, EventKind, FinishReason, RunResult, RunScope};
+use recursive_goal::{GoalConfig, GoalPursuer};
+use recursive_serve::{RunKind, RunOutput, RunRequest, Runner, ServeConfig, Server};
+
+use crate::provider::ConfigError;
+use crate::{ProviderArgs, config, provider};
+
+/// Arguments of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; any address off loopback needs a bearer token.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+    /// Environment variable holding the bearer token every request must carry.
+    #[arg(long, value_name = "VAR", default_value = "RECURSIVE_SERVE_TOKEN")]
+    pub token_env: String,
+    /// Runs at once; more wait in a queue.
+    #[arg(long, default_value_t = 8)]
+    pub max_concurrent_runs: usize,
+    /// Runs that may wait for a slot; beyond it requests get 429 with Retry-After.
+    #[arg(long, default_value_t = 32)]
+    pub max_queued_runs: usize,
+    /// Largest request body, in MiB.
+    #[arg(long, default_value_t = 32)]
+    pub max_body_mib: usize,
+    /// Most model turns of an agent run.
+    #[arg(long, default_value_t = 32)]
+    pub max_steps: u32,
+    /// Workspace of the tools (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+}
+
+/// Runs requests with the provider, tools and permissions of this program's config.
+struct ConfiguredRunner {
+    provider: Arc<dyn ChatProvider>,
+    model: String,
+    setup: super::ToolSetup,
+}
+
+#[async_trait]
+impl Runner for ConfiguredRunner {
+    async fn run(&self, request: RunRequest, scope: RunScope) -> RunOutput {
+        match request.kind {
+            RunKind::Run => self.agent(request, scope).await,
+            RunKind::Rlm => self.rlm(request, scope).await,
+            RunKind::Goal => self.goal(request, scope).await,
+        }
+    }
+}
+
+impl ConfiguredRunner {
+    fn options(&self) -> ChatOptions {
+        ChatOptions { model: self.model.clone(), ..Default::default() }
+    }
+
+    async fn agent(&self, request: RunRequest, scope: RunScope) -> RunOutput {
+        let scope = scope.with_max_depth(self.setup.limits.max_depth);
+        let agent = Agent::new(self.provider.clone())
+            .with_tools(self.setup.builtin.clone())
+            .with_gate(self.setup.gate.clone())
+            .with_config(AgentConfig {
+                name: "main".into(),
+                options: self.options(),
+                limits: self.setup.limits.clone(),
+                ..Default::default()
+            });
+        let outcome = if request.history.is_empty() {
+            agent.run_in(&request.input, &scope).await
+        } else {
+            agent.continue_in(request.history, &request.input, &scope).await
+        };
+        match outcome {
+            Ok(result) => agent_output(&result, None),
+            Err(e) => agent_output(&e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
+        }
+    }
+
+    async fn rlm(&self, request: RunRequest, scope: RunScope) -> RunOutput {
+        let mut inputs = recursive_rlm::Inputs::new();
+        for (name, text) in request.inputs {
+            inputs.insert(name, recursive_rlm::InputValue::Text(text));
+        }
+        let config = recursive_rlm::RlmConfig {
+            primary_options: self.options(),
+            sub_options: self.options(),
+            ..Default::default()
+        };
+        let tools = self.setup.invoker(self.setup.read_only.clone());
+        let rlm = match recursive_rlm::Rlm::new(self.provider.clone(), self.provider.clone(), config)
+            .and_then(|r| r.with_host_tools(tools))
+        {
+            Ok(rlm) => rlm,
+            Err(e) => return RunOutput::failed(e.to_string()),
+        };
+        let (result, error) = match rlm.run(&request.input, inputs, &scope).await {
+            Ok(r) => (r, None),
+            Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
+        };
+        let finish = result.outcome.finish_reason();
+        let text = match &result.output {
+            serde_json::Value::Object(o) if o.len() == 1 => match o.values().next() {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            },
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        RunOutput {
+            ok: finish.is_success() && error.is_none(),
+            outcome: if error.is_some() { "error".into() } else { finish.as_str().to_string() },
+            text,
+            output: result.output.clone(),
+            error,
+            input_tokens: result.usage.input_tokens,
+            output_tokens: result.usage.output_tokens,
+            cost_usd: Some(result.cost_usd),
+        }
+    }
+
+    async fn goal(&self, request: RunRequest, scope: RunScope) -> RunOutput {
+        let config = GoalConfig { options: self.options(), ..Default::default() };
+        let tools = self.setup.invoker(self.setup.read_only.clone());
+        let pursuer = GoalPursuer::new(self.provider.clone(), tools, config);
+        let scope = scope.with_max_depth(config_depth());
+        scope.emit(0, EventKind::RunStarted { goal: request.input.clone() });
+        let outcome = match pursuer.pursue(&request.input, &scope).await {
+            Ok(o) => o,
+            Err(e) => return RunOutput::failed(format!("{e:#}")),
+        };
+        let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
+            FinishReason::Cancelled
+        } else {
+            outcome.finish_reason()
+        };
+        scope.emit(
+            0,
+            EventKind::RunFinished {
+                finish_reason: finish.clone(),
+                error: outcome.fault.clone(),
+                usage: scope.usage(),
+                cost_usd: scope.cost_usd(),
+            },
+        );
+        let text = if outcome.result.summary.is_empty() {
+            outcome.reason.clone().unwrap_or_default()
+        } else {
+            outcome.result.summary.clone()
+        };
+        RunOutput {
+            ok: finish.is_success(),
+            outcome: finish.as_str().to_string(),
+            text,
+            output: serde_json::to_value(&outcome).unwrap_or_default(),
+            error: outcome.fault.clone(),
+            input_tokens: outcome.usage.input_tokens,
+            output_tokens: outcome.usage.output_tokens,
+            cost_usd: Some(outcome.cost_usd),
+        }
+    }
+}
+
+/// Levels a goal pursuit may use: each goal, plus the work it delegates.
+fn config_depth() -> u32 {
+    GoalConfig::default().constraints.max_depth + 3
+}
+
+fn agent_output(result: &RunResult, error: Option<String>) -> RunOutput {
+    RunOutput {
+        ok: result.finish_reason.is_success() && error.is_none(),
+        outcome: if error.is_some() { "error".into() } else { result.finish_reason.as_str().to_string() },
+        text: result.output.clone(),
+        output: serde_json::Value::Null,
+        error,
+        input_tokens: result.usage.input_tokens,
+        output_tokens: result.usage.output_tokens,
+        cost_usd: Some(result.cost_usd),
+    }
+}
+
+/// Runs the command: serves until SIGINT or SIGTERM, then cancels the runs and lets their
+/// final events out.
+pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
+    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let approver: Arc<dyn recursive_tools::ApprovalHandler> = Arc::new(recursive_tools::ServerApprover);
+    let setup = super::ToolSetup::load_with(&config, args.workspace.as_deref(), approver, args.max_steps)?;
+    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    if args.max_concurrent_runs == 0 || args.max_body_mib == 0 {
+        return Err(ConfigError("--max-concurrent-runs and --max-body-mib must be at least 1".into()).into());
+    }
+    let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
+    let serve_config = ServeConfig {
+        listen: args.listen,
+        token,
+        max_concurrent_runs: args.max_concurrent_runs,
+        max_queued_runs: args.max_queued_runs,
+        max_body_bytes: args.max_body_mib.saturating_mul(1024 * 1024),
+        ..Default::default()
+    };
+    let runner = ConfiguredRunner { provider, model: settings.model.clone().unwrap_or_default(), setup };
+    let server = Server::new(Arc::new(runner), serve_config);
+    let quiet = args.provider.quiet;
+    let served = server
+        .serve(shutdown_signal(), move |addr| {
+            // The first line on stdout, for scripts and tests that start the server on port 0.
+            println!("listening on http://{addr}");
+            if !quiet {
+                eprintln!("recursive serve: http://{addr}  (runs API /v1/runs, OpenAI API /v1, /openapi.json)");
+            }
+        })
+        .await;
+    match served {
+        Ok(()) => Ok(0),
+        Err(e @ recursive_serve::ServeError::NoToken(_)) => Err(ConfigError(e.to_string()).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,15 @@
+//! Recursive as a server (`recursive serve`): an HTTP runs API whose runs stream every event of
+//! their run tree as Server-Sent Events, and an OpenAI-compatible chat endpoint whose models are
+//! an agent and an RLM, so any OpenAI SDK can call them unchanged.
+//!
+//! - [`runs`]: the runs held by the server and the [`Runner`] that does the work (the CLI
+//!   supplies one wired from its config);
+//! - [`server`]: the router, auth, limits, queue and shutdown;
+//! - [`openai`]: `/v1/models` and `/v1/chat/completions`.
+
+pub mod openai;
+pub mod runs;
+pub mod server;
+
+pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunStore, RunView, Runner};
+pub use server::{ServeConfig, ServeError, Server};

@@ -1,0 +1,230 @@
+//! Runs held by the server: what was asked, its status, every event of its run tree (kept in
+//! order with a sequence number, so an event stream can resume after `Last-Event-ID`), its
+//! result, and how to cancel it. The work itself is done by a [`Runner`] the embedding program
+//! supplies (the CLI wires providers, tools and permissions from its config).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use recursive_core::{AgentEvent, EventSink, Message, RunScope};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+/// What kind of run to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// The agent loop with the server's tools.
+    Run,
+    /// A recursive language model over `inputs`.
+    Rlm,
+    /// Recursive goal pursuit.
+    Goal,
+}
+
+/// A request to start a run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunRequest {
+    /// The kind of run.
+    pub kind: RunKind,
+    /// The goal or question.
+    pub input: String,
+    /// For `rlm` (and `goal`): named inputs, as text.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    /// Earlier messages of a conversation (`run` only), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub history: Vec<Message>,
+}
+
+/// How a run ended, as the runner reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunOutput {
+    /// Whether the run did what was asked.
+    pub ok: bool,
+    /// How it finished: the run's finish reason (`no_more_tool_calls`, `cancelled`, `budget_exceeded`…),
+    /// or `error` after a fault.
+    pub outcome: String,
+    /// The answer as text.
+    pub text: String,
+    /// The structured result (the RLM's output, the goal's result), if any.
+    #[schema(value_type = Object)]
+    pub output: Value,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Input tokens spent by the whole tree.
+    pub input_tokens: u64,
+    /// Output tokens spent by the whole tree.
+    pub output_tokens: u64,
+    /// Cost in USD, when the models' prices are known.
+    pub cost_usd: Option<f64>,
+}
+
+impl RunOutput {
+    /// A failure before or outside the run.
+    pub fn failed(error: impl Into<String>) -> Self {
+        RunOutput {
+            ok: false,
+            outcome: "error".into(),
+            text: String::new(),
+            output: Value::Null,
+            error: Some(error.into()),
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: None,
+        }
+    }
+}
+
+/// Does the work of a run.
+#[async_trait]
+pub trait Runner: Send + Sync {
+    /// Runs `request` in `scope` (its events go to the run's record; its cancel token is the
+    /// run's) and reports how it ended.
+    async fn run(&self, request: RunRequest, scope: RunScope) -> RunOutput;
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Waiting for a free slot.
+    Queued,
+    /// Running.
+    Running,
+    /// Ended (see the result's outcome).
+    Finished,
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunView {
+    /// The run's id.
+    pub id: String,
+    /// The kind of run.
+    pub kind: RunKind,
+    /// Where it is.
+    pub status: RunStatus,
+    /// Events recorded so far.
+    pub events: u64,
+    /// How it ended, once it has.
+    pub result: Option<RunOutput>,
+}
+
+/// One run held by the server.
+pub struct RunRecord {
+    /// The run's id.
+    pub id: String,
+    /// The kind of run.
+    pub kind: RunKind,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+    /// Cancels the run.
+    pub cancel: CancellationToken,
+}
+
+struct State {
+    status: RunStatus,
+    events: Vec<Value>,
+    result: Option<RunOutput>,
+}
+
+impl RunRecord {
+    fn new(kind: RunKind) -> Self {
+        RunRecord {
+            id: format!("run_{}", uuid::Uuid::new_v4().simple()),
+            kind,
+            state: Mutex::new(State { status: RunStatus::Queued, events: Vec::new(), result: None }),
+            changed: watch::Sender::new(0),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The run as the API shows it.
+    pub fn view(&self) -> RunView {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        RunView {
+            id: self.id.clone(),
+            kind: self.kind,
+            status: state.status,
+            events: state.events.len() as u64,
+            result: state.result.clone(),
+        }
+    }
+
+    /// Events from index `from` on, and whether the run has finished.
+    pub fn events_from(&self, from: usize) -> (Vec<(usize, Value)>, bool) {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let events = state.events.iter().enumerate().skip(from).map(|(i, e)| (i, e.clone())).collect();
+        (events, state.status == RunStatus::Finished)
+    }
+
+    /// A receiver that wakes on every change after this call (an event, a status): take it
+    /// before reading, so nothing is missed in between.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The result, once finished.
+    pub fn result(&self) -> Option<RunOutput> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).result.clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    pub(crate) fn set_running(&self) {
+        self.update(|s| s.status = RunStatus::Running);
+    }
+
+    pub(crate) fn finish(&self, output: RunOutput) {
+        self.update(|s| {
+            s.status = RunStatus::Finished;
+            s.result = Some(output);
+        });
+    }
+}
+
+/// The sink that records a run's events.
+pub(crate) struct RecordSink(pub Arc<RunRecord>);
+
+impl EventSink for RecordSink {
+    fn emit(&self, event: &AgentEvent) {
+        let json = serde_json::to_value(event)
+            .unwrap_or_else(|e| serde_json::json!({"type": "unserializable", "error": e.to_string()}));
+        self.0.update(|s| s.events.push(json));
+    }
+}
+
+/// Every run of this server, by id.
+#[derive(Default)]
+pub struct RunStore {
+    runs: Mutex<HashMap<String, Arc<RunRecord>>>,
+}
+
+impl RunStore {
+    /// Adds a new, queued run.
+    pub fn create(&self, kind: RunKind) -> Arc<RunRecord> {
+        let record = Arc::new(RunRecord::new(kind));
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(record.id.clone(), record.clone());
+        record
+    }
+
+    /// A run by id.
+    pub fn get(&self, id: &str) -> Option<Arc<RunRecord>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+    }
+
+    /// Every run not yet finished.
+    pub fn unfinished(&self) -> Vec<Arc<RunRecord>> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.values().filter(|r| r.view().status != RunStatus::Finished).cloned().collect()
+    }
+}

@@ -1,0 +1,313 @@
+//! The HTTP server: the runs API (start, status, Server-Sent Events resumable with
+//! `Last-Event-ID`, cancel), `/health`, `/openapi.json`, and the OpenAI-compatible endpoints
+//! ([`crate::openai`]); bearer-token auth, a request size limit, a cap on concurrent runs with a
+//! bounded queue (429 with `Retry-After` beyond it), and a graceful shutdown that cancels the
+//! runs and lets their final events out.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{Stream, StreamExt};
+use recursive_core::{Budget, RunScope};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use utoipa::OpenApi;
+
+use crate::runs::{RecordSink, RunKind, RunOutput, RunRecord, RunRequest, RunStore, RunView, Runner};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The bearer token every request but `/health` must carry (required off loopback).
+    pub token: Option<String>,
+    /// Runs at once.
+    pub max_concurrent_runs: usize,
+    /// Runs waiting for a slot; beyond it a request gets 429.
+    pub max_queued_runs: usize,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How long a shutdown waits for cancelled runs to write their final events.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            token: None,
+            max_concurrent_runs: 8,
+            max_queued_runs: 32,
+            max_body_bytes: 32 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Listening off loopback without a token.
+    #[error(
+        "refusing to listen on {0} without a bearer token: set one (e.g. RECURSIVE_SERVE_TOKEN) or listen on 127.0.0.1"
+    )]
+    NoToken(SocketAddr),
+    /// The address could not be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+/// What the handlers share.
+pub struct Server {
+    pub(crate) runner: Arc<dyn Runner>,
+    pub(crate) store: RunStore,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    config: ServeConfig,
+}
+
+/// Too many runs.
+pub(crate) struct Busy;
+
+impl Server {
+    /// A server over `runner`.
+    pub fn new(runner: Arc<dyn Runner>, config: ServeConfig) -> Arc<Self> {
+        Arc::new(Server {
+            runner,
+            store: RunStore::default(),
+            slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),
+            waiting: AtomicUsize::new(0),
+            config,
+        })
+    }
+
+    /// Starts a run in the background (queued while every slot is taken).
+    pub(crate) fn start(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
+        if self.slots.available_permits() == 0 && self.waiting.load(Ordering::SeqCst) >= self.config.max_queued_runs {
+            return Err(Busy);
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let record = self.store.create(request.kind);
+        let (server, run) = (self.clone(), record.clone());
+        tokio::spawn(async move {
+            let permit = server.slots.clone().acquire_owned().await;
+            server.waiting.fetch_sub(1, Ordering::SeqCst);
+            if run.cancel.is_cancelled() || permit.is_err() {
+                run.finish(RunOutput {
+                    outcome: "cancelled".into(),
+                    ..RunOutput::failed("cancelled before it started")
+                });
+                return;
+            }
+            run.set_running();
+            let name = match request.kind {
+                RunKind::Run => "main",
+                RunKind::Rlm => "rlm",
+                RunKind::Goal => "goal",
+            };
+            let scope = RunScope::root(name, Arc::new(RecordSink(run.clone())), Arc::new(Budget::unlimited()))
+                .with_cancel(run.cancel.clone());
+            let output = server.runner.run(request, scope).await;
+            run.finish(output);
+            drop(permit);
+        });
+        Ok(record)
+    }
+
+    /// The router with every endpoint.
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        let api = axum::Router::new()
+            .route("/v1/runs", post(create_run))
+            .route("/v1/runs/{id}", get(get_run))
+            .route("/v1/runs/{id}/events", get(run_events))
+            .route("/v1/runs/{id}/cancel", post(cancel_run))
+            .route("/v1/models", get(crate::openai::models))
+            .route("/v1/chat/completions", post(crate::openai::chat_completions))
+            .route("/openapi.json", get(openapi))
+            .layer(axum::middleware::from_fn_with_state(self.clone(), require_token));
+        axum::Router::new()
+            .route("/health", get(health))
+            .merge(api)
+            .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
+            .with_state(self.clone())
+    }
+
+    /// Serves until `shutdown` resolves, then cancels every run and waits (up to the grace)
+    /// for them to finish. Prints nothing; returns the bound address through `bound`.
+    pub async fn serve(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+        bound: impl FnOnce(SocketAddr),
+    ) -> Result<(), ServeError> {
+        let addr = self.config.listen;
+        if !addr.ip().is_loopback() && self.config.token.as_deref().is_none_or(str::is_empty) {
+            return Err(ServeError::NoToken(addr));
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| ServeError::Bind(addr, e))?;
+        bound(listener.local_addr().map_err(|e| ServeError::Bind(addr, e))?);
+        let server = self.clone();
+        let stop = async move {
+            shutdown.await;
+            server.cancel_all().await;
+        };
+        axum::serve(listener, self.router()).with_graceful_shutdown(stop).await.map_err(|e| ServeError::Bind(addr, e))
+    }
+
+    /// Cancels every unfinished run and waits for them to finish, up to the grace period.
+    async fn cancel_all(&self) {
+        let runs = self.store.unfinished();
+        for run in &runs {
+            run.cancel.cancel();
+        }
+        let all = futures::future::join_all(runs.iter().map(|r| wait_finished(r)));
+        let _ = tokio::time::timeout(self.config.shutdown_grace, all).await;
+    }
+}
+
+/// Waits until `run` has finished.
+pub(crate) async fn wait_finished(run: &RunRecord) -> RunOutput {
+    let mut changes = run.watch();
+    loop {
+        if let Some(result) = run.result() {
+            return result;
+        }
+        if changes.changed().await.is_err() {
+            return run.result().unwrap_or_else(|| RunOutput::failed("the run was lost"));
+        }
+    }
+}
+
+async fn require_token(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
+    let Some(token) = server.config.token.as_deref().filter(|t| !t.is_empty()) else {
+        return next.run(request).await;
+    };
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if given.and_then(|v| v.strip_prefix("Bearer ")) == Some(token) {
+        return next.run(request).await;
+    }
+    error(
+        StatusCode::UNAUTHORIZED,
+        "authentication_error",
+        "a valid `Authorization: Bearer <token>` header is required",
+    )
+}
+
+/// An error in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+pub(crate) fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+    (status, Json(body)).into_response()
+}
+
+/// 429 with `Retry-After`.
+pub(crate) fn busy() -> Response {
+    let mut response = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "every run slot and queue place is taken; retry later",
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+#[utoipa::path(get, path = "/health", responses((status = 200, description = "The server is up")))]
+async fn health(State(server): State<Arc<Server>>) -> Json<Value> {
+    Json(json!({"status": "ok", "running": server.store.unfinished().len()}))
+}
+
+#[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
+    responses((status = 202, body = RunView), (status = 429, description = "Too many runs")))]
+async fn create_run(State(server): State<Arc<Server>>, Json(request): Json<RunRequest>) -> Response {
+    match server.start(request) {
+        Ok(run) => (StatusCode::ACCEPTED, Json(run.view())).into_response(),
+        Err(Busy) => busy(),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = RunView), (status = 404, description = "No such run")))]
+async fn get_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    match server.store.get(&id) {
+        Some(run) => Json(run.view()).into_response(),
+        None => not_found(&id),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", params(("id" = String, Path)),
+    responses((status = 202, body = RunView), (status = 404, description = "No such run")))]
+async fn cancel_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    match server.store.get(&id) {
+        Some(run) => {
+            run.cancel.cancel();
+            (StatusCode::ACCEPTED, Json(run.view())).into_response()
+        }
+        None => not_found(&id),
+    }
+}
+
+fn not_found(id: &str) -> Response {
+    error(StatusCode::NOT_FOUND, "invalid_request_error", &format!("no run `{id}`"))
+}
+
+#[utoipa::path(get, path = "/v1/runs/{id}/events", params(("id" = String, Path)),
+    responses((status = 200, description = "Server-Sent Events: every event of the run tree, `id` = its index; \
+        then `event: end` with the result. Resumes after `Last-Event-ID`.", content_type = "text/event-stream")))]
+async fn run_events(State(server): State<Arc<Server>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let Some(run) = server.store.get(&id) else { return not_found(&id) };
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(0, |last| last + 1);
+    Sse::new(event_stream(run, from)).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// Every event of `run` from index `next`, then `end`.
+fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Result<Event, Infallible>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let mut changes = run.watch();
+        loop {
+            let (events, finished) = run.events_from(next);
+            for (i, event) in events {
+                let kind = event["type"].as_str().unwrap_or("event").to_string();
+                let sse = Event::default().id(i.to_string()).event(kind).data(event.to_string());
+                if tx.send(sse).await.is_err() {
+                    return;
+                }
+                next = i + 1;
+            }
+            if finished {
+                let end = json!({"run": run.view()});
+                let _ = tx.send(Event::default().event("end").data(end.to_string())).await;
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Recursive", description = "Runs, their live events, and agents as OpenAI-compatible models."),
+    paths(health, create_run, get_run, cancel_run, run_events, crate::openai::models, crate::openai::chat_completions),
+    components(schemas(RunRequest, RunView, RunOutput, RunKind, crate::runs::RunStatus))
+)]
+struct ApiDoc;
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,167 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `recursive serve` end to end: a live server on 127.0.0.1 driven by the official OpenAI Python
+//! SDK (chat completions against `agent` and `rlm`, streamed and not, models, errors) and by an
+//! SSE client reading a run's events to its final event and resuming them; then the server's
+//! own guarantees: bearer token, 429 with Retry-After past the queue, and a SIGTERM that
+//! cancels the running run and lets its final events out.
+//!
+//! The Python with the `openai` SDK comes from `SERVE_TEST_PYTHON` (`./scripts/test` makes a
+//! virtualenv); without it the SDK test fails unless `RECURSIVE_ALLOW_SKIP=1`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::{Env, s, signal};
+use serde_json::{Value, json};
+
+/// A running server and its address.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Served {
+    fn start(env: &Env, args: &[&str], token: Option<&str>) -> Served {
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "-q"]).args(args);
+        if let Some(token) = token {
+            cmd.env("RECURSIVE_SERVE_TOKEN", token);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line}")).to_string();
+        Served { child, addr }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One plain HTTP/1.1 request; the status, the headers and the body.
+fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> (u16, String, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_lowercase(), body.to_string())
+}
+
+fn script(env: &Env) -> std::path::PathBuf {
+    env.script(
+        "serve.json",
+        json!([
+            {"when": "say hello", "text": "hello there"},
+            {"when": "How many words", "text": "```python\nsubmit({'answer': str(len(inputs['input1'].split()))})\n```"},
+            {"when": "Carry out the request", "text": "```python\nsubmit({'answer': context.upper()})\n```"},
+            {"when": "sleep please", "tool_calls": [{"name": "run_shell", "arguments": {"command": "sleep 30"}}]}
+        ]),
+    )
+}
+
+#[test]
+fn the_official_openai_sdk_and_an_sse_client_work_against_the_server() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let env = Env::new();
+    let script = script(&env);
+    let server = Served::start(&env, &["--mock-script", s(&script)], Some("sekrit"));
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_client.py");
+    let out = std::process::Command::new(python).args([client, &server.url(), "sekrit"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    assert_eq!(seen["models"], json!(["agent", "rlm"]));
+    assert_eq!(seen["agent"], json!({"content": "hello there", "finish_reason": "stop", "total_tokens": 15}));
+    assert_eq!(seen["agent_stream"]["content"], "hello there");
+    assert_eq!(seen["agent_stream"]["finish_reason"], "stop");
+    assert_eq!(seen["agent_stream"]["usage"], 15);
+    assert!(seen["agent_stream"]["chunks"].as_u64().unwrap() > 2, "the text arrived in pieces: {seen}");
+    assert_eq!(seen["rlm"], "4");
+    assert_eq!(seen["rlm_stream"], "ALPHA BETA GAMMA DELTA");
+    assert!(seen["unknown_model"].as_str().unwrap().contains("does not exist"), "{seen}");
+
+    let events: Vec<&str> = seen["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(events.first(), Some(&"run_started"), "{events:?}");
+    assert_eq!(&events[events.len() - 2..], ["run_finished", "end"], "{events:?}");
+    assert_eq!(seen["end"]["ok"], true);
+    assert_eq!(seen["end"]["text"], "hello there");
+    let resumed = seen["resumed_ids"].as_array().unwrap();
+    assert!(!resumed.is_empty() && resumed.iter().all(|i| i.as_u64().unwrap() >= 2), "{resumed:?}");
+    assert_eq!(seen["status"], "finished");
+
+    // Without the token, nothing but /health answers.
+    let (status, _, body) = http(&server.addr, "GET", "/v1/models", &[], None);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("\"error\""), "{body}");
+    assert_eq!(http(&server.addr, "GET", "/health", &[], None).0, 200);
+    let (status, _, body) = http(&server.addr, "GET", "/openapi.json", &[("authorization", "Bearer sekrit")], None);
+    assert_eq!(status, 200);
+    assert!(body.contains("/v1/chat/completions") && body.contains("RunRequest"), "{body}");
+}
+
+#[test]
+fn listening_off_loopback_without_a_token_is_refused() {
+    let env = Env::new();
+    let out = env.run(&["serve", "--listen", "0.0.0.0:0", "--mock-script", s(&script(&env))]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a bearer token"));
+}
+
+#[test]
+fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
+    let env = Env::new();
+    let config = env.path("serve.toml");
+    std::fs::write(&config, "[[permissions.rules]]\ntool = \"run_shell\"\naction = \"allow\"\n").unwrap();
+    let script = script(&env);
+    let args =
+        ["--mock-script", s(&script), "--config", s(&config), "--max-concurrent-runs", "1", "--max-queued-runs", "0"];
+    let mut server = Served::start(&env, &args, None);
+    let start = json!({"kind": "run", "input": "sleep please"});
+    let (status, _, body) = http(&server.addr, "POST", "/v1/runs", &[], Some(&start));
+    assert_eq!(status, 202, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    // Wait until the command runs, then ask for a second run.
+    for _ in 0..200 {
+        let (_, _, body) = http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None);
+        if serde_json::from_str::<Value>(&body).unwrap()["events"].as_u64().unwrap_or(0) >= 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, head, body) = http(&server.addr, "POST", "/v1/runs", &[], Some(&start));
+    assert_eq!(status, 429, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+
+    // Follow the first run's events while the server is told to stop.
+    let addr = server.addr.clone();
+    let path = format!("/v1/runs/{id}/events");
+    let reader = std::thread::spawn(move || http(&addr, "GET", &path, &[], None).2);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(server.child.id(), "TERM");
+    let events = reader.join().unwrap();
+    let status = server.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(events.contains("event: run_finished"), "{events}");
+    assert!(events.contains("\"kind\":\"cancelled\""), "the run was cancelled: {events}");
+    assert!(events.contains("event: end"), "{events}");
+}

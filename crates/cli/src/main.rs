@@ -37,6 +37,8 @@ enum Command {
     Rlm(commands::rlm::RlmArgs),
     /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
     Serve(commands::serve::ServeArgs),
+    /// Serve `run`, `rlm` and `goal` as MCP tools on stdin/stdout (for MCP hosts).
+    Mcp(commands::serve::McpArgs),
     /// Print the tree of a run from its JSONL events (`--events`) or a goal log (`--log`).
     Trace(commands::trace::TraceArgs),
     /// Apply a V4A patch in the current directory (patch as argument, or on stdin).
@@ -108,6 +110,7 @@ async fn run() -> ExitCode {
         Command::Goal(args) => commands::goal::execute(args).await,
         Command::Rlm(args) => commands::rlm::execute(args).await,
         Command::Serve(args) => commands::serve::execute(args).await,
+        Command::Mcp(args) => commands::serve::execute_mcp(args).await,
         Command::Trace(args) => commands::trace::execute(args),
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };

@@ -74,7 +74,8 @@ fn script(env: &Env) -> std::path::PathBuf {
             {"when": "say hello", "text": "hello there"},
             {"when": "How many words", "text": "```python\nsubmit({'answer': str(len(inputs['input1'].split()))})\n```"},
             {"when": "Carry out the request", "text": "```python\nsubmit({'answer': context.upper()})\n```"},
-            {"when": "sleep please", "tool_calls": [{"name": "run_shell", "arguments": {"command": "sleep 30"}}]}
+            {"when": "sleep please", "tool_calls": [{"name": "run_shell", "arguments": {"command": "sleep 30"}}]},
+            {"when": "write please", "tool_calls": [{"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]}
         ]),
     )
 }
@@ -164,4 +165,49 @@ fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
     assert!(events.contains("event: run_finished"), "{events}");
     assert!(events.contains("\"kind\":\"cancelled\""), "the run was cancelled: {events}");
     assert!(events.contains("event: end"), "{events}");
+}
+
+#[test]
+fn the_official_mcp_sdk_calls_rlm_over_stdio_and_http_with_progress() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let env = Env::new();
+    let script = script(&env);
+    let server = Served::start(&env, &["--mock-script", s(&script)], Some("sekrit"));
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_client.py");
+    let mut cmd = env.cmd();
+    let out = std::process::Command::new(python)
+        .args([client, env!("CARGO_BIN_EXE_recursive"), s(&script), &server.url(), "sekrit"])
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    let _ = cmd.output();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for transport in ["stdio", "http"] {
+        let t = &seen[transport];
+        assert_eq!(t["tools"], json!(["goal", "rlm", "run"]), "{transport}: {t}");
+        assert_eq!(t["rlm_schema"], json!(["inputs", "question"]), "{transport}: {t}");
+        assert_eq!(t["text"], "4", "{transport}: {t}");
+        assert_eq!(t["is_error"], false, "{transport}: {t}");
+        let progress: Vec<&str> = t["progress"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(progress.iter().any(|m| m.contains("rlm_iteration")), "{transport}: {progress:?}");
+        assert!(progress.iter().any(|m| m.contains("run_finished")), "{transport}: {progress:?}");
+        assert_eq!(t["bad_is_error"], true, "{transport}: {t}");
+        assert!(t["bad_text"].as_str().unwrap().contains("invalid arguments for `run`"), "{transport}: {t}");
+    }
+}
+
+#[test]
+fn a_tool_call_that_would_ask_is_denied_with_how_to_allow_it() {
+    let env = Env::new();
+    let script = script(&env);
+    let server = Served::start(&env, &["--mock-script", s(&script)], None);
+    let (status, _, body) =
+        http(&server.addr, "POST", "/v1/runs", &[], Some(&json!({"kind": "run", "input": "write please"})));
+    assert_eq!(status, 202, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let events = http(&server.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;
+    assert!(events.contains("the server cannot ask anyone"), "{events}");
+    assert!(!env.path("x.txt").exists());
 }

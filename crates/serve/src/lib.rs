@@ -5,8 +5,10 @@
 //! - [`runs`]: the runs held by the server and the [`Runner`] that does the work (the CLI
 //!   supplies one wired from its config);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
-//! - [`openai`]: `/v1/models` and `/v1/chat/completions`.
+//! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
+//! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
 
+pub mod mcp;
 pub mod openai;
 pub mod runs;
 pub mod server;

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::{Stream, StreamExt};
 use recursive_core::{Budget, RunScope};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use utoipa::OpenApi;
@@ -135,12 +136,31 @@ impl Server {
             .route("/v1/models", get(crate::openai::models))
             .route("/v1/chat/completions", post(crate::openai::chat_completions))
             .route("/openapi.json", get(openapi))
+            .nest_service("/mcp", self.mcp_service())
             .layer(axum::middleware::from_fn_with_state(self.clone(), require_token));
         axum::Router::new()
             .route("/health", get(health))
             .merge(api)
             .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
             .with_state(self.clone())
+    }
+
+    /// The MCP server over streamable HTTP (mounted at `/mcp`).
+    fn mcp_service(
+        self: &Arc<Self>,
+    ) -> StreamableHttpService<
+        crate::mcp::McpServer,
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    > {
+        let server = self.clone();
+        let mut config = StreamableHttpServerConfig::default();
+        config.allowed_hosts.push(self.config.listen.ip().to_string());
+        config.max_request_body_bytes = self.config.max_body_bytes;
+        StreamableHttpService::new(
+            move || Ok(crate::mcp::McpServer::new(server.clone())),
+            Arc::new(Default::default()),
+            config,
+        )
     }
 
     /// Serves until `shutdown` resolves, then cancels every run and waits (up to the grace)

@@ -192,17 +192,55 @@ fn agent_output(result: &RunResult, error: Option<String>) -> RunOutput {
     }
 }
 
+/// The runner for `serve` and `mcp`: this program's config, asks denied.
+async fn configured_runner(
+    provider_args: &ProviderArgs,
+    workspace: Option<&std::path::Path>,
+    max_steps: u32,
+) -> anyhow::Result<ConfiguredRunner> {
+    let config = config::load(provider_args.config.as_deref(), provider_args.trust)?;
+    let (provider, settings) = provider::build(provider_args, &config).await?;
+    let approver: Arc<dyn recursive_tools::ApprovalHandler> = Arc::new(recursive_tools::ServerApprover);
+    let setup = super::ToolSetup::load_with(&config, workspace, approver, max_steps)?;
+    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    Ok(ConfiguredRunner { provider, model: settings.model.clone().unwrap_or_default(), setup })
+}
+
+/// Arguments of `mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Runs at once; more wait in a queue.
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent_runs: usize,
+    /// Most model turns of an agent run.
+    #[arg(long, default_value_t = 32)]
+    pub max_steps: u32,
+    /// Workspace of the tools (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+}
+
+/// `recursive mcp`: the MCP server on stdin/stdout until the client closes them.
+pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
+    if args.max_concurrent_runs == 0 {
+        return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
+    }
+    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps).await?;
+    let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
+    let server = Server::new(Arc::new(runner), config);
+    recursive_serve::mcp::serve_stdio(server).await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+    Ok(0)
+}
+
 /// Runs the command: serves until SIGINT or SIGTERM, then cancels the runs and lets their
 /// final events out.
 pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
-    let approver: Arc<dyn recursive_tools::ApprovalHandler> = Arc::new(recursive_tools::ServerApprover);
-    let setup = super::ToolSetup::load_with(&config, args.workspace.as_deref(), approver, args.max_steps)?;
-    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     if args.max_concurrent_runs == 0 || args.max_body_mib == 0 {
         return Err(ConfigError("--max-concurrent-runs and --max-body-mib must be at least 1".into()).into());
     }
+    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps).await?;
     let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
     let serve_config = ServeConfig {
         listen: args.listen,
@@ -212,7 +250,6 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         max_body_bytes: args.max_body_mib.saturating_mul(1024 * 1024),
         ..Default::default()
     };
-    let runner = ConfiguredRunner { provider, model: settings.model.clone().unwrap_or_default(), setup };
     let server = Server::new(Arc::new(runner), serve_config);
     let quiet = args.provider.quiet;
     let served = server

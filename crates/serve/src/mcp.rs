@@ -1,0 +1,194 @@
+//! The MCP server: tools `run`, `rlm` and `goal`, each starting a run of the server (so it is
+//! also visible in the runs API), sending a progress notification per event of its run tree when
+//! the client asked for progress, and cancelling the run when the client cancels the request.
+//! Served over stdio (`recursive mcp`) and over streamable HTTP at `/mcp` under `serve`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::runs::{RunKind, RunRecord, RunRequest};
+use crate::server::{Busy, Server, wait_finished};
+
+/// Arguments of the `run` tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunArgs {
+    /// The goal for the agent (it has the server's tools, under the server's permission rules).
+    pub goal: String,
+}
+
+/// Arguments of the `rlm` tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RlmArgs {
+    /// The question to answer over the inputs.
+    pub question: String,
+    /// Named inputs (text), read by the model through a Python REPL rather than its context.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+}
+
+/// Arguments of the `goal` tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GoalArgs {
+    /// The objective to pursue by recursive decomposition.
+    pub objective: String,
+}
+
+/// The MCP face of a [`Server`].
+#[derive(Clone)]
+pub struct McpServer {
+    server: Arc<Server>,
+}
+
+impl McpServer {
+    /// The MCP server over `server`'s runs.
+    pub fn new(server: Arc<Server>) -> Self {
+        McpServer { server }
+    }
+}
+
+fn schema<T: JsonSchema>() -> Arc<Map<String, Value>> {
+    let value = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+    let mut object = match value {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    object.remove("$schema");
+    object.remove("title");
+    Arc::new(object)
+}
+
+/// The tools offered.
+pub fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "run",
+            "Run the agent loop on a goal with the server's tools; returns its answer.",
+            schema::<RunArgs>(),
+        ),
+        Tool::new(
+            "rlm",
+            "Answer a question over long inputs with a recursive language model (the inputs live in a Python \
+             REPL; the model reads them in pieces and calls sub-models).",
+            schema::<RlmArgs>(),
+        ),
+        Tool::new(
+            "goal",
+            "Pursue an objective by recursive goal decomposition; returns the synthesis.",
+            schema::<GoalArgs>(),
+        ),
+    ]
+}
+
+fn request(params: &CallToolRequestParams) -> Result<RunRequest, String> {
+    let args = Value::Object(params.arguments.clone().unwrap_or_default());
+    let bad = |e: serde_json::Error| format!("invalid arguments for `{}`: {e}", params.name);
+    Ok(match params.name.as_ref() {
+        "run" => {
+            let a: RunArgs = serde_json::from_value(args).map_err(bad)?;
+            RunRequest { kind: RunKind::Run, input: a.goal, inputs: BTreeMap::new(), history: Vec::new() }
+        }
+        "rlm" => {
+            let a: RlmArgs = serde_json::from_value(args).map_err(bad)?;
+            RunRequest { kind: RunKind::Rlm, input: a.question, inputs: a.inputs, history: Vec::new() }
+        }
+        "goal" => {
+            let a: GoalArgs = serde_json::from_value(args).map_err(bad)?;
+            RunRequest { kind: RunKind::Goal, input: a.objective, inputs: BTreeMap::new(), history: Vec::new() }
+        }
+        other => return Err(format!("no tool `{other}`; the tools are run, rlm and goal")),
+    })
+}
+
+/// A one-line description of an event, for a progress message.
+fn describe(event: &Value) -> String {
+    let kind = event["type"].as_str().unwrap_or("event");
+    let name = event["run_name"].as_str().unwrap_or_default();
+    let detail = ["name", "goal", "text", "delta"].iter().find_map(|k| event[*k].as_str()).unwrap_or_default();
+    let detail: String = detail.chars().take(120).collect();
+    format!("{name}: {kind} {detail}").trim_end().to_string()
+}
+
+/// Follows `run` to its end, sending progress when asked and cancelling it with the request.
+async fn follow(run: &Arc<RunRecord>, context: &RequestContext<RoleServer>) {
+    let token = context.meta.get_progress_token();
+    let mut changes = run.watch();
+    let mut next = 0;
+    loop {
+        let (events, finished) = run.events_from(next);
+        for (i, event) in events {
+            next = i + 1;
+            if let Some(token) = &token {
+                let param = ProgressNotificationParam::new(token.clone(), next as f64).with_message(describe(&event));
+                let _ = context.peer.notify_progress(param).await;
+            }
+        }
+        if finished {
+            return;
+        }
+        tokio::select! {
+            _ = context.ct.cancelled(), if !run.cancel.is_cancelled() => run.cancel.cancel(),
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("Recursive: run an agent, a recursive language model or a goal pursuit.");
+        info.server_info = Implementation::new("recursive", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let failed =
+            |text: String| Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])));
+        let request = match request(&params) {
+            Ok(r) => r,
+            Err(e) => return failed(e),
+        };
+        let run = match self.server.start(request) {
+            Ok(run) => run,
+            Err(Busy) => return failed("every run slot and queue place is taken; retry later".into()),
+        };
+        follow(&run, &context).await;
+        let output = wait_finished(&run).await;
+        if !output.ok {
+            let why = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
+            return failed(format!("{why} (run {})", run.id));
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(output.text.clone())]);
+        result.structured_content = serde_json::to_value(&output).ok();
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Serves the MCP server on this process's stdin and stdout until the client closes them.
+pub async fn serve_stdio(server: Arc<Server>) -> Result<(), String> {
+    use rmcp::ServiceExt;
+    let running = McpServer::new(server).serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+    running.waiting().await.map_err(|e| e.to_string())?;
+    Ok(())
+}

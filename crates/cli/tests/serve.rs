@@ -74,6 +74,7 @@ fn script(env: &Env) -> std::path::PathBuf {
             {"when": "say hello", "text": "hello there"},
             {"when": "How many words", "text": "```python\nsubmit({'answer': str(len(inputs['input1'].split()))})\n```"},
             {"when": "Carry out the request", "text": "```python\nsubmit({'answer': context.upper()})\n```"},
+            {"when": "Count the words of", "text": "```python\nname = sorted(inputs)[0]\nsubmit({'answer': name + ':' + str(len(inputs[name].split()))})\n```"},
             {"when": "sleep please", "tool_calls": [{"name": "run_shell", "arguments": {"command": "sleep 30"}}]},
             {"when": "write please", "tool_calls": [{"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]}
         ]),
@@ -99,6 +100,8 @@ fn the_official_openai_sdk_and_an_sse_client_work_against_the_server() {
     assert!(seen["agent_stream"]["chunks"].as_u64().unwrap() > 2, "the text arrived in pieces: {seen}");
     assert_eq!(seen["rlm"], "4");
     assert_eq!(seen["rlm_stream"], "ALPHA BETA GAMMA DELTA");
+    assert_eq!(seen["rlm_file"], "notes:3", "an attached file is an input named after it");
+    assert_eq!(seen["upload"], "report:5", "an uploaded file is an input named after it");
     assert!(seen["unknown_model"].as_str().unwrap().contains("does not exist"), "{seen}");
 
     let events: Vec<&str> = seen["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();

@@ -6,9 +6,11 @@
 //!
 //! How messages become a run: for `agent`, the last user message is the goal and the earlier
 //! messages (system, user, assistant text) are the history. For `rlm`, the last user message
-//! is read as parts: with several text parts the first is the question and each further part an
-//! input (`input1`, `input2`…); with one part, that text is the input `context` and the question
-//! asks to answer the request it contains.
+//! is read as parts: attached files (`type: "file"`, base64 `file_data`) are inputs named by their
+//! file names and the text is the question; otherwise with several text parts the first is the
+//! question and each further part an input (`input1`, `input2`…); with one part, that text is the
+//! input `context` and the question asks to answer the request it contains. For `agent`, attached
+//! files are appended to the goal as text.
 
 use std::sync::Arc;
 
@@ -17,6 +19,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
 use futures::StreamExt;
 use recursive_core::Message;
 use serde::Deserialize;
@@ -30,6 +33,9 @@ pub const MODELS: [&str; 2] = ["agent", "rlm"];
 
 /// The question an `rlm` run gets when the user's message is its only input.
 const RLM_QUESTION: &str = "Carry out the request written in the input `context` and answer it.";
+
+/// The question an `rlm` run gets when the user attached files and wrote nothing.
+const RLM_FILES_QUESTION: &str = "Summarise the attached inputs.";
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
@@ -67,6 +73,28 @@ impl ChatMessage {
     fn text(&self) -> String {
         self.parts().join("\n")
     }
+
+    /// Attached files (`{"type": "file", "file": {"filename", "file_data": "data:…;base64,…"}}`),
+    /// by file-name stem, as text.
+    fn files(&self) -> Result<Vec<(String, String)>, String> {
+        let Some(Value::Array(parts)) = &self.content else { return Ok(Vec::new()) };
+        let mut files = Vec::new();
+        for (i, part) in parts.iter().filter(|p| p["type"] == "file").enumerate() {
+            let file = &part["file"];
+            let data = file["file_data"].as_str().ok_or("a file part needs `file_data` (a base64 data URL)")?;
+            let encoded = data.split_once(";base64,").map_or(data, |(_, b64)| b64);
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .map_err(|e| format!("a file part's data is not base64: {e}"))?;
+            let name = file["filename"]
+                .as_str()
+                .and_then(|f| std::path::Path::new(f).file_stem())
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| format!("file{}", i + 1));
+            files.push((name, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        Ok(files)
+    }
 }
 
 #[utoipa::path(get, path = "/v1/models", responses((status = 200, description = "The models: `agent` and `rlm`")))]
@@ -90,9 +118,13 @@ fn run_request(request: &ChatRequest) -> Result<RunRequest, (StatusCode, String)
         return Err((StatusCode::BAD_REQUEST, "`messages` needs a user message".into()));
     };
     let user = &request.messages[last];
+    let files = user.files().map_err(|e| (StatusCode::BAD_REQUEST, e))?;
     if kind == RunKind::Rlm {
         let mut parts = user.parts();
-        let (input, inputs) = if parts.len() > 1 {
+        let (input, inputs) = if !files.is_empty() {
+            let question = if parts.is_empty() { RLM_FILES_QUESTION.to_string() } else { parts.join("\n") };
+            (question, files.into_iter().collect())
+        } else if parts.len() > 1 {
             let question = parts.remove(0);
             (question, parts.into_iter().enumerate().map(|(i, p)| (format!("input{}", i + 1), p)).collect())
         } else {
@@ -109,7 +141,11 @@ fn run_request(request: &ChatRequest) -> Result<RunRequest, (StatusCode, String)
             _ => None,
         })
         .collect();
-    Ok(RunRequest { kind, input: user.text(), inputs: Default::default(), history })
+    let mut input = user.text();
+    for (name, text) in files {
+        input.push_str(&format!("\n\n[attached file `{name}`]\n{text}"));
+    }
+    Ok(RunRequest { kind, input, inputs: Default::default(), history })
 }
 
 #[utoipa::path(post, path = "/v1/chat/completions",

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -245,13 +245,62 @@ async fn health(State(server): State<Arc<Server>>) -> Json<Value> {
     Json(json!({"status": "ok", "running": server.store.unfinished().len()}))
 }
 
-#[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
+#[utoipa::path(post, path = "/v1/runs",
+    request_body(description = "JSON, or a form with `kind`, `input` and files (each file an input)", content(
+        (RunRequest = "application/json"),
+        (Object = "multipart/form-data")
+    )),
     responses((status = 202, body = RunView), (status = 429, description = "Too many runs")))]
-async fn create_run(State(server): State<Arc<Server>>, Json(request): Json<RunRequest>) -> Response {
+async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Response {
+    let multipart = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let request = if multipart {
+        match Multipart::from_request(request, &()).await {
+            Ok(form) => from_form(form).await,
+            Err(e) => Err(e.body_text()),
+        }
+    } else {
+        Json::<RunRequest>::from_request(request, &()).await.map(|Json(r)| r).map_err(|e| e.body_text())
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message),
+    };
     match server.start(request) {
         Ok(run) => (StatusCode::ACCEPTED, Json(run.view())).into_response(),
         Err(Busy) => busy(),
     }
+}
+
+/// A run request from a form: `kind` and `input` fields, and each uploaded file an input named
+/// by its field (or, for a field named `file` or `files`, by its file name's stem).
+async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
+    let mut kind = None;
+    let mut input = String::new();
+    let mut inputs = std::collections::BTreeMap::new();
+    while let Some(field) = form.next_field().await.map_err(|e| e.body_text())? {
+        let name = field.name().unwrap_or_default().to_string();
+        let file = field.file_name().map(str::to_string);
+        let bytes = field.bytes().await.map_err(|e| e.body_text())?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        match (name.as_str(), file) {
+            ("kind", None) => kind = Some(serde_json::from_value(Value::String(text)).map_err(|e| e.to_string())?),
+            ("input", None) => input = text,
+            ("file" | "files", Some(file)) => {
+                let stem = std::path::Path::new(&file).file_stem().map(|s| s.to_string_lossy().into_owned());
+                inputs.insert(stem.unwrap_or(file), text);
+            }
+            (_, Some(_)) => {
+                inputs.insert(name, text);
+            }
+            (other, None) => return Err(format!("unknown form field `{other}`")),
+        }
+    }
+    let kind = kind.ok_or("the form needs a `kind` field (run, rlm or goal)")?;
+    Ok(RunRequest { kind, input, inputs, history: Vec::new() })
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),

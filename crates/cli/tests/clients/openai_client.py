@@ -1,5 +1,6 @@
 """Drives a running `recursive serve` with the official OpenAI Python SDK and httpx, as a user
 program would, and prints one JSON object of what it saw. Usage: openai_client.py BASE_URL TOKEN"""
+import base64
 import json
 import sys
 
@@ -43,6 +44,16 @@ reply = client.chat.completions.create(
 )
 seen["rlm"] = reply.choices[0].message.content
 
+reply = client.chat.completions.create(
+    model="rlm",
+    messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Count the words of the attached file"},
+        {"type": "file", "file": {"filename": "notes.txt",
+                                  "file_data": "data:text/plain;base64," + base64.b64encode(b"one two three").decode()}},
+    ]}],
+)
+seen["rlm_file"] = reply.choices[0].message.content
+
 stream = client.chat.completions.create(
     model="rlm", messages=[{"role": "user", "content": "alpha beta gamma delta"}], stream=True
 )
@@ -82,5 +93,18 @@ with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
                 break
     seen["resumed_ids"] = resumed
     seen["status"] = http.get(f"/v1/runs/{run['id']}").json()["status"]
+
+    # A file uploaded with the run becomes an input.
+    run = http.post(
+        "/v1/runs",
+        data={"kind": "rlm", "input": "Count the words of the uploaded file"},
+        files={"file": ("report.txt", b"a b c d e", "text/plain")},
+    ).json()
+    for _ in range(200):
+        view = http.get(f"/v1/runs/{run['id']}").json()
+        if view["status"] == "finished":
+            break
+        __import__("time").sleep(0.05)
+    seen["upload"] = view["result"]["text"]
 
 print(json.dumps(seen))

@@ -214,3 +214,44 @@ fn a_tool_call_that_would_ask_is_denied_with_how_to_allow_it() {
     assert!(events.contains("the server cannot ask anyone"), "{events}");
     assert!(!env.path("x.txt").exists());
 }
+
+#[test]
+fn named_agents_are_models_and_a_cancelled_run_ends_cancelled() {
+    let env = Env::new();
+    let script = script(&env);
+    let def = env.path("reviewer.toml");
+    std::fs::write(&def, "description = \"Reviews.\"\nsystem_prompt = \"You review.\"\ntools = [\"read_file\"]\n")
+        .unwrap();
+    let config = env.path("serve.toml");
+    std::fs::write(&config, "[[permissions.rules]]\ntool = \"run_shell\"\naction = \"allow\"\n").unwrap();
+    let agent = format!("reviewer={}", def.display());
+    let server = Served::start(&env, &["--mock-script", s(&script), "--config", s(&config), "--agent", &agent], None);
+
+    let (_, _, body) = http(&server.addr, "GET", "/v1/models", &[], None);
+    let ids: Vec<String> = serde_json::from_str::<Value>(&body).unwrap()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["agent", "rlm", "reviewer"]);
+    let chat = json!({"model": "reviewer", "messages": [{"role": "user", "content": "say hello"}]});
+    let (status, _, body) = http(&server.addr, "POST", "/v1/chat/completions", &[], Some(&chat));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["choices"][0]["message"]["content"], "hello there");
+
+    // A run cancelled through the API ends cancelled, with its final events.
+    let (_, _, body) =
+        http(&server.addr, "POST", "/v1/runs", &[], Some(&json!({"kind": "run", "input": "sleep please"})));
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, _, _) = http(&server.addr, "POST", &format!("/v1/runs/{id}/cancel"), &[], None);
+    assert_eq!(status, 202);
+    let events = http(&server.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;
+    assert!(events.contains("\"kind\":\"cancelled\"") && events.contains("event: end"), "{events}");
+    let (_, _, body) = http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None);
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["status"], "finished");
+    assert_eq!(view["result"]["ok"], false);
+    assert_eq!(view["result"]["outcome"], "cancelled");
+}

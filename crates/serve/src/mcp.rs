@@ -95,15 +95,21 @@ fn request(params: &CallToolRequestParams) -> Result<RunRequest, String> {
     Ok(match params.name.as_ref() {
         "run" => {
             let a: RunArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest { kind: RunKind::Run, input: a.goal, inputs: BTreeMap::new(), history: Vec::new() }
+            RunRequest { kind: RunKind::Run, input: a.goal, inputs: BTreeMap::new(), agent: None, history: Vec::new() }
         }
         "rlm" => {
             let a: RlmArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest { kind: RunKind::Rlm, input: a.question, inputs: a.inputs, history: Vec::new() }
+            RunRequest { kind: RunKind::Rlm, input: a.question, inputs: a.inputs, agent: None, history: Vec::new() }
         }
         "goal" => {
             let a: GoalArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest { kind: RunKind::Goal, input: a.objective, inputs: BTreeMap::new(), history: Vec::new() }
+            RunRequest {
+                kind: RunKind::Goal,
+                input: a.objective,
+                inputs: BTreeMap::new(),
+                agent: None,
+                history: Vec::new(),
+            }
         }
         other => return Err(format!("no tool `{other}`; the tools are run, rlm and goal")),
     })

@@ -97,20 +97,24 @@ impl ChatMessage {
     }
 }
 
-#[utoipa::path(get, path = "/v1/models", responses((status = 200, description = "The models: `agent` and `rlm`")))]
-pub(crate) async fn models() -> Json<Value> {
+#[utoipa::path(get, path = "/v1/models",
+    responses((status = 200, description = "The models: `agent`, `rlm` and the server's named agents")))]
+pub(crate) async fn models(State(server): State<Arc<Server>>) -> Json<Value> {
+    let names = MODELS.iter().map(|m| m.to_string()).chain(server.runner.agents());
     let data: Vec<Value> =
-        MODELS.iter().map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "recursive"})).collect();
+        names.map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "recursive"})).collect();
     Json(json!({"object": "list", "data": data}))
 }
 
 /// The run a chat request asks for.
-fn run_request(request: &ChatRequest) -> Result<RunRequest, (StatusCode, String)> {
-    let kind = match request.model.as_str() {
-        "agent" => RunKind::Run,
-        "rlm" => RunKind::Rlm,
+fn run_request(request: &ChatRequest, agents: &[String]) -> Result<RunRequest, (StatusCode, String)> {
+    let (kind, agent) = match request.model.as_str() {
+        "agent" => (RunKind::Run, None),
+        "rlm" => (RunKind::Rlm, None),
+        named if agents.iter().any(|a| a == named) => (RunKind::Run, Some(named.to_string())),
         other => {
-            let message = format!("The model `{other}` does not exist; this server offers {}", MODELS.join(", "));
+            let offered: Vec<String> = MODELS.iter().map(|m| m.to_string()).chain(agents.iter().cloned()).collect();
+            let message = format!("The model `{other}` does not exist; this server offers {}", offered.join(", "));
             return Err((StatusCode::NOT_FOUND, message));
         }
     };
@@ -130,7 +134,7 @@ fn run_request(request: &ChatRequest) -> Result<RunRequest, (StatusCode, String)
         } else {
             (RLM_QUESTION.to_string(), [("context".to_string(), user.text())].into())
         };
-        return Ok(RunRequest { kind, input, inputs, history: Vec::new() });
+        return Ok(RunRequest { kind, input, inputs, agent, history: Vec::new() });
     }
     let history = request.messages[..last]
         .iter()
@@ -145,13 +149,13 @@ fn run_request(request: &ChatRequest) -> Result<RunRequest, (StatusCode, String)
     for (name, text) in files {
         input.push_str(&format!("\n\n[attached file `{name}`]\n{text}"));
     }
-    Ok(RunRequest { kind, input, inputs: Default::default(), history })
+    Ok(RunRequest { kind, input, inputs: Default::default(), agent, history })
 }
 
 #[utoipa::path(post, path = "/v1/chat/completions",
     responses((status = 200, description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set")))]
 pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(request): Json<ChatRequest>) -> Response {
-    let run_request = match run_request(&request) {
+    let run_request = match run_request(&request, &server.runner.agents()) {
         Ok(r) => r,
         Err((status, message)) => return error(status, "invalid_request_error", &message),
     };

@@ -36,6 +36,9 @@ pub struct RunRequest {
     /// For `rlm` (and `goal`): named inputs, as text.
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
+    /// For `run`: a named agent of the server instead of the default one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// Earlier messages of a conversation (`run` only), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>)]
@@ -87,6 +90,12 @@ pub trait Runner: Send + Sync {
     /// Runs `request` in `scope` (its events go to the run's record; its cancel token is the
     /// run's) and reports how it ended.
     async fn run(&self, request: RunRequest, scope: RunScope) -> RunOutput;
+
+    /// Named agents this runner offers besides the default one (each is also a model of the
+    /// OpenAI-compatible endpoint).
+    fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Where a run is.

@@ -300,7 +300,7 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
         }
     }
     let kind = kind.ok_or("the form needs a `kind` field (run, rlm or goal)")?;
-    Ok(RunRequest { kind, input, inputs, history: Vec::new() })
+    Ok(RunRequest { kind, input, inputs, agent: None, history: Vec::new() })
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),

@@ -3,6 +3,7 @@
 //! and `goal` wire them. Nobody can be asked in server mode: a tool call that would ask is
 //! denied with a reason saying to allow it in the server's `[permissions]` rules.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use recursive_core::{Agent, AgentConfig, ChatOptions, ChatProvider, EventKind, F
 use recursive_goal::{GoalConfig, GoalPursuer};
 use recursive_serve::{RunKind, RunOutput, RunRequest, Runner, ServeConfig, Server};
 
+use super::run::AgentFile;
 use crate::provider::ConfigError;
 use crate::{ProviderArgs, config, provider};
 
@@ -40,6 +42,10 @@ pub struct ServeArgs {
     /// Workspace of the tools (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Offer a named agent from a TOML definition (as for `run --agent`): NAME=FILE, repeatable.
+    /// Each is a model of the OpenAI-compatible endpoint and an `agent` of the runs API.
+    #[arg(long = "agent", value_name = "NAME=FILE")]
+    pub agents: Vec<String>,
     #[command(flatten)]
     pub provider: ProviderArgs,
 }
@@ -49,6 +55,7 @@ struct ConfiguredRunner {
     provider: Arc<dyn ChatProvider>,
     model: String,
     setup: super::ToolSetup,
+    agents: BTreeMap<String, AgentFile>,
 }
 
 #[async_trait]
@@ -60,6 +67,10 @@ impl Runner for ConfiguredRunner {
             RunKind::Goal => self.goal(request, scope).await,
         }
     }
+
+    fn agents(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
 }
 
 impl ConfiguredRunner {
@@ -67,17 +78,34 @@ impl ConfiguredRunner {
         ChatOptions { model: self.model.clone(), ..Default::default() }
     }
 
+    /// The default agent, or the named one of the request.
+    fn build_agent(&self, name: Option<&str>) -> Result<Agent, String> {
+        let mut config = AgentConfig {
+            name: "main".into(),
+            options: self.options(),
+            limits: self.setup.limits.clone(),
+            ..Default::default()
+        };
+        let mut tools = self.setup.builtin.clone();
+        if let Some(name) = name {
+            let def = self.agents.get(name).ok_or_else(|| format!("no agent `{name}` on this server"))?;
+            tools = self.setup.builtin.subset(&def.tools).map_err(|e| format!("agent {name}: {e}"))?;
+            config.name = name.to_string();
+            config.system_prompt = def.system_prompt.clone();
+            if let Some(model) = &def.model {
+                config.options.model = model.clone();
+            }
+            config.limits.max_steps = def.max_steps.unwrap_or(config.limits.max_steps);
+        }
+        Ok(Agent::new(self.provider.clone()).with_tools(tools).with_gate(self.setup.gate.clone()).with_config(config))
+    }
+
     async fn agent(&self, request: RunRequest, scope: RunScope) -> RunOutput {
         let scope = scope.with_max_depth(self.setup.limits.max_depth);
-        let agent = Agent::new(self.provider.clone())
-            .with_tools(self.setup.builtin.clone())
-            .with_gate(self.setup.gate.clone())
-            .with_config(AgentConfig {
-                name: "main".into(),
-                options: self.options(),
-                limits: self.setup.limits.clone(),
-                ..Default::default()
-            });
+        let agent = match self.build_agent(request.agent.as_deref()) {
+            Ok(agent) => agent,
+            Err(e) => return RunOutput::failed(e),
+        };
         let outcome = if request.history.is_empty() {
             agent.run_in(&request.input, &scope).await
         } else {
@@ -197,13 +225,22 @@ async fn configured_runner(
     provider_args: &ProviderArgs,
     workspace: Option<&std::path::Path>,
     max_steps: u32,
+    agent_specs: &[String],
 ) -> anyhow::Result<ConfiguredRunner> {
+    let agents =
+        agent_specs.iter().map(|s| super::run::load_agent_file(s)).collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    if let Some(name) = agents.keys().find(|n| recursive_serve::openai::MODELS.contains(&n.as_str())) {
+        return Err(ConfigError(format!("--agent {name}: the name is taken by a built-in model")).into());
+    }
     let config = config::load(provider_args.config.as_deref(), provider_args.trust)?;
     let (provider, settings) = provider::build(provider_args, &config).await?;
     let approver: Arc<dyn recursive_tools::ApprovalHandler> = Arc::new(recursive_tools::ServerApprover);
     let setup = super::ToolSetup::load_with(&config, workspace, approver, max_steps)?;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
-    Ok(ConfiguredRunner { provider, model: settings.model.clone().unwrap_or_default(), setup })
+    for def in agents.values() {
+        setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("an --agent's tools: {e}")))?;
+    }
+    Ok(ConfiguredRunner { provider, model: settings.model.clone().unwrap_or_default(), setup, agents })
 }
 
 /// Arguments of `mcp`.
@@ -227,7 +264,7 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     if args.max_concurrent_runs == 0 {
         return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
     }
-    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps).await?;
+    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps, &[]).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
     recursive_serve::mcp::serve_stdio(server).await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
@@ -240,7 +277,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     if args.max_concurrent_runs == 0 || args.max_body_mib == 0 {
         return Err(ConfigError("--max-concurrent-runs and --max-body-mib must be at least 1".into()).into());
     }
-    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps).await?;
+    let runner = configured_runner(&args.provider, args.workspace.as_deref(), args.max_steps, &args.agents).await?;
     let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
     let serve_config = ServeConfig {
         listen: args.listen,

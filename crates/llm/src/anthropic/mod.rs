@@ -348,6 +348,9 @@ impl MessageAccumulator {
                 wire::BlockDelta::InputJsonDelta { partial_json } => {
                     match self.blocks.get_mut(&index) {
                         Some(Block::ToolUse { json, .. }) => json.push_str(&partial_json),
+                        // The input of a server tool (`server_tool_use`: web search, code
+                        // execution), which the server runs itself.
+                        Some(Block::Other) => {}
                         _ => return Err(mismatch(provider, index, "input_json_delta")),
                     }
                     Ok(Vec::new())
@@ -658,6 +661,29 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("Overloaded"), "{err}");
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn server_tool_blocks_stream_without_failing_the_message() {
+        let mut acc = MessageAccumulator::new();
+        let events = [
+            json!({"type": "message_start", "message": {"model": "m", "content": [], "usage": {"input_tokens": 5}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"query\": \"x\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "found it"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+            json!({"type": "message_stop"}),
+        ];
+        for e in events {
+            acc.push("anthropic", serde_json::from_value(e).unwrap()).unwrap();
+        }
+        let r = acc.finish();
+        assert_eq!(r.message.content, "found it");
+        assert!(r.message.tool_calls.is_empty(), "a server tool is not a call for the client");
     }
 
     #[test]

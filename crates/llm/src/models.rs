@@ -1,4 +1,5 @@
-//! Facts about known models that callers plan with: the context window, in tokens. A model id
+//! Facts about known models that callers plan with: the context window, in tokens, and whether
+//! the model is one of OpenAI's reasoning models (which take `max_completion_tokens`). A model id
 //! matches an entry exactly or by a dated/versioned suffix (`gpt-4o-2024-08-06` → `gpt-4o`);
 //! an unknown model has no known window.
 
@@ -33,6 +34,30 @@ pub fn context_window(model: &str) -> Option<u32> {
     CONTEXT_WINDOWS.iter().find(|(name, _)| matches_model(id, name)).map(|(_, w)| *w)
 }
 
+/// OpenAI's reasoning model families: they refuse `max_tokens` and take
+/// `max_completion_tokens` (and `reasoning_effort`).
+const REASONING_FAMILIES: &[&str] = &[
+    "o1",
+    "o1-mini",
+    "o1-pro",
+    "o3",
+    "o3-mini",
+    "o3-pro",
+    "o4-mini",
+    "gpt-5",
+    "gpt-5-mini",
+    "gpt-5-nano",
+    "gpt-5.1",
+    "gpt-5.2",
+    "codex-mini",
+];
+
+/// Whether `model` is one of OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`…).
+pub fn is_reasoning_model(model: &str) -> bool {
+    let id = model.rsplit('/').next().unwrap_or(model);
+    REASONING_FAMILIES.iter().any(|name| matches_model(id, name))
+}
+
 /// `id` is `name`, or `name` followed by a suffix (`-…`, `:…`, `@…`): a date, a version, a
 /// size tag. Entries that share a stem are listed longest first, so `gpt-4o-mini` is not read
 /// as `gpt-4o`.
@@ -43,6 +68,16 @@ fn matches_model(id: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasoning_models_are_told_apart_from_chat_models() {
+        for m in ["o1", "o3-mini", "o4-mini-2025-04-16", "gpt-5", "gpt-5-mini", "openai/gpt-5-nano", "o3-pro"] {
+            assert!(is_reasoning_model(m), "{m}");
+        }
+        for m in ["gpt-4o", "gpt-4.1-mini", "gpt-4o-mini", "llama3.1", "claude-sonnet-4", "o"] {
+            assert!(!is_reasoning_model(m), "{m}");
+        }
+    }
 
     #[test]
     fn known_models_and_their_dated_ids_have_windows() {

@@ -43,7 +43,7 @@ pub struct OpenAiConfig {
     /// Stream the answer (SSE) or ask for one JSON response.
     pub stream: bool,
     /// Send the token cap as `max_completion_tokens` (newer OpenAI models) instead of
-    /// `max_tokens`.
+    /// `max_tokens`; OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`…) always get it.
     pub use_max_completion_tokens: bool,
     /// Token cap used when a request sets none.
     pub default_max_tokens: Option<u32>,
@@ -106,8 +106,8 @@ impl OpenAiConfig {
             )));
         }
         let max = opts.max_tokens.or(self.default_max_tokens);
-        let (max_tokens, max_completion_tokens) =
-            if self.use_max_completion_tokens { (None, max) } else { (max, None) };
+        let completion_cap = self.use_max_completion_tokens || crate::models::is_reasoning_model(&model);
+        let (max_tokens, max_completion_tokens) = if completion_cap { (None, max) } else { (max, None) };
         Ok(wire::ChatCompletionRequest {
             model,
             messages: request.messages.iter().map(request_message).collect(),
@@ -587,6 +587,22 @@ mod tests {
         assert_eq!(body["max_completion_tokens"], 9);
         assert!(body.get("max_tokens").is_none());
         assert!(body.get("stream").is_none() && body.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn reasoning_models_get_max_completion_tokens() {
+        let config = OpenAiConfig { stream: false, ..Default::default() };
+        for (model, field) in
+            [("o4-mini", "max_completion_tokens"), ("gpt-5", "max_completion_tokens"), ("gpt-4o", "max_tokens")]
+        {
+            let options = ChatOptions { model: model.into(), max_tokens: Some(7), ..Default::default() };
+            let body =
+                serde_json::to_value(config.request_body(&ChatRequest { options, ..Default::default() }).unwrap())
+                    .unwrap();
+            assert_eq!(body[field], 7, "{model}: {body}");
+            let other = if field == "max_tokens" { "max_completion_tokens" } else { "max_tokens" };
+            assert!(body.get(other).is_none(), "{model}: {body}");
+        }
     }
 
     #[test]

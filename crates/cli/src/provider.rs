@@ -99,5 +99,36 @@ pub async fn build(
         prices.extend_from_toml_file(path).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
     }
     let provider = build_provider(&settings, &prices).map_err(|e| ConfigError(e.to_string()))?;
+    PRICED.get_or_init(|| priced(&settings, &prices));
     Ok((provider, settings))
+}
+
+/// Whether the calls of the built provider have a known price (`None` before [`build`]).
+static PRICED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+
+/// `Err(model)` when the model's calls cost money and its price is unknown. Mock and replay
+/// calls spend nothing; a local Ollama's are free.
+fn priced(settings: &ProviderSettings, prices: &PriceTable) -> Result<(), String> {
+    if matches!(settings.kind, ProviderKind::Mock | ProviderKind::Replay | ProviderKind::Ollama) {
+        return Ok(());
+    }
+    let model = settings.model.clone().unwrap_or_else(|| settings.kind.default_model().to_string());
+    if prices.lookup(&model).is_some() { Ok(()) } else { Err(model) }
+}
+
+/// Refuses a cost budget (`flag`) that could not hold: the model's price is unknown, so its
+/// spending cannot be counted. The fix is a `[pricing."MODEL"]` entry.
+pub fn require_price(flag: &str) -> Result<(), ConfigError> {
+    match PRICED.get() {
+        Some(Err(model)) => Err(ConfigError(format!(
+            "{flag} cannot be enforced: the price of model `{model}` is unknown, so its cost cannot be counted; \
+             add it to recursive.toml as [pricing.\"{model}\"] with input and output USD per million tokens"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the model's price is unknown (its costs count as $0).
+pub fn unpriced_model() -> Option<String> {
+    PRICED.get().and_then(|p| p.clone().err())
 }

@@ -264,3 +264,30 @@ fn a_missing_os_sandbox_is_said_at_start_and_required_refuses() {
     let out = run("off");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning: run_shell"), "off is said only in the prompt");
 }
+
+#[test]
+fn a_cost_budget_on_a_model_without_a_price_is_refused_at_start() {
+    let env = Env::new();
+    let run = |model: &str, config: Option<&std::path::Path>| {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test")
+            .args(["run", "x", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", model])
+            .args(["--max-cost", "0.0001", "-q"]);
+        if let Some(c) = config {
+            cmd.args(["--config", s(c)]);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run("my-finetune", None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("price of model `my-finetune` is unknown") && stderr.contains("[pricing."), "{stderr}");
+
+    // Priced — built in, or from the config — the run starts (and fails to connect: nothing listens).
+    let out = run("gpt-4o-mini", None);
+    assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let config = env.path("prices.toml");
+    std::fs::write(&config, "[pricing.\"my-finetune\"]\ninput = 0.5\noutput = 1.5\n").unwrap();
+    let out = run("my-finetune", Some(&config));
+    assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -27,9 +27,9 @@ pub struct GoalArgs {
     /// Wall clock for the whole pursuit, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
     pub max_time: f64,
-    /// USD budget for the whole pursuit.
-    #[arg(long, default_value_t = 10.0)]
-    pub max_cost: f64,
+    /// USD budget for the whole pursuit (default 10; refused when the model's price is unknown).
+    #[arg(long)]
+    pub max_cost: Option<f64>,
     /// Most goals in the tree.
     #[arg(long, default_value_t = 100)]
     pub max_goals: u32,
@@ -101,15 +101,33 @@ impl Delegate for RlmDelegate {
     }
 }
 
+/// The pursuit's USD budget when `--max-cost` is not given.
+const DEFAULT_MAX_COST: f64 = 10.0;
+
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
-    super::usd("--max-cost", args.max_cost)?;
+    let max_cost = match args.max_cost {
+        Some(usd) => {
+            super::usd("--max-cost", usd)?;
+            provider::require_price("--max-cost")?;
+            usd
+        }
+        None => {
+            if let Some(model) = provider::unpriced_model() {
+                eprintln!(
+                    "warning: the price of model `{model}` is unknown, so the pursuit's default $10 budget cannot \
+                     hold; add [pricing.\"{model}\"] to recursive.toml"
+                );
+            }
+            DEFAULT_MAX_COST
+        }
+    };
     let mut goal_config = GoalConfig::default();
     goal_config.constraints.max_depth = args.max_depth;
     goal_config.constraints.max_time = super::seconds("--max-time", args.max_time)?;
-    goal_config.constraints.max_cost_usd = args.max_cost;
+    goal_config.constraints.max_cost_usd = max_cost;
     goal_config.constraints.max_goals = args.max_goals as usize;
     if !(0.0..=1.0).contains(&args.similarity_threshold) {
         return Err(ConfigError(format!(

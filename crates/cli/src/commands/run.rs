@@ -125,6 +125,9 @@ async fn approve_plan(args: &RunArgs) -> bool {
 pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings) = provider::build(&args.provider, &config).await?;
+    if args.max_cost.is_some() {
+        provider::require_price("--max-cost")?;
+    }
     let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;

@@ -295,3 +295,28 @@ fn plan_mode_stops_pending_without_a_terminal_and_yes_carries_it_out() {
         v["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
     assert!(contents.contains(&plan) && contents.iter().any(|c| c.contains("plan is approved")), "{contents:?}");
 }
+
+#[test]
+fn a_cassette_recorded_with_a_model_replays_without_naming_it() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["recorded answer"]));
+    let cassette = env.path("model.cassette.jsonl");
+    let rec = env.run(&[
+        "run",
+        "q",
+        "--mock-script",
+        s(&script),
+        "--model",
+        "m-recorded",
+        "--record",
+        s(&cassette),
+        "--json",
+    ]);
+    assert_eq!(rec.status.code(), Some(0), "{}", String::from_utf8_lossy(&rec.stderr));
+    let replay = env.run(&["run", "q", "--replay", s(&cassette), "--json"]);
+    assert_eq!(replay.status.code(), Some(0), "{}", String::from_utf8_lossy(&replay.stderr));
+    assert_eq!(stdout_json(&replay)["output"], "recorded answer");
+    // Naming another model is a different request.
+    let other = env.run(&["run", "q", "--replay", s(&cassette), "--model", "m-other", "--json"]);
+    assert_eq!(other.status.code(), Some(1));
+}

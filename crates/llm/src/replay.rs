@@ -287,7 +287,7 @@ impl ReplayProvider {
 
     fn take(&self, request: &ChatRequest) -> Result<Result<ChatResponse, ProviderError>, ProviderError> {
         let mut used = self.used.lock().map_err(|_| ProviderError::Invalid("replay state poisoned".into()))?;
-        let found = self.interactions.iter().enumerate().position(|(i, rec)| !used[i] && rec.request == *request);
+        let found = self.interactions.iter().enumerate().position(|(i, rec)| !used[i] && same(&rec.request, request));
         if let Some(i) = found {
             used[i] = true;
             return Ok(self.interactions[i].outcome());
@@ -322,6 +322,17 @@ impl ReplayProvider {
         }
         msg
     }
+}
+
+/// Whether `request` is the recorded one. A request that names no model (the provider's
+/// default, as when a cassette is replayed without `--model`) matches whatever model was recorded.
+fn same(recorded: &ChatRequest, request: &ChatRequest) -> bool {
+    if request.options.model.is_empty() && !recorded.options.model.is_empty() {
+        let mut named = request.clone();
+        named.options.model = recorded.options.model.clone();
+        return *recorded == named;
+    }
+    recorded == request
 }
 
 fn common_prefix(a: &[Message], b: &[Message]) -> usize {

@@ -168,10 +168,10 @@ fn split_lines(text: &str) -> Vec<FileLine<'_>> {
         .collect()
 }
 
-fn dominant_ending(lines: &[FileLine<'_>]) -> Ending {
-    let crlf = lines.iter().filter(|l| l.ending == Some(Ending::CrLf)).count();
-    let lf = lines.iter().filter(|l| l.ending == Some(Ending::Lf)).count();
-    if crlf > lf { Ending::CrLf } else { Ending::Lf }
+/// The ending lines written by a patch take: the file's first line ending (as codex,
+/// rustfmt and Ruff pick a file's style), LF for a file without one.
+fn preferred_ending(lines: &[FileLine<'_>]) -> Ending {
+    lines.iter().find_map(|l| l.ending).unwrap_or(Ending::Lf)
 }
 
 /// Where one chunk applies: `old_len` original lines from `start` are replaced according to `chunk.lines`.
@@ -190,7 +190,7 @@ pub(super) fn update_text(original: &str, chunks: &[Chunk]) -> Result<String, (S
     };
     let lines = split_lines(body);
     let texts: Vec<&str> = lines.iter().map(|l| l.text).collect();
-    let dominant = dominant_ending(&lines);
+    let preferred = preferred_ending(&lines);
 
     let mut replacements = Vec::with_capacity(chunks.len());
     let mut cursor = 0usize;
@@ -212,7 +212,7 @@ pub(super) fn update_text(original: &str, chunks: &[Chunk]) -> Result<String, (S
             out.push((line.text, line.ending));
         }
         pos = r.start;
-        emit_chunk(&lines, r, &mut out, dominant);
+        emit_chunk(&lines, r, &mut out, preferred);
         pos += r.old_len;
     }
     for line in &lines[pos..] {
@@ -223,44 +223,28 @@ pub(super) fn update_text(original: &str, chunks: &[Chunk]) -> Result<String, (S
     result.push_str(bom);
     for (text, ending) in out {
         result.push_str(text);
-        result.push_str(ending.unwrap_or(dominant).as_str());
+        result.push_str(ending.unwrap_or(preferred).as_str());
     }
     Ok(result)
 }
 
-/// Emits the lines of one replacement. Context lines are copied from the file (own text and ending); an added
-/// line takes the ending of the removed line it pairs with, else of the line before it, else of the line after
-/// it, else the file's dominant ending.
+/// Emits the lines of one replacement: its context lines (the file's text) and added lines, all with the
+/// preferred ending, as codex writes a replaced region; lines outside every chunk keep their own endings.
 fn emit_chunk<'a>(
     lines: &[FileLine<'a>],
     r: &Replacement<'a>,
     out: &mut Vec<(&'a str, Option<Ending>)>,
-    dominant: Ending,
+    preferred: Ending,
 ) {
     let mut k = r.start;
-    let mut removed: Vec<Option<Ending>> = Vec::new();
-    let mut added = 0usize;
     for change in &r.chunk.lines {
         match change {
             ChangeLine::Context(_) => {
-                out.push((lines[k].text, lines[k].ending));
-                k += 1;
-                removed.clear();
-                added = 0;
-            }
-            ChangeLine::Remove(_) => {
-                removed.push(lines[k].ending);
+                out.push((lines[k].text, Some(preferred)));
                 k += 1;
             }
-            ChangeLine::Add(text) => {
-                let paired = removed.get(added).or(removed.last()).copied();
-                let ending = match paired {
-                    Some(ending) => ending,
-                    None => out.last().map(|(_, e)| *e).or_else(|| lines.get(k).map(|l| l.ending)).flatten(),
-                };
-                out.push((text.as_str(), Some(ending.unwrap_or(dominant))));
-                added += 1;
-            }
+            ChangeLine::Remove(_) => k += 1,
+            ChangeLine::Add(text) => out.push((text.as_str(), Some(preferred))),
         }
     }
 }

@@ -543,18 +543,19 @@ fn crlf_file_without_final_newline_gets_a_crlf_one() {
 }
 
 #[test]
-fn mixed_line_endings_are_preserved_line_by_line() {
-    let dir = dir_with(&[("a.txt", b"a\r\nb\nc\r\nd\ne\r\n")]);
-    // b (LF) is replaced: its replacement keeps LF; a new line after c (CRLF) takes CRLF; context keeps its own.
+fn mixed_line_endings_outside_the_patched_region_are_kept() {
+    let dir = dir_with(&[("a.txt", b"top\nkeep\r\na\r\nb\nc\r\nd\ne\r\nlast\n")]);
+    // The file's first ending (LF) is its style: the patched region (context and new lines) is written
+    // with it, as codex does; lines outside it keep their own endings.
     apply(&dir, "*** Update File: a.txt\n a\n-b\n+B\n c\n+c2\n d\n").unwrap();
-    assert_eq!(read(&dir, "a.txt"), "a\r\nB\nc\r\nc2\r\nd\ne\r\n");
+    assert_eq!(read(&dir, "a.txt"), "top\nkeep\r\na\nB\nc\nc2\nd\ne\r\nlast\n");
 }
 
 #[test]
-fn replaced_lines_pair_their_endings_in_order() {
-    let dir = dir_with(&[("a.txt", b"x\ny\r\nz\n")]);
+fn new_lines_take_the_first_line_ending_of_the_file() {
+    let dir = dir_with(&[("a.txt", b"x\r\ny\nz\n")]);
     apply(&dir, "*** Update File: a.txt\n-x\n-y\n+X\n+Y\n+Y2\n").unwrap();
-    assert_eq!(read(&dir, "a.txt"), "X\nY\r\nY2\r\nz\n");
+    assert_eq!(read(&dir, "a.txt"), "X\r\nY\r\nY2\r\nz\n");
 }
 
 #[test]

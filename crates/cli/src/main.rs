@@ -6,6 +6,7 @@ mod config;
 mod output;
 mod provider;
 mod secrets;
+mod system_prompt;
 mod trust;
 
 use std::path::PathBuf;

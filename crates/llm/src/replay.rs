@@ -3,7 +3,8 @@
 //!
 //! A request is matched by content against the interactions not used yet: the first unused
 //! interaction whose request is equal (messages, tools, options — JSON key order does not
-//! matter, nothing else is normalised) answers it. Matching by content rather than position
+//! matter) answers it. System messages are left out of the comparison (they carry the
+//! machine's workspace path and the date), and a request without a model takes the recorded one. Matching by content rather than position
 //! lets concurrent sub-calls arrive in any order. When nothing matches, the error names the
 //! cassette and shows where the request differs from the nearest unused recording.
 
@@ -324,15 +325,22 @@ impl ReplayProvider {
     }
 }
 
-/// Whether `request` is the recorded one. A request that names no model (the provider's
-/// default, as when a cassette is replayed without `--model`) matches whatever model was recorded.
+/// Whether `request` is the recorded one. System messages are not compared: they carry the
+/// machine's facts (the workspace path, the date), so a cassette recorded on one machine replays
+/// on another. A request that names no model (the provider's default, as when a cassette is
+/// replayed without `--model`) matches whatever model was recorded.
 fn same(recorded: &ChatRequest, request: &ChatRequest) -> bool {
-    if request.options.model.is_empty() && !recorded.options.model.is_empty() {
-        let mut named = request.clone();
-        named.options.model = recorded.options.model.clone();
-        return *recorded == named;
+    let mut request = without_system(request);
+    if request.options.model.is_empty() {
+        request.options.model = recorded.options.model.clone();
     }
-    recorded == request
+    without_system(recorded) == request
+}
+
+fn without_system(request: &ChatRequest) -> ChatRequest {
+    let mut r = request.clone();
+    r.messages.retain(|m| m.role != recursive_core::Role::System);
+    r
 }
 
 fn common_prefix(a: &[Message], b: &[Message]) -> usize {

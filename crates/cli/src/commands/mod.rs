@@ -165,6 +165,10 @@ pub struct ToolSetup {
     pub limits: RunLimits,
     /// `[tools.shell] sandbox`.
     pub shell_sandbox: recursive_core::confine::SandboxMode,
+    /// `[tools.shell] shell`.
+    pub shell: String,
+    /// The workspace the tools are confined to.
+    pub workspace: recursive_tools::Workspace,
 }
 
 impl ToolSetup {
@@ -205,7 +209,21 @@ impl ToolSetup {
             gate,
             limits,
             shell_sandbox: tools_config.shell.sandbox,
+            shell: tools_config.shell.shell.clone(),
+            workspace,
         })
+    }
+
+    /// The system prompt for an agent offered `tools`: `system` replaces the default one,
+    /// `append` adds to it.
+    pub fn system_prompt(&self, tools: &ToolRegistry, system: Option<&str>, append: Option<&str>) -> String {
+        let facts = crate::system_prompt::PromptFacts {
+            workspace: self.workspace.root(),
+            shell: &self.shell,
+            confinement: tools.get("run_shell").and_then(|t| t.confinement()),
+            tools: tools.names(),
+        };
+        crate::system_prompt::system_prompt(&facts, system, append)
     }
 
     /// An executor over these tools with the policy and the limits.

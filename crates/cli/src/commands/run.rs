@@ -38,9 +38,13 @@ pub struct RunArgs {
     /// Append the transcript to this JSONL file as the run goes.
     #[arg(long, value_name = "PATH")]
     pub transcript: Option<PathBuf>,
-    /// System prompt.
+    /// Replace the default system prompt (the agent's environment, working rules and the
+    /// AGENTS.md instructions) with this text.
     #[arg(long)]
     pub system: Option<String>,
+    /// Add this text to the end of the system prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub append_system: Option<String>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -174,9 +178,10 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
     }
 
+    let system_prompt = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
     let agent = Agent::new(provider).with_tools(tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
         name: "main".into(),
-        system_prompt: args.system.clone(),
+        system_prompt: Some(system_prompt),
         options,
         limits,
         plan_mode: args.plan,

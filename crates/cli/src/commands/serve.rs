@@ -84,6 +84,7 @@ impl ConfiguredRunner {
             name: "main".into(),
             options: self.options(),
             limits: self.setup.limits.clone(),
+            system_prompt: Some(self.setup.system_prompt(&self.setup.builtin, None, None)),
             ..Default::default()
         };
         let mut tools = self.setup.builtin.clone();

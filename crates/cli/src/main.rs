@@ -6,6 +6,7 @@ mod config;
 mod output;
 mod provider;
 mod secrets;
+mod sessions;
 mod system_prompt;
 mod trust;
 
@@ -32,6 +33,10 @@ struct Cli {
 enum Command {
     /// Run the agent loop on a goal, with the built-in tools scoped to the workspace.
     Run(commands::run::RunArgs),
+    /// Talk with the agent line by line in one session (streamed answers, tool approvals, /commands).
+    Chat(commands::chat::ChatArgs),
+    /// List the sessions of `run` and `chat`, most recent first.
+    Sessions(commands::sessions::SessionsArgs),
     /// Pursue an objective by recursive goal decomposition.
     Goal(commands::goal::GoalArgs),
     /// Answer a question over long inputs with a Recursive Language Model (Python sandbox).
@@ -109,6 +114,8 @@ async fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => commands::run::execute(args).await,
         Command::Goal(args) => commands::goal::execute(args).await,
+        Command::Chat(args) => commands::chat::execute(args).await,
+        Command::Sessions(args) => commands::sessions::execute(args),
         Command::Rlm(args) => commands::rlm::execute(args).await,
         Command::Serve(args) => commands::serve::execute(args).await,
         Command::Mcp(args) => commands::serve::execute_mcp(args).await,

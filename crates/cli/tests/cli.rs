@@ -37,12 +37,12 @@ fn json_output_is_one_object_with_the_documented_shape() {
     assert!(v["cost_usd"].is_number());
     let messages = v["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
-    let call = &messages[1]["tool_calls"][0];
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+    let call = &messages[2]["tool_calls"][0];
     assert_eq!(call["name"], "read_file");
     assert_eq!(call["arguments"], json!({"path": "notes.txt"}));
-    assert_eq!(messages[2]["tool_call_id"], call["id"]);
-    assert!(messages[2]["content"].as_str().unwrap().contains("hello world"));
+    assert_eq!(messages[3]["tool_call_id"], call["id"]);
+    assert!(messages[3]["content"].as_str().unwrap().contains("hello world"));
     for m in messages {
         for key in ["role", "content", "tool_calls", "tool_call_id"] {
             assert!(m.get(key).is_some(), "message lacks {key}: {m}");
@@ -69,7 +69,7 @@ fn writes_are_denied_without_a_terminal_and_the_denial_limit_ends_the_run() {
     assert_eq!(out.status.code(), Some(9), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
     assert_eq!(v["finish_reason"], "permission_denial_limit");
-    assert!(v["messages"][2]["content"].as_str().unwrap().contains("denied"));
+    assert!(v["messages"][3]["content"].as_str().unwrap().contains("denied"));
     assert!(!env.path("out1.txt").exists(), "nothing was written");
 }
 
@@ -96,7 +96,7 @@ fn paths_outside_the_workspace_are_refused() {
     );
     let out = env.run(&["run", "peek", "--mock-script", s(&script), "--workspace", s(&ws), "--json"]);
     let v = stdout_json(&out);
-    let result = v["messages"][2]["content"].as_str().unwrap();
+    let result = v["messages"][3]["content"].as_str().unwrap();
     assert!(!result.contains("hello world"), "{result}");
     assert!(result.to_lowercase().contains("outside"), "{result}");
 }
@@ -134,7 +134,7 @@ fn sub_agent_from_a_definition_file_runs_nested_and_shows_in_trace() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
     assert_eq!(v["output"], "The reader reports: hello world.");
-    assert!(v["messages"][2]["content"].as_str().unwrap().contains("notes.txt says hello world"));
+    assert!(v["messages"][3]["content"].as_str().unwrap().contains("notes.txt says hello world"));
     assert_eq!(v["usage"]["input_tokens"], 40, "the sub-agent's usage rolls up");
 
     let trace = env.run(&["trace", s(&events)]);
@@ -172,7 +172,7 @@ fn recorded_run_replays_offline_and_a_different_request_fails_clearly() {
     let v = stdout_json(&other);
     assert_eq!(v["outcome"], "error");
     assert!(v["error"].as_str().unwrap().contains("no recorded interaction"), "{v}");
-    assert_eq!(v["messages"][0]["content"], "something else");
+    assert_eq!(v["messages"][1]["content"], "something else");
     let err = String::from_utf8_lossy(&other.stderr);
     assert_eq!(err.matches("no recorded interaction").count(), 1, "{err}");
 }

@@ -165,7 +165,7 @@ fn provider_fault_in_run_exits_1_once_with_the_partial_result_and_a_final_event(
     let transcript = env.path("t.jsonl");
     let (out, v) =
         against_unreachable_provider(&env, &["run", "hello there", "--events", s(&ev), "--transcript", s(&transcript)]);
-    assert_eq!(v["messages"][0]["content"], "hello there");
+    assert_eq!(v["messages"][1]["content"], "hello there", "after the system prompt");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("connection failed").count(), 1, "one error line: {stderr}");
     let last = last_event(&ev);

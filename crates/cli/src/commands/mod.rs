@@ -2,11 +2,13 @@
 //! budget and signal handling, and the tool executor every command gives its tools through
 //! (the same permission policy and limits for `run`, `rlm` and `goal`).
 
+pub mod chat;
 pub mod goal;
 pub mod patch;
 pub mod rlm;
 pub mod run;
 pub mod serve;
+pub mod sessions;
 pub mod trace;
 
 use std::path::{Path, PathBuf};

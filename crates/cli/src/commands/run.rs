@@ -35,9 +35,15 @@ pub struct RunArgs {
     /// USD budget for the whole run tree.
     #[arg(long)]
     pub max_cost: Option<f64>,
-    /// Append the transcript to this JSONL file as the run goes.
-    #[arg(long, value_name = "PATH")]
+    /// Append the transcript to this JSONL file as the run goes (instead of the session's own).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["continue_session", "resume"])]
     pub transcript: Option<PathBuf>,
+    /// Continue the most recent session of this workspace with this goal.
+    #[arg(long = "continue", conflicts_with = "resume")]
+    pub continue_session: bool,
+    /// Continue the session ID (`recursive sessions` lists them) with this goal.
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
     /// Replace the default system prompt (the agent's environment, working rules and the
     /// AGENTS.md instructions) with this text.
     #[arg(long)]
@@ -125,6 +131,25 @@ async fn approve_plan(args: &RunArgs) -> bool {
     matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
 }
 
+/// The session this run belongs to and its conversation so far: a new one, the latest of the
+/// workspace (`--continue`) or the one named (`--resume ID`).
+fn open_session(
+    args: &RunArgs,
+    workspace: &std::path::Path,
+    model: &str,
+) -> anyhow::Result<(crate::sessions::Session, Vec<recursive_core::Message>)> {
+    use crate::sessions::Session;
+    let session = match (&args.resume, args.continue_session) {
+        (Some(id), _) => Session::open(id)?,
+        (None, true) => Session::latest_for(workspace)?,
+        (None, false) => {
+            return Ok((Session::create(workspace, model, &args.goal, args.transcript.as_deref())?, Vec::new()));
+        }
+    };
+    let history = session.history()?;
+    Ok((session, history))
+}
+
 /// Runs the command.
 pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
@@ -178,6 +203,8 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
     }
 
+    let model_name = settings.model.clone().unwrap_or_default();
+    let (mut session, history) = open_session(&args, setup.workspace.root(), &model_name)?;
     let system_prompt = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
     let agent = Agent::new(provider).with_tools(tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
         name: "main".into(),
@@ -185,9 +212,9 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         options,
         limits,
         plan_mode: args.plan,
-        transcript_path: args.transcript.clone(),
+        transcript_path: Some(session.meta.transcript.clone()),
     });
-    let mut outcome = agent.run_in(&args.goal, &scope).await;
+    let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     if let Ok(result) = &outcome
         && result.finish_reason == FinishReason::PlanPending
         && approve_plan(&args).await
@@ -201,15 +228,23 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
     };
+    if let Err(e) = session.record(&model_name, &result) {
+        eprintln!("warning: the session could not be updated: {e:#}");
+    }
     if args.json {
-        println!("{}", serde_json::to_string(&output::run_json(&result, error.as_deref()))?);
+        let mut v = output::run_json(&result, error.as_deref());
+        if let Some(o) = v.as_object_mut() {
+            o.insert("session".into(), serde_json::Value::String(session.meta.id.clone()));
+        }
+        println!("{}", serde_json::to_string(&v)?);
     } else if !args.provider.quiet {
         eprintln!(
-            "finished: {} after {} step(s), {} tokens, ${:.4}",
+            "finished: {} after {} step(s), {} tokens, ${:.4}; session {} (continue with --resume {0})",
             result.finish_reason,
             result.steps,
             result.usage.total(),
-            result.cost_usd
+            result.cost_usd,
+            session.meta.id,
         );
     }
     if let Some(e) = &error {

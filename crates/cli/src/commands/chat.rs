@@ -1,0 +1,183 @@
+//! `recursive chat`: an interactive, line-based conversation with the agent — each line is a
+//! turn of one session (streamed answer, tool approvals on the terminal), with slash commands
+//! `/exit`, `/cost`, `/model NAME`, `/session`. `recursive sessions` lists sessions;
+//! `chat --resume ID` (or `run --resume ID`) continues one in another process.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, Message};
+
+use crate::sessions::Session;
+use crate::{ProviderArgs, config, provider};
+
+/// Arguments of `chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Continue the session ID instead of starting one.
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
+    /// Most model turns per message.
+    #[arg(long, default_value_t = 32)]
+    pub max_steps: u32,
+    /// Workspace the tools are confined to (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Replace the default system prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Add this text to the end of the system prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub append_system: Option<String>,
+    /// Approve every tool call that would ask.
+    #[arg(long, conflicts_with = "no_ask")]
+    pub yes: bool,
+    /// Deny every tool call that would ask, without prompting.
+    #[arg(long)]
+    pub no_ask: bool,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+}
+
+/// What a line asks for.
+enum Line {
+    Exit,
+    Cost,
+    Model(String),
+    Session,
+    Unknown(String),
+    Message(String),
+}
+
+fn parse(line: &str) -> Option<Line> {
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    let Some(command) = line.strip_prefix('/') else { return Some(Line::Message(line.to_string())) };
+    let (name, rest) = command.split_once(' ').unwrap_or((command, ""));
+    Some(match name {
+        "exit" | "quit" => Line::Exit,
+        "cost" => Line::Cost,
+        "session" => Line::Session,
+        "model" if !rest.trim().is_empty() => Line::Model(rest.trim().to_string()),
+        other => Line::Unknown(other.to_string()),
+    })
+}
+
+/// Reads one line from stdin without blocking the runtime; `None` at end of input.
+async fn read_line() -> Option<String> {
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Runs the command.
+pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
+    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
+    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    let scope = super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?
+        .with_max_depth(setup.limits.max_depth);
+    let mut model = settings.model.clone().unwrap_or_default();
+    let (mut session, mut history): (Session, Vec<Message>) = match &args.resume {
+        Some(id) => {
+            let s = Session::open(id)?;
+            let h = s.history()?;
+            (s, h)
+        }
+        None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
+    };
+    let tools = setup.builtin.clone();
+    let system = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
+    eprintln!(
+        "recursive chat — session {} ({} earlier message(s)); /exit, /cost, /model NAME, /session",
+        session.meta.id,
+        history.len()
+    );
+    let mut code = 0u8;
+    loop {
+        eprint!("\n> ");
+        let _ = std::io::stderr().flush();
+        let Some(line) = read_line().await else { break };
+        let input = match parse(&line) {
+            None => continue,
+            Some(Line::Exit) => break,
+            Some(Line::Cost) => {
+                let m = &session.meta;
+                eprintln!(
+                    "{} turn(s), {} tokens in, {} out, ${:.4}",
+                    m.turns, m.input_tokens, m.output_tokens, m.cost_usd
+                );
+                continue;
+            }
+            Some(Line::Session) => {
+                eprintln!("session {} — continue it with `recursive chat --resume {0}`", session.meta.id);
+                continue;
+            }
+            Some(Line::Model(name)) => {
+                eprintln!("model: {name}");
+                model = name;
+                continue;
+            }
+            Some(Line::Unknown(name)) => {
+                eprintln!("unknown command /{name}; the commands are /exit, /cost, /model NAME, /session");
+                continue;
+            }
+            Some(Line::Message(text)) => text,
+        };
+        let agent = Agent::new(provider.clone()).with_tools(tools.clone()).with_gate(setup.gate.clone()).with_config(
+            AgentConfig {
+                name: "chat".into(),
+                system_prompt: Some(system.clone()),
+                options: ChatOptions { model: model.clone(), ..Default::default() },
+                limits: setup.limits.clone(),
+                transcript_path: Some(session.meta.transcript.clone()),
+                ..Default::default()
+            },
+        );
+        let result = match agent.continue_in(std::mem::take(&mut history), &input, &scope).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("\nerror: {:#}", anyhow::Error::new(e.error));
+                code = 1;
+                *e.partial
+            }
+        };
+        println!();
+        history = result.messages.clone();
+        if let Err(e) = session.record(&model, &result) {
+            eprintln!("warning: the session could not be updated: {e:#}");
+        }
+        if scope.cancel_token().is_cancelled() {
+            code = 8;
+            break;
+        }
+    }
+    eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", session.meta.id);
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_become_messages_and_commands() {
+        assert!(parse("  ").is_none());
+        assert!(matches!(parse("hello"), Some(Line::Message(m)) if m == "hello"));
+        assert!(matches!(parse("/exit"), Some(Line::Exit)));
+        assert!(matches!(parse("/model gpt-4o"), Some(Line::Model(m)) if m == "gpt-4o"));
+        assert!(matches!(parse("/model"), Some(Line::Unknown(_))));
+        assert!(matches!(parse("/cost"), Some(Line::Cost)));
+    }
+}

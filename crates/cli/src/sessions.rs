@@ -1,0 +1,154 @@
+//! Sessions: every `run` and `chat` is a session kept under the user's data directory
+//! (`<data dir>/recursive/sessions/<id>/`: `session.json` with what it is and what it cost, and
+//! `transcript.jsonl`, the conversation appended message by message as it happens), so a
+//! conversation started in one process continues in another (`run --continue`,
+//! `run --resume ID`, `chat --resume ID`) and `recursive sessions` lists them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use recursive_core::{Message, RunResult, TranscriptLog};
+use serde::{Deserialize, Serialize};
+
+use crate::provider::ConfigError;
+
+/// What a session is and what it has cost so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// Its id (sortable by creation time).
+    pub id: String,
+    /// When it was created (RFC 3339).
+    pub created: String,
+    /// When it last changed (RFC 3339).
+    pub updated: String,
+    /// The workspace it ran in.
+    pub workspace: PathBuf,
+    /// The model of its last turn.
+    pub model: String,
+    /// Its first goal, shortened.
+    pub title: String,
+    /// Where its transcript is.
+    pub transcript: PathBuf,
+    /// Goals given so far.
+    pub turns: u32,
+    /// Tokens in, over every turn.
+    pub input_tokens: u64,
+    /// Tokens out, over every turn.
+    pub output_tokens: u64,
+    /// USD over every turn (known prices only).
+    pub cost_usd: f64,
+    /// How its last turn finished.
+    pub last_outcome: String,
+}
+
+/// A session on disk.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// What it is.
+    pub meta: SessionMeta,
+}
+
+/// Where sessions are kept.
+pub fn root() -> anyhow::Result<PathBuf> {
+    let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for sessions (set HOME)"))?;
+    Ok(data.join("recursive").join("sessions"))
+}
+
+impl Session {
+    /// A new session for `title` in `workspace`; its transcript is `transcript` when given
+    /// (`--transcript`), else the session's own.
+    pub fn create(workspace: &Path, model: &str, title: &str, transcript: Option<&Path>) -> anyhow::Result<Session> {
+        let now = chrono::Local::now();
+        let id = format!("{}-{}", now.format("%Y%m%d-%H%M%S"), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+        let dir = root()?.join(&id);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating the session directory {}", dir.display()))?;
+        let transcript = match transcript {
+            Some(p) => std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+            None => dir.join("transcript.jsonl"),
+        };
+        let meta = SessionMeta {
+            id,
+            created: now.to_rfc3339(),
+            updated: now.to_rfc3339(),
+            workspace: workspace.to_path_buf(),
+            model: model.to_string(),
+            title: recursive_core::text::clip_chars(title.trim(), 80),
+            transcript,
+            turns: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: 0.0,
+            last_outcome: String::new(),
+        };
+        let session = Session { dir, meta };
+        session.save()?;
+        Ok(session)
+    }
+
+    /// The session `id`.
+    pub fn open(id: &str) -> anyhow::Result<Session> {
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return Err(ConfigError(format!("`{id}` is not a session id; `recursive sessions` lists them")).into());
+        }
+        let dir = root()?.join(id);
+        let text = std::fs::read_to_string(dir.join("session.json"))
+            .map_err(|_| ConfigError(format!("no session `{id}`; `recursive sessions` lists them")))?;
+        let meta: SessionMeta =
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("session `{id}` is damaged: {e}"))?;
+        Ok(Session { dir, meta })
+    }
+
+    /// The most recently updated session of `workspace`.
+    pub fn latest_for(workspace: &Path) -> anyhow::Result<Session> {
+        let latest = list()?.into_iter().find(|m| m.workspace == workspace);
+        match latest {
+            Some(meta) => Session::open(&meta.id),
+            None => Err(ConfigError(format!("no earlier session in {} to continue", workspace.display())).into()),
+        }
+    }
+
+    /// The conversation so far, checked for call/result pairing.
+    pub fn history(&self) -> anyhow::Result<Vec<Message>> {
+        if !self.meta.transcript.exists() {
+            return Ok(Vec::new());
+        }
+        let transcript = TranscriptLog::read(&self.meta.transcript)
+            .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
+        Ok(transcript.into_messages())
+    }
+
+    /// Adds one turn's usage, cost and outcome.
+    pub fn record(&mut self, model: &str, result: &RunResult) -> anyhow::Result<()> {
+        self.meta.turns += 1;
+        self.meta.model = model.to_string();
+        self.meta.input_tokens += result.usage.input_tokens;
+        self.meta.output_tokens += result.usage.output_tokens;
+        self.meta.cost_usd += result.cost_usd;
+        self.meta.last_outcome = result.finish_reason.as_str().to_string();
+        self.meta.updated = chrono::Local::now().to_rfc3339();
+        self.save()
+    }
+
+    fn save(&self) -> anyhow::Result<()> {
+        let path = self.dir.join("session.json");
+        let tmp = self.dir.join("session.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.meta)?)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// Every session, most recently updated first (damaged ones are skipped).
+pub fn list() -> anyhow::Result<Vec<SessionMeta>> {
+    let root = root()?;
+    let Ok(entries) = std::fs::read_dir(&root) else { return Ok(Vec::new()) };
+    let mut metas: Vec<SessionMeta> = entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("session.json")).ok())
+        .filter_map(|text| serde_json::from_str(&text).ok())
+        .collect();
+    metas.sort_by(|a, b| b.updated.cmp(&a.updated).then(b.id.cmp(&a.id)));
+    Ok(metas)
+}

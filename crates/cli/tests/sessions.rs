@@ -1,0 +1,84 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Sessions across processes: a `run` is a session; `run --continue` and `chat --resume` in
+//! new processes send the earlier conversation to the model (read from the request bodies a
+//! scripted server on 127.0.0.1 recorded), and `recursive sessions` lists what each cost.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use common::{Env, stdout_json};
+use recursive_testkit::{ModelServer, Reply};
+use serde_json::Value;
+
+fn provider_args(server: &ModelServer) -> Vec<String> {
+    ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
+}
+
+fn contents(body: &Value) -> Vec<String> {
+    body["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or("").to_string()).collect()
+}
+
+#[test]
+fn a_session_continues_in_other_processes_with_its_history() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server =
+        runtime.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("41"), Reply::text("still 41")]));
+    let run = |args: &[&str]| {
+        env.cmd().env("OPENAI_API_KEY", "sk-test").args(args).args(provider_args(&server)).output().unwrap()
+    };
+
+    let first = run(&["run", "remember the number 41", "--json"]);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let id = stdout_json(&first)["session"].as_str().unwrap().to_string();
+
+    let second = run(&["run", "which number?", "--continue", "--json"]);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(stdout_json(&second)["session"], id.as_str(), "--continue picks the workspace's latest session");
+    let sent = contents(&server.request(1).body);
+    assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?"], "{sent:?}");
+    assert_eq!(server.request(1).body["messages"][0]["role"], "system");
+
+    // A third process: chat, resuming by id, fed from a pipe.
+    let mut chat = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["chat", "--resume", &id, "-q"])
+        .args(provider_args(&server))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    chat.stdin.take().unwrap().write_all(b"and now?\n/cost\n/exit\n").unwrap();
+    let out = chat.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("still 41"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 turn(s)"), "{}", String::from_utf8_lossy(&out.stderr));
+    let sent = contents(&server.request(2).body);
+    assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?", "41", "and now?"], "{sent:?}");
+
+    let list = env.run(&["sessions", "--json"]);
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    assert_eq!(sessions[0]["id"], id.as_str());
+    assert_eq!(sessions[0]["turns"], 3);
+    assert_eq!(sessions[0]["title"], "remember the number 41");
+    assert!(sessions[0]["input_tokens"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn an_unknown_session_is_a_usage_error() {
+    let env = Env::new();
+    let script = env.script("s.json", serde_json::json!(["x"]));
+    for args in [
+        vec!["run", "x", "--resume", "20990101-000000-abcdef"],
+        vec!["run", "x", "--continue"],
+        vec!["chat", "--resume", "../etc"],
+    ] {
+        let out = env.cmd().args(&args).args(["--mock-script", common::s(&script)]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -82,3 +82,48 @@ fn an_unknown_session_is_a_usage_error() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[test]
+fn a_long_session_is_compacted_under_a_small_context_window_with_pairing_intact() {
+    let env = Env::new();
+    std::fs::write(env.path("big.txt"), "lorem ipsum dolor sit amet ".repeat(120)).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([
+        Reply::tool_call("read_file", serde_json::json!({"path": "big.txt"})),
+        Reply::text("first answer"),
+        Reply::text("second answer"),
+    ]));
+    server.when("Summarise the conversation", Reply::text("SUMMARY: big.txt was read; it is lorem ipsum."));
+    let events = env.path("events.jsonl");
+    let run = |args: &[&str]| {
+        env.cmd()
+            .env("OPENAI_API_KEY", "sk-test")
+            .args(args)
+            .args(["--system", "Be terse.", "--context-window", "300", "--yes", "--json"])
+            .args(provider_args(&server))
+            .output()
+            .unwrap()
+    };
+    let first = run(&["run", "read big.txt"]);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let second = run(&["run", "what was in it?", "--continue", "--events", common::s(&events)]);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(stdout_json(&second)["output"], "second answer");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "two calls, a summary, the continued call");
+    assert!(requests[2].last_user_text().unwrap().contains("Summarise the conversation"));
+    assert!(requests[2].last_user_text().unwrap().contains("read big.txt"), "the summary sees the old turn");
+    let sent = &requests[3].body["messages"];
+    assert_eq!(sent[0]["role"], "system");
+    assert_eq!(sent[0]["content"], "Be terse.");
+    let head = sent[1]["content"].as_str().unwrap();
+    assert!(head.starts_with("[Summary of the earlier conversation]") && head.contains("lorem ipsum."), "{head}");
+    assert!(head.ends_with("what was in it?"), "{head}");
+    assert_eq!(sent.as_array().unwrap().len(), 2, "the old turn with its long tool result is gone: {sent}");
+    for r in &requests {
+        r.check_pairing().unwrap();
+    }
+    let log = std::fs::read_to_string(&events).unwrap();
+    assert!(log.contains("\"type\":\"compacted\"") && log.contains("\"method\":\"summary\""), "{log}");
+}

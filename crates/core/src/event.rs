@@ -168,6 +168,19 @@ pub enum EventKind {
         /// Messages carried over.
         messages: usize,
     },
+    /// The transcript was compacted to fit the context window.
+    Compacted {
+        /// `micro` (old tool results elided) or `summary` (old turns summarised by the model).
+        method: String,
+        /// Estimated tokens before.
+        before_tokens: usize,
+        /// Estimated tokens after.
+        after_tokens: usize,
+        /// Messages before.
+        before_messages: usize,
+        /// Messages after.
+        after_messages: usize,
+    },
     /// The run ended: the last event of every run, also when a fault ended it.
     RunFinished {
         /// Why it ended.
@@ -413,6 +426,9 @@ impl StderrSink {
                 format!("⇐ sub-agent {agent}: {finish_reason}")
             }
             EventKind::SubAgentReused { agent, turn, .. } => format!("↻ sub-agent {agent} turn {turn}"),
+            EventKind::Compacted { method, before_tokens, after_tokens, .. } => {
+                format!("⇣ compacted ({method}): ~{before_tokens} → ~{after_tokens} tokens")
+            }
             EventKind::RunFinished { finish_reason, usage, cost_usd, .. } => {
                 format!("■ {who}: {finish_reason} ({} tokens, ${cost_usd:.4})", usage.total())
             }

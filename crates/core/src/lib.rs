@@ -7,6 +7,7 @@
 //! runs a sandbox; those live in the crates above.
 
 pub mod budget;
+pub mod compact;
 pub mod confine;
 pub mod env;
 pub mod event;

@@ -83,6 +83,9 @@ pub struct AgentConfig {
     pub plan_mode: bool,
     /// Append the transcript to this JSONL file as the run goes.
     pub transcript_path: Option<PathBuf>,
+    /// Compaction before each model call when the transcript nears the context window
+    /// ([`crate::compact`]); `None`: never compacted (`max_transcript_chars` still stops the run).
+    pub compaction: Option<crate::compact::CompactionConfig>,
 }
 
 /// Instruction added in plan mode.
@@ -323,6 +326,11 @@ impl Agent {
             if limits.max_transcript_chars.is_some_and(|max| rec.transcript.size_chars() > max) {
                 return Ok(FinishReason::TranscriptLimit);
             }
+            if let Some(compaction) = &self.config.compaction
+                && let Some(reason) = self.compact(rec, scope, *step, deadline, compaction).await?
+            {
+                return Ok(reason);
+            }
             let request = ChatRequest {
                 messages: rec.transcript.messages().to_vec(),
                 tools: if self.config.plan_mode { Vec::new() } else { self.tools.specs() },
@@ -387,6 +395,64 @@ impl Agent {
                 return Ok(FinishReason::PermissionDenialLimit);
             }
         }
+    }
+}
+
+impl Agent {
+    /// Compacts the transcript when it has grown past the compaction limit: old tool results
+    /// first, then a summary of the older turns by one model call. Returns a finish reason when
+    /// the summary call found the run stopped.
+    async fn compact(
+        &self,
+        rec: &mut Recorder,
+        scope: &RunScope,
+        step: u32,
+        deadline: Option<Instant>,
+        config: &crate::compact::CompactionConfig,
+    ) -> Result<Option<FinishReason>, AgentError> {
+        use crate::compact::{estimate_tokens, micro_compact, rebuild, split, summary_prompt};
+        let messages = rec.transcript.messages();
+        let before = estimate_tokens(messages);
+        if before <= config.limit() {
+            return Ok(None);
+        }
+        let mut compacted = messages.to_vec();
+        let mut method = "micro";
+        let elided = micro_compact(&mut compacted, config.keep_tool_results);
+        if (elided == 0 || estimate_tokens(&compacted) > config.limit())
+            && let Some(parts) = split(&compacted, config.keep_turns)
+        {
+            let request = ChatRequest {
+                messages: vec![Message::user(summary_prompt(&parts.old))],
+                tools: Vec::new(),
+                options: self.config.options.clone(),
+            };
+            let call = ModelCall { step, deadline, stream_text: false, reserved: false };
+            let summary = match scope.call_model(self.provider.as_ref(), request, call).await {
+                Ok(r) => r.message.content,
+                Err(ModelCallError::Stopped(reason)) => return Ok(Some(reason)),
+                Err(ModelCallError::Provider(e)) => return Err(e.into()),
+            };
+            compacted = rebuild(parts, &summary);
+            method = "summary";
+        }
+        if compacted == rec.transcript.messages() {
+            // Nothing to elide and nothing before the kept turns: the request goes as it is.
+            return Ok(None);
+        }
+        let before_messages = rec.transcript.messages().len();
+        rec.transcript = crate::transcript::Transcript::from_messages(compacted)?;
+        scope.emit(
+            step,
+            EventKind::Compacted {
+                method: method.into(),
+                before_tokens: before,
+                after_tokens: estimate_tokens(rec.transcript.messages()),
+                before_messages,
+                after_messages: rec.transcript.messages().len(),
+            },
+        );
+        Ok(None)
     }
 }
 

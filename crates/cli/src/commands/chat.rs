@@ -24,6 +24,9 @@ pub struct ChatArgs {
     /// Workspace the tools are confined to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Compact the transcript when it nears this many tokens (default: the model's known window).
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<usize>,
     /// Replace the default system prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -142,6 +145,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
                 options: ChatOptions { model: model.clone(), ..Default::default() },
                 limits: setup.limits.clone(),
                 transcript_path: Some(session.meta.transcript.clone()),
+                compaction: super::compaction(args.context_window, &model)?,
                 ..Default::default()
             },
         );

@@ -262,6 +262,21 @@ fn workspace_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Compaction for `model`: at `--context-window` tokens when given, else at the model's known
+/// window; `None` for an unknown model without the flag.
+pub fn compaction(
+    context_window: Option<usize>,
+    model: &str,
+) -> Result<Option<recursive_core::compact::CompactionConfig>, ConfigError> {
+    if let Some(tokens) = context_window
+        && tokens < 256
+    {
+        return Err(ConfigError(format!("--context-window {tokens}: must be at least 256 tokens")));
+    }
+    let window = context_window.or_else(|| recursive_llm::models::context_window(model).map(|w| w as usize));
+    Ok(window.map(recursive_core::compact::CompactionConfig::for_window))
+}
+
 /// A cost cap in USD: finite and not negative; a usage error otherwise.
 pub fn usd(flag: &str, usd: f64) -> anyhow::Result<f64> {
     if usd.is_finite() && usd >= 0.0 {

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Append the transcript to this JSONL file as the run goes (instead of the session's own).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["continue_session", "resume"])]
     pub transcript: Option<PathBuf>,
+    /// Compact the transcript when it nears this many tokens (default: the model's context
+    /// window when known; otherwise only `[limits] max_transcript_chars` stops a long run).
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<usize>,
     /// Continue the most recent session of this workspace with this goal.
     #[arg(long = "continue", conflicts_with = "resume")]
     pub continue_session: bool,
@@ -213,6 +217,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         limits,
         plan_mode: args.plan,
         transcript_path: Some(session.meta.transcript.clone()),
+        compaction: super::compaction(args.context_window, &model_name)?,
     });
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     if let Ok(result) = &outcome

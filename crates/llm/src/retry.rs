@@ -1,11 +1,13 @@
 //! Retries with exponential backoff and jitter around any provider.
 //!
 //! A call is retried when it fails with a retryable error ([`ProviderError::is_retryable`]:
-//! 429, 408, 5xx, timeouts, dropped connections, truncated streams) **before any of its text
-//! was delivered**. Once a text delta has reached the caller, a later failure is surfaced as
-//! is: re-running the call would repeat text the caller has already shown. A `Retry-After`
-//! the server sent is honoured; each retry is announced with [`StreamEvent::Retry`] before the
-//! wait, so the agent loop can report it.
+//! 429, 408, 5xx, timeouts, dropped connections, truncated streams), also after part of its
+//! text was delivered: the request is sent again, and the text already shown is not shown
+//! twice — the new answer's deltas are held back while they repeat what was shown, and only
+//! what goes beyond it is delivered. If the new answer departs from what was shown, a line
+//! saying the answer restarted is delivered, then the new answer whole. The final response is
+//! always the new one. A `Retry-After` the server sent is honoured; each retry is announced
+//! with [`StreamEvent::Retry`] before the wait, so the agent loop can report it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,20 +100,28 @@ struct State {
     retries: u32,
     /// Wait before the next attempt.
     wait: Option<Duration>,
-    /// Whether text has reached the caller (no retry after that).
-    delivered: bool,
+    /// The text delivered to the caller so far.
+    shown: String,
+    /// After a retry: the new answer's text so far, held back while it repeats `shown`.
+    replay: Option<String>,
     done: bool,
 }
+
+/// Delivered when a retried answer departs from the text already shown.
+pub const RESTARTED_NOTICE: &str = "\n[the connection dropped and the answer was restarted]\n";
 
 impl State {
     /// Decides what to do with a failure: announce a retry, or give up with the error.
     fn on_error(&mut self, error: ProviderError) -> Result<StreamEvent, ProviderError> {
         self.current = None;
         let next = self.retries + 1;
-        match (!self.delivered).then(|| self.policy.delay_for(next, &error)).flatten() {
+        match self.policy.delay_for(next, &error) {
             Some(delay) => {
                 self.retries = next;
                 self.wait = Some(delay);
+                if !self.shown.is_empty() {
+                    self.replay = Some(String::new());
+                }
                 tracing::warn!(provider = self.inner.name(), attempt = next, ?delay, "retrying: {error}");
                 Ok(StreamEvent::Retry { attempt: next, delay_ms: delay.as_millis() as u64, reason: error.to_string() })
             }
@@ -120,6 +130,27 @@ impl State {
                 Err(error)
             }
         }
+    }
+
+    /// A delta of the current answer: what of it to deliver (`None`: held back).
+    fn on_delta(&mut self, delta: String) -> Option<String> {
+        let Some(fresh) = self.replay.as_mut() else {
+            self.shown.push_str(&delta);
+            return Some(delta);
+        };
+        fresh.push_str(&delta);
+        let common = fresh.len().min(self.shown.len());
+        let out = if fresh.as_bytes()[..common] != self.shown.as_bytes()[..common] {
+            Some(format!("{RESTARTED_NOTICE}{fresh}"))
+        } else if fresh.len() > self.shown.len() {
+            // Byte-equal prefixes end on the same character boundary.
+            Some(fresh[self.shown.len()..].to_string())
+        } else {
+            return None;
+        };
+        self.shown = std::mem::take(fresh);
+        self.replay = None;
+        out
     }
 }
 
@@ -141,7 +172,8 @@ impl ChatProvider for RetryProvider {
             current: None,
             retries: 0,
             wait: None,
-            delivered: false,
+            shown: String::new(),
+            replay: None,
             done: false,
         };
         let stream = futures::stream::unfold(state, |mut st| async move {
@@ -163,11 +195,13 @@ impl ChatProvider for RetryProvider {
                     continue;
                 };
                 match current.next().await {
+                    Some(Ok(StreamEvent::TextDelta(delta))) => match st.on_delta(delta) {
+                        Some(text) => return Some((Ok(StreamEvent::TextDelta(text)), st)),
+                        None => continue,
+                    },
                     Some(Ok(event)) => {
-                        match &event {
-                            StreamEvent::TextDelta(_) => st.delivered = true,
-                            StreamEvent::Completed(_) => st.done = true,
-                            _ => {}
+                        if matches!(event, StreamEvent::Completed(_)) {
+                            st.done = true;
                         }
                         return Some((Ok(event), st));
                     }

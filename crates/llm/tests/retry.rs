@@ -1,6 +1,6 @@
 //! Retries end to end against local HTTP servers: `Retry-After` honoured and announced,
 //! 5xx retried with backoff, 4xx failing at once with the provider's message, timeouts
-//! retried, and failures after text was delivered surfaced instead of retried.
+//! retried, and a stream dropped after text was shown resent without showing that text twice.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -173,15 +173,42 @@ async fn a_refused_connection_is_retried_then_reported() {
     assert!(matches!(got.error, Some(ProviderError::Connection { .. })), "{:?}", got.error);
 }
 
-#[tokio::test]
-async fn a_failure_after_text_was_delivered_is_surfaced_not_retried() {
-    // Text arrives, then the stream is cut off before it finishes.
-    let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial\"}}]}\n\ndata: {\"choices\":[{\"ind";
-    let server = ModelServer::serving(Reply::raw(Script::sse(body.as_bytes(), 16))).await;
+/// A stream that delivers `Hel` and `lo wor`, then is cut off in the middle of an event.
+fn cut_off() -> Reply {
+    let delta = |t: &str| format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}}}}]}}\n\n");
+    let body = format!("{}{}data: {{\"choices\":[{{\"ind", delta("Hel"), delta("lo wor"));
+    Reply::raw(Script::sse(body.as_bytes(), 16))
+}
+
+async fn after_a_drop(second: Reply, retries: u32) -> (common::Collected, ModelServer) {
+    let server = ModelServer::start_with([cut_off(), second]).await;
     let inner = OpenAiProvider::new(OpenAiConfig::new(server.openai_url())).unwrap();
-    let provider = RetryProvider::new(Arc::new(inner), fast_policy(3));
+    let provider = RetryProvider::new(Arc::new(inner), fast_policy(retries));
     let got = collect(provider.stream(request()).await.unwrap()).await;
-    assert_eq!(got.deltas, vec!["Partial"]);
+    (got, server)
+}
+
+#[tokio::test]
+async fn a_stream_dropped_mid_answer_is_resent_without_showing_text_twice() {
+    let (got, server) = after_a_drop(Reply::text("Hello world!"), 3).await;
+    assert_eq!(got.error.as_ref().map(ToString::to_string), None);
+    assert_eq!(got.retries.len(), 1);
+    assert_eq!(got.deltas.concat(), "Hello world!", "what was shown is not shown again: {:?}", got.deltas);
+    assert_eq!(got.response.unwrap().message.content, "Hello world!");
+    assert_eq!(server.request_count(), 2);
+}
+
+#[tokio::test]
+async fn a_resent_answer_that_departs_from_the_shown_text_says_it_restarted() {
+    let (got, _server) = after_a_drop(Reply::text("Goodbye."), 3).await;
+    assert_eq!(got.deltas.concat(), format!("Hello wor{}Goodbye.", recursive_llm::retry::RESTARTED_NOTICE));
+    assert_eq!(got.response.unwrap().message.content, "Goodbye.", "the final answer is the new one");
+}
+
+#[tokio::test]
+async fn without_retries_left_a_dropped_stream_is_surfaced() {
+    let (got, server) = after_a_drop(Reply::text("unused"), 0).await;
+    assert_eq!(got.deltas.concat(), "Hello wor");
     assert!(got.retries.is_empty());
     assert!(matches!(got.error, Some(ProviderError::Truncated { .. })), "{:?}", got.error);
     assert_eq!(server.request_count(), 1);

@@ -339,6 +339,7 @@ pub fn build_provider_with_env(
                 timeout,
                 connect_timeout,
                 headers: settings.headers.clone(),
+                prompt_caching: true,
             };
             (Arc::new(AnthropicProvider::new(config)?), true)
         }

@@ -191,7 +191,7 @@ async fn anthropic_request_body_and_headers() {
         json!({
             "model": "test-model",
             "max_tokens": 256,
-            "system": "You are terse.",
+            "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
             "messages": [
                 {"role": "user", "content": "Weather in Paris and Rome?"},
                 {"role": "assistant", "content": [
@@ -201,13 +201,15 @@ async fn anthropic_request_body_and_headers() {
                 ]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"},
-                    {"type": "tool_result", "tool_use_id": "call_2", "content": "no such city", "is_error": true}
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": "no such city", "is_error": true,
+                     "cache_control": {"type": "ephemeral"}}
                 ]}
             ],
             "tools": [{
                 "name": "get_weather",
                 "description": "Current weather of a city.",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                "cache_control": {"type": "ephemeral"}
             }],
             "temperature": 0.5,
             "stop_sequences": ["END"],

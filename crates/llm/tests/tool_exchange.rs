@@ -108,7 +108,8 @@ async fn anthropic_sends_the_tool_result_paired_with_the_call_id_in_the_second_r
                     {"type": "text", "text": "Let me echo."},
                     {"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "pong"}}
                 ]}),
-                json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "pong"}]}),
+                json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "pong",
+                    "cache_control": {"type": "ephemeral"}}]}),
             ],
             "stream={stream}"
         );

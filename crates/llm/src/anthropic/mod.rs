@@ -58,6 +58,9 @@ pub struct AnthropicConfig {
     pub connect_timeout: Duration,
     /// Extra headers sent with every request (e.g. `anthropic-beta`).
     pub headers: BTreeMap<String, String>,
+    /// Mark prompt-cache breakpoints (`cache_control`) after the system prompt, the tools and
+    /// the last message, so the growing conversation's prefix is read from Anthropic's cache.
+    pub prompt_caching: bool,
 }
 
 impl std::fmt::Debug for AnthropicConfig {
@@ -88,6 +91,7 @@ impl Default for AnthropicConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             headers: BTreeMap::new(),
+            prompt_caching: true,
         }
     }
 }
@@ -120,10 +124,10 @@ impl AnthropicConfig {
         if let Some(instruction) = opts.response_format.as_ref().and_then(format_instruction) {
             system.push(instruction);
         }
-        Ok(wire::MessagesRequest {
+        let mut body = wire::MessagesRequest {
             model,
             max_tokens: opts.max_tokens.unwrap_or(self.default_max_tokens),
-            system: (!system.is_empty()).then(|| system.join("\n\n")),
+            system: (!system.is_empty()).then(|| wire::SystemPrompt::Text(system.join("\n\n"))),
             messages: request_messages(&request.messages),
             tools: request
                 .tools
@@ -132,12 +136,42 @@ impl AnthropicConfig {
                     name: t.name.clone(),
                     description: t.description.clone(),
                     input_schema: t.parameters.clone(),
+                    cache_control: None,
                 })
                 .collect(),
             temperature: opts.temperature,
             stop_sequences: opts.stop.clone(),
             stream: self.stream.then_some(true),
-        })
+        };
+        if self.prompt_caching {
+            mark_cache_breakpoints(&mut body);
+        }
+        Ok(body)
+    }
+}
+
+/// Cache breakpoints after the system prompt, the last tool and the last message's last block:
+/// the stable prefix and the conversation so far are cached, the next turn reads them.
+fn mark_cache_breakpoints(body: &mut wire::MessagesRequest) {
+    if let Some(wire::SystemPrompt::Text(text)) = body.system.take() {
+        body.system = Some(wire::SystemPrompt::Blocks(vec![wire::SystemBlock {
+            kind: "text",
+            text,
+            cache_control: Some(wire::CacheControl::EPHEMERAL),
+        }]));
+    }
+    if let Some(tool) = body.tools.last_mut() {
+        tool.cache_control = Some(wire::CacheControl::EPHEMERAL);
+    }
+    if let Some(last) = body.messages.last_mut() {
+        let mut blocks = match std::mem::replace(&mut last.content, wire::RequestContent::Blocks(Vec::new())) {
+            wire::RequestContent::Text(text) => vec![wire::Block::from(wire::RequestBlock::Text { text })],
+            wire::RequestContent::Blocks(blocks) => blocks,
+        };
+        if let Some(block) = blocks.last_mut() {
+            block.cache_control = Some(wire::CacheControl::EPHEMERAL);
+        }
+        last.content = wire::RequestContent::Blocks(blocks);
     }
 }
 
@@ -191,9 +225,9 @@ fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
             let content = match blocks.as_slice() {
                 [wire::RequestBlock::Text { .. }] => match blocks.remove(0) {
                     wire::RequestBlock::Text { text } => wire::RequestContent::Text(text),
-                    other => wire::RequestContent::Blocks(vec![other]),
+                    other => wire::RequestContent::Blocks(vec![other.into()]),
                 },
-                _ => wire::RequestContent::Blocks(blocks),
+                _ => wire::RequestContent::Blocks(blocks.into_iter().map(wire::Block::from).collect()),
             };
             wire::RequestMessage { role, content }
         })
@@ -589,7 +623,8 @@ mod tests {
             ],
             ..Default::default()
         };
-        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        let plain = AnthropicConfig { prompt_caching: false, ..Default::default() };
+        let body = serde_json::to_value(plain.request_body(&req).unwrap()).unwrap();
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
         let messages = body["messages"].as_array().unwrap();
@@ -618,8 +653,40 @@ mod tests {
             options: ChatOptions { response_format: Some(ResponseFormat::JsonObject), ..Default::default() },
             ..Default::default()
         };
-        let body = AnthropicConfig::default().request_body(&req).unwrap();
-        assert!(body.system.unwrap().contains("JSON object"));
+        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        assert!(body["system"][0]["text"].as_str().unwrap().contains("JSON object"), "{body}");
+    }
+
+    #[test]
+    fn cache_breakpoints_follow_the_system_prompt_the_tools_and_the_last_message() {
+        let tool = |name: &str| recursive_core::ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        };
+        let req = ChatRequest {
+            messages: vec![
+                Message::system("sys"),
+                Message::user("go"),
+                Message::assistant_with_tools("calling", vec![call("a")]),
+                Message::tool_result("a", "one", false),
+            ],
+            tools: vec![tool("f"), tool("g")],
+            ..Default::default()
+        };
+        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        let ephemeral = json!({"type": "ephemeral"});
+        assert_eq!(body["system"], json!([{"type": "text", "text": "sys", "cache_control": ephemeral}]));
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(body["tools"][1]["cache_control"], ephemeral);
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages[0], json!({"role": "user", "content": "go"}), "earlier messages are unchanged");
+        assert_eq!(
+            messages[2]["content"],
+            json!([{"type": "tool_result", "tool_use_id": "a", "content": "one", "cache_control": ephemeral}])
+        );
+        let breakpoints = body.to_string().matches("ephemeral").count();
+        assert_eq!(breakpoints, 3, "within the API's limit of 4");
     }
 
     #[test]

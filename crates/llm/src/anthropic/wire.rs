@@ -14,7 +14,7 @@ pub struct MessagesRequest {
     pub max_tokens: u32,
     /// System prompt.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
+    pub system: Option<SystemPrompt>,
     /// The conversation, alternating user and assistant.
     pub messages: Vec<RequestMessage>,
     /// Tools offered to the model.
@@ -29,6 +29,42 @@ pub struct MessagesRequest {
     /// `true` for a streamed answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+}
+
+/// A prompt-cache breakpoint: the prefix up to the marked block is cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheControl {
+    /// Always `ephemeral`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl CacheControl {
+    /// The one cache type.
+    pub const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+}
+
+/// The system prompt: plain text, or text blocks (to carry a cache breakpoint).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SystemPrompt {
+    /// Plain text.
+    Text(String),
+    /// Text blocks.
+    Blocks(Vec<SystemBlock>),
+}
+
+/// A text block of the system prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SystemBlock {
+    /// Always `text`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The text.
+    pub text: String,
+    /// A cache breakpoint after this block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
 }
 
 /// One message of a request.
@@ -47,7 +83,24 @@ pub enum RequestContent {
     /// A single text.
     Text(String),
     /// Content blocks.
-    Blocks(Vec<RequestBlock>),
+    Blocks(Vec<Block>),
+}
+
+/// A content block with an optional cache breakpoint after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Block {
+    /// The block.
+    #[serde(flatten)]
+    pub block: RequestBlock,
+    /// A cache breakpoint after this block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
+}
+
+impl From<RequestBlock> for Block {
+    fn from(block: RequestBlock) -> Self {
+        Block { block, cache_control: None }
+    }
 }
 
 /// A content block of a request message.
@@ -89,6 +142,9 @@ pub struct ToolDefinition {
     pub description: String,
     /// JSON Schema of the input.
     pub input_schema: Value,
+    /// A cache breakpoint after this tool (set on the last one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
 }
 
 /// A complete (non-streamed) response, also the `message` of `message_start`.

@@ -283,6 +283,28 @@ fn a_cost_budget_on_a_model_without_a_price_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("price of model `my-finetune` is unknown") && stderr.contains("[pricing."), "{stderr}");
 
+    // Without a budget it runs, and its cost is reported as unknown, not as $0.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(recursive_testkit::ModelServer::start_with([recursive_testkit::Reply::text("ok")]));
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args([
+            "run",
+            "x",
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.openai_url(),
+            "--model",
+            "my-finetune",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["cost_usd"], serde_json::Value::Null);
+
     // Priced — built in, or from the config — the run starts (and fails to connect: nothing listens).
     let out = run("gpt-4o-mini", None);
     assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));

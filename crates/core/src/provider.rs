@@ -47,6 +47,10 @@ pub struct ChatOptions {
     /// Requested answer format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// How hard a reasoning model thinks (`minimal`, `low`, `medium`, `high`), where the
+    /// provider supports it (OpenAI's `reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
 }
 
 /// One completion request.

@@ -84,6 +84,9 @@ pub struct RunArgs {
     /// Cap on tokens generated per model call.
     #[arg(long)]
     pub max_output_tokens: Option<u32>,
+    /// How hard a reasoning model thinks (OpenAI's `reasoning_effort`).
+    #[arg(long, value_parser = ["minimal", "low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
 }
 
 /// A sub-agent definition file.
@@ -185,6 +188,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         model: settings.model.clone().unwrap_or_default(),
         temperature: args.temperature,
         max_tokens: args.max_output_tokens,
+        reasoning_effort: args.reasoning_effort.clone(),
         ..Default::default()
     };
     // One policy for the whole tree: sub-agents ask, allow and deny by the same rules.
@@ -240,15 +244,23 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         let mut v = output::run_json(&result, error.as_deref());
         if let Some(o) = v.as_object_mut() {
             o.insert("session".into(), serde_json::Value::String(session.meta.id.clone()));
+            if provider::unpriced_model().is_some() {
+                // The model's price is unknown: its cost is not $0, it is not known.
+                o.insert("cost_usd".into(), serde_json::Value::Null);
+            }
         }
         println!("{}", serde_json::to_string(&v)?);
     } else if !args.provider.quiet {
+        let cost = match provider::unpriced_model() {
+            Some(model) => format!("cost unknown (no price for {model})"),
+            None => format!("${:.4}", result.cost_usd),
+        };
         eprintln!(
-            "finished: {} after {} step(s), {} tokens, ${:.4}; session {} (continue with --resume {0})",
+            "finished: {} after {} step(s), {} tokens, {cost}; session {} (continue with --resume {})",
             result.finish_reason,
             result.steps,
             result.usage.total(),
-            result.cost_usd,
+            session.meta.id,
             session.meta.id,
         );
     }

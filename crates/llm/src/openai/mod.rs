@@ -127,6 +127,7 @@ impl OpenAiConfig {
             max_tokens,
             max_completion_tokens,
             stop: opts.stop.clone(),
+            reasoning_effort: opts.reasoning_effort.clone(),
             response_format: opts.response_format.as_ref().and_then(response_format),
             stream: self.stream.then_some(true),
             stream_options: self.stream.then_some(wire::StreamOptions { include_usage: true }),
@@ -603,6 +604,10 @@ mod tests {
             let other = if field == "max_tokens" { "max_completion_tokens" } else { "max_tokens" };
             assert!(body.get(other).is_none(), "{model}: {body}");
         }
+        let options = ChatOptions { model: "o3".into(), reasoning_effort: Some("high".into()), ..Default::default() };
+        let body =
+            serde_json::to_value(config.request_body(&ChatRequest { options, ..Default::default() }).unwrap()).unwrap();
+        assert_eq!(body["reasoning_effort"], "high");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct ChatCompletionRequest {
     /// Stop sequences.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// How hard a reasoning model thinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
     /// Requested answer format (`{"type":"json_object"}`, `{"type":"json_schema",...}`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_format: Option<Value>,

@@ -39,6 +39,7 @@ fn conversation() -> ChatRequest {
             max_tokens: Some(256),
             stop: vec!["END".into()],
             response_format: None,
+            reasoning_effort: None,
         },
     }
 }

@@ -294,6 +294,8 @@ fn plan_mode_stops_pending_without_a_terminal_and_yes_carries_it_out() {
     let contents: Vec<&str> =
         v["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
     assert!(contents.contains(&plan) && contents.iter().any(|c| c.contains("plan is approved")), "{contents:?}");
+    assert_eq!(v["messages"][0]["role"], "system");
+    assert!(!contents[0].contains("do not call any tools"), "the approved plan runs under a prompt allowing tools");
 }
 
 #[test]

@@ -92,6 +92,14 @@ pub struct AgentConfig {
 pub const PLAN_MODE_PROMPT: &str = "Plan mode: do not call any tools yet. Reply with a short numbered plan of the \
 steps and tool calls you would make to reach the goal. The plan will be reviewed before anything runs.";
 
+/// `system` without the plan-mode instruction [`start`](Agent::continue_in) adds in plan mode.
+pub fn without_plan_mode(system: &str) -> String {
+    match system.strip_suffix(PLAN_MODE_PROMPT) {
+        Some(rest) => rest.trim_end().to_string(),
+        None => system.to_string(),
+    }
+}
+
 /// The outcome of a run (also the partial result of a run a fault ended, in [`RunError`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
@@ -292,7 +300,12 @@ impl Agent {
 
     /// The history, the transcript log, the system prompt and the new user message.
     fn start(&self, rec: &mut Recorder, history: Vec<Message>, input: &str) -> Result<(), AgentError> {
-        for m in history {
+        for mut m in history {
+            // Out of plan mode (an approved plan is being carried out), the system prompt no
+            // longer forbids tools.
+            if !self.config.plan_mode && m.role == Role::System {
+                m.content = without_plan_mode(&m.content);
+            }
             rec.push(m)?;
         }
         if let Some(p) = &self.config.transcript_path {

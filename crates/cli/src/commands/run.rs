@@ -120,22 +120,48 @@ pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
 /// What the model is told when its plan is approved.
 pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
 
-/// Asks whether to carry out a pending plan: `--yes` approves, `--no-ask` or no terminal
-/// leaves it pending (exit status 7), otherwise the terminal is asked.
-async fn approve_plan(args: &RunArgs) -> bool {
+/// Most rounds of feedback on a plan before the run stops with it pending.
+const MAX_PLAN_REVISIONS: usize = 5;
+
+/// The answer to a pending plan.
+#[derive(Debug, PartialEq, Eq)]
+enum PlanAnswer {
+    /// Carry it out.
+    Approve,
+    /// Leave it pending (exit status 7).
+    Reject,
+    /// Revise it with this feedback.
+    Revise(String),
+}
+
+/// Reads an answer to "Carry out this plan?": yes, no, or anything else as feedback.
+fn plan_answer(line: &str) -> PlanAnswer {
+    match line.trim().to_lowercase().as_str() {
+        "y" | "yes" => PlanAnswer::Approve,
+        "" | "n" | "no" => PlanAnswer::Reject,
+        _ => PlanAnswer::Revise(line.trim().to_string()),
+    }
+}
+
+/// Asks what to do with a pending plan: `--yes` approves, `--no-ask` or no terminal leaves it
+/// pending (exit status 7), otherwise the terminal is asked (y, n, or feedback to revise it).
+async fn approve_plan(args: &RunArgs) -> PlanAnswer {
     if args.yes {
-        return true;
+        return PlanAnswer::Approve;
     }
     if args.no_ask || args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
-        return false;
+        return PlanAnswer::Reject;
     }
-    eprint!("\nCarry out this plan? [y/N] ");
+    eprint!("\nCarry out this plan? [y]es / [N]o / or type what to change: ");
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map(|_| line)
     })
     .await;
-    matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
+    match answer {
+        Ok(Ok(line)) => plan_answer(&line),
+        _ => PlanAnswer::Reject,
+    }
 }
 
 /// The session this run belongs to and its conversation so far: a new one, the latest of the
@@ -224,13 +250,25 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         compaction: super::compaction(args.context_window, &model_name)?,
     });
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
-    if let Ok(result) = &outcome
-        && result.finish_reason == FinishReason::PlanPending
-        && approve_plan(&args).await
-    {
-        let mut executor = agent.clone();
-        executor.config_mut().plan_mode = false;
-        outcome = executor.continue_in(result.messages.clone(), PLAN_APPROVED, &scope).await;
+    for _ in 0..MAX_PLAN_REVISIONS {
+        let Ok(result) = &outcome else { break };
+        if result.finish_reason != FinishReason::PlanPending {
+            break;
+        }
+        match approve_plan(&args).await {
+            PlanAnswer::Reject => break,
+            PlanAnswer::Revise(feedback) => {
+                let revise = format!("Revise the plan: {feedback}");
+                outcome = agent.continue_in(result.messages.clone(), &revise, &scope).await;
+            }
+            PlanAnswer::Approve => {
+                // Carried out under a system prompt that allows tools again.
+                let mut executor = agent.clone();
+                executor.config_mut().plan_mode = false;
+                outcome = executor.continue_in(result.messages.clone(), PLAN_APPROVED, &scope).await;
+                break;
+            }
+        }
     }
     mcp.shutdown().await;
     let (result, error) = match outcome {
@@ -274,6 +312,14 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 mod tests {
     use super::*;
     use crate::config::LoadedConfig;
+
+    #[test]
+    fn a_plan_answer_is_yes_no_or_feedback() {
+        assert_eq!(plan_answer("Y\n"), PlanAnswer::Approve);
+        assert_eq!(plan_answer("\n"), PlanAnswer::Reject);
+        assert_eq!(plan_answer("no"), PlanAnswer::Reject);
+        assert_eq!(plan_answer("skip step 2\n"), PlanAnswer::Revise("skip step 2".into()));
+    }
 
     #[test]
     fn agent_spec_without_equals_is_a_config_error() {

@@ -32,7 +32,7 @@ pub use event::{
 };
 pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
 pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};
-pub use message::{Message, Role, ToolCall, ToolSpec, Usage};
+pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{
     ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat, StopReason,

@@ -30,6 +30,20 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// A block of a model's reasoning (Anthropic's extended thinking), kept in the transcript so it
+/// can be sent back with the turn it belongs to, as the API requires during tool use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// The text of the reasoning; for a redacted block, its opaque data.
+    pub text: String,
+    /// The provider's signature over it (empty for a redacted block).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signature: String,
+    /// Whether the provider redacted it (its `text` is then opaque data).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
+}
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
@@ -47,11 +61,21 @@ pub struct Message {
     /// For a tool message: whether the tool reported an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// For an assistant message: the reasoning that came with it, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<Reasoning>,
 }
 
 impl Message {
     fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, is_error: false }
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            is_error: false,
+            reasoning: Vec::new(),
+        }
     }
 
     /// A system message.

@@ -142,11 +142,29 @@ impl AnthropicConfig {
             temperature: opts.temperature,
             stop_sequences: opts.stop.clone(),
             stream: self.stream.then_some(true),
+            thinking: None,
         };
+        if let Some(budget) = opts.reasoning_effort.as_deref().and_then(thinking_budget) {
+            body.thinking = Some(wire::ThinkingConfig { kind: "enabled", budget_tokens: budget });
+            // The budget must stay below the token cap, and thinking takes no temperature.
+            body.max_tokens = body.max_tokens.max(budget + 4096);
+            body.temperature = None;
+        }
         if self.prompt_caching {
             mark_cache_breakpoints(&mut body);
         }
         Ok(body)
+    }
+}
+
+/// Thinking tokens for a `reasoning_effort` (`None` for an unknown level).
+fn thinking_budget(effort: &str) -> Option<u32> {
+    match effort {
+        "minimal" => Some(1024),
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(24_576),
+        _ => None,
     }
 }
 
@@ -202,7 +220,8 @@ fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
                 }],
             ),
             Role::Assistant => {
-                let mut blocks: Vec<_> = text_block(&m.content).into_iter().collect();
+                let mut blocks: Vec<_> = m.reasoning.iter().map(reasoning_block).collect();
+                blocks.extend(text_block(&m.content));
                 blocks.extend(m.tool_calls.iter().map(|c| wire::RequestBlock::ToolUse {
                     id: c.id.clone(),
                     name: c.name.clone(),
@@ -235,6 +254,15 @@ fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
 }
 
 /// A text block, or none for empty text (the API rejects empty text blocks).
+/// A reasoning block sent back as the API gave it.
+fn reasoning_block(r: &recursive_core::Reasoning) -> wire::RequestBlock {
+    if r.redacted {
+        wire::RequestBlock::RedactedThinking { data: r.text.clone() }
+    } else {
+        wire::RequestBlock::Thinking { thinking: r.text.clone(), signature: r.signature.clone() }
+    }
+}
+
 fn text_block(text: &str) -> Option<wire::RequestBlock> {
     (!text.is_empty()).then(|| wire::RequestBlock::Text { text: text.to_string() })
 }
@@ -311,16 +339,7 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Provi
     acc.stop_reason = message.stop_reason;
     for (i, block) in message.content.into_iter().enumerate() {
         let index = i as u32;
-        acc.blocks.insert(
-            index,
-            match block {
-                wire::ContentBlock::Text { text } => Block::Text(text),
-                wire::ContentBlock::ToolUse { id, name, input } => {
-                    Block::ToolUse { id, name, json: String::new(), start_input: input }
-                }
-                wire::ContentBlock::Other => Block::Other,
-            },
-        );
+        acc.blocks.insert(index, Block::start(block));
     }
     Ok(acc.finish())
 }
@@ -329,7 +348,24 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Provi
 enum Block {
     Text(String),
     ToolUse { id: String, name: String, json: String, start_input: Value },
+    Thinking { text: String, signature: String },
+    Redacted(String),
     Other,
+}
+
+impl Block {
+    /// A block as it starts (a whole block in a non-streamed response).
+    fn start(block: wire::ContentBlock) -> Block {
+        match block {
+            wire::ContentBlock::Text { text } => Block::Text(text),
+            wire::ContentBlock::ToolUse { id, name, input } => {
+                Block::ToolUse { id, name, json: String::new(), start_input: input }
+            }
+            wire::ContentBlock::Thinking { thinking, signature } => Block::Thinking { text: thinking, signature },
+            wire::ContentBlock::RedactedThinking { data } => Block::Redacted(data),
+            wire::ContentBlock::Other => Block::Other,
+        }
+    }
 }
 
 /// Assembles a streamed message from its events: text blocks, tool-use input JSON pieces per
@@ -361,12 +397,10 @@ impl MessageAccumulator {
                 Ok(Vec::new())
             }
             E::ContentBlockStart { index, content_block } => {
-                let (block, text) = match content_block {
-                    wire::ContentBlock::Text { text } => (Block::Text(text.clone()), vec![text]),
-                    wire::ContentBlock::ToolUse { id, name, input } => {
-                        (Block::ToolUse { id, name, json: String::new(), start_input: input }, Vec::new())
-                    }
-                    wire::ContentBlock::Other => (Block::Other, Vec::new()),
+                let block = Block::start(content_block);
+                let text = match &block {
+                    Block::Text(t) => vec![t.clone()],
+                    _ => Vec::new(),
                 };
                 self.blocks.insert(index, block);
                 Ok(text)
@@ -386,6 +420,24 @@ impl MessageAccumulator {
                         // execution), which the server runs itself.
                         Some(Block::Other) => {}
                         _ => return Err(mismatch(provider, index, "input_json_delta")),
+                    }
+                    Ok(Vec::new())
+                }
+                wire::BlockDelta::ThinkingDelta { thinking } => {
+                    match self
+                        .blocks
+                        .entry(index)
+                        .or_insert_with(|| Block::Thinking { text: String::new(), signature: String::new() })
+                    {
+                        Block::Thinking { text, .. } => text.push_str(&thinking),
+                        _ => return Err(mismatch(provider, index, "thinking_delta")),
+                    }
+                    Ok(Vec::new())
+                }
+                wire::BlockDelta::SignatureDelta { signature } => {
+                    match self.blocks.get_mut(&index) {
+                        Some(Block::Thinking { signature: s, .. }) => s.push_str(&signature),
+                        _ => return Err(mismatch(provider, index, "signature_delta")),
                     }
                     Ok(Vec::new())
                 }
@@ -438,6 +490,7 @@ impl MessageAccumulator {
     pub fn finish(&self) -> ChatResponse {
         let mut text = String::new();
         let mut calls = Vec::new();
+        let mut reasoning = Vec::new();
         for (index, block) in &self.blocks {
             match block {
                 Block::Text(t) => text.push_str(t),
@@ -453,6 +506,16 @@ impl MessageAccumulator {
                         arguments,
                     });
                 }
+                Block::Thinking { text, signature } => reasoning.push(recursive_core::Reasoning {
+                    text: text.clone(),
+                    signature: signature.clone(),
+                    redacted: false,
+                }),
+                Block::Redacted(data) => reasoning.push(recursive_core::Reasoning {
+                    text: data.clone(),
+                    signature: String::new(),
+                    redacted: true,
+                }),
                 Block::Other => {}
             }
         }
@@ -461,13 +524,9 @@ impl MessageAccumulator {
             None if !calls.is_empty() => StopReason::ToolUse,
             None => StopReason::EndTurn,
         };
-        ChatResponse {
-            message: Message::assistant_with_tools(text, calls),
-            stop_reason,
-            usage: usage(&self.usage),
-            cost_usd: None,
-            model: self.model.clone(),
-        }
+        let mut message = Message::assistant_with_tools(text, calls);
+        message.reasoning = reasoning;
+        ChatResponse { message, stop_reason, usage: usage(&self.usage), cost_usd: None, model: self.model.clone() }
     }
 }
 
@@ -728,6 +787,73 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("Overloaded"), "{err}");
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn thinking_is_kept_with_its_signature_and_sent_back_first() {
+        let mut acc = MessageAccumulator::new();
+        let events = [
+            json!({"type": "message_start", "message": {"model": "m", "content": [], "usage": {"input_tokens": 5}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Weigh "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "options."}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig-abc"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "opaque"}}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Calling."}}),
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": "{\"x\": 1}"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        let mut shown = Vec::new();
+        for e in events {
+            shown.extend(acc.push("anthropic", serde_json::from_value(e).unwrap()).unwrap());
+        }
+        assert_eq!(shown.concat(), "Calling.", "thinking is not part of the answer's text");
+        let r = acc.finish();
+        assert_eq!(
+            r.message.reasoning,
+            vec![
+                recursive_core::Reasoning {
+                    text: "Weigh options.".into(),
+                    signature: "sig-abc".into(),
+                    redacted: false
+                },
+                recursive_core::Reasoning { text: "opaque".into(), signature: String::new(), redacted: true },
+            ]
+        );
+        let req = ChatRequest {
+            messages: vec![Message::user("go"), r.message, Message::tool_result("t1", "one", false)],
+            ..Default::default()
+        };
+        let plain = AnthropicConfig { prompt_caching: false, ..Default::default() };
+        let body = serde_json::to_value(plain.request_body(&req).unwrap()).unwrap();
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([
+                {"type": "thinking", "thinking": "Weigh options.", "signature": "sig-abc"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Calling."},
+                {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_reasoning_effort_turns_thinking_on_within_the_token_cap() {
+        let options = ChatOptions {
+            reasoning_effort: Some("low".into()),
+            temperature: Some(0.2),
+            max_tokens: Some(1000),
+            ..Default::default()
+        };
+        let req = ChatRequest { messages: vec![Message::user("x")], options, ..Default::default() };
+        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+        assert!(body["max_tokens"].as_u64().unwrap() > 2048);
+        assert!(body.get("temperature").is_none());
     }
 
     #[test]

@@ -29,6 +29,19 @@ pub struct MessagesRequest {
     /// `true` for a streamed answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// Extended thinking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingConfig>,
+}
+
+/// `{"type": "enabled", "budget_tokens": N}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThinkingConfig {
+    /// Always `enabled`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Tokens the model may think with (less than `max_tokens`).
+    pub budget_tokens: u32,
 }
 
 /// A prompt-cache breakpoint: the prefix up to the marked block is cached.
@@ -121,6 +134,18 @@ pub enum RequestBlock {
         /// Arguments object.
         input: Value,
     },
+    /// Thinking the assistant did, sent back with its turn.
+    Thinking {
+        /// The reasoning.
+        thinking: String,
+        /// Its signature.
+        signature: String,
+    },
+    /// Redacted thinking, sent back as received.
+    RedactedThinking {
+        /// The opaque data.
+        data: String,
+    },
     /// The result of a tool call, sent by the user side.
     ToolResult {
         /// The call it answers.
@@ -186,7 +211,22 @@ pub enum ContentBlock {
         #[serde(default)]
         input: Value,
     },
-    /// Anything else (thinking, server tools...).
+    /// Extended thinking.
+    Thinking {
+        /// The reasoning (empty in a stream's `content_block_start`).
+        #[serde(default)]
+        thinking: String,
+        /// Its signature.
+        #[serde(default)]
+        signature: String,
+    },
+    /// Thinking the API redacted: opaque data to send back as is.
+    RedactedThinking {
+        /// The data.
+        #[serde(default)]
+        data: String,
+    },
+    /// Anything else (server tools, their results...).
     #[serde(other)]
     Other,
 }
@@ -272,7 +312,17 @@ pub enum BlockDelta {
         /// The piece.
         partial_json: String,
     },
-    /// Anything else (thinking, signatures, citations...).
+    /// A piece of thinking.
+    ThinkingDelta {
+        /// The piece.
+        thinking: String,
+    },
+    /// The signature of a thinking block.
+    SignatureDelta {
+        /// The signature.
+        signature: String,
+    },
+    /// Anything else (citations...).
     #[serde(other)]
     Other,
 }

@@ -127,3 +127,27 @@ fn a_long_session_is_compacted_under_a_small_context_window_with_pairing_intact(
     let log = std::fs::read_to_string(&events).unwrap();
     assert!(log.contains("\"type\":\"compacted\"") && log.contains("\"method\":\"summary\""), "{log}");
 }
+
+#[test]
+fn chat_compacts_on_request() {
+    let env = Env::new();
+    let script = env.script(
+        "chat.json",
+        serde_json::json!([{"when": "Summarise the conversation", "text": "SUM of the first turn"}, "A", "B", "C"]),
+    );
+    let mut chat = env
+        .cmd()
+        .args(["chat", "--mock-script", common::s(&script), "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    chat.stdin.take().unwrap().write_all(b"first\nsecond\n/compact\nthird\n/exit\n").unwrap();
+    let out = chat.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("compacted: 5 → 3 message(s)"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains('A') && stdout.contains('B') && stdout.contains('C'), "{stdout}");
+}

@@ -423,16 +423,49 @@ impl Agent {
         deadline: Option<Instant>,
         config: &crate::compact::CompactionConfig,
     ) -> Result<Option<FinishReason>, AgentError> {
-        use crate::compact::{estimate_tokens, micro_compact, rebuild, split, summary_prompt};
-        let messages = rec.transcript.messages();
-        let before = estimate_tokens(messages);
+        let before = crate::compact::estimate_tokens(rec.transcript.messages());
         if before <= config.limit() {
             return Ok(None);
         }
-        let mut compacted = messages.to_vec();
+        let messages = rec.transcript.messages().to_vec();
+        match self.compacted(messages, scope, step, deadline, config, false).await? {
+            Compaction::Stopped(reason) => Ok(Some(reason)),
+            Compaction::Unchanged => Ok(None),
+            Compaction::Done(messages) => {
+                rec.transcript = crate::transcript::Transcript::from_messages(messages)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Compacts `history` now, whatever its size (`/compact` of a chat): old tool results
+    /// elided and the turns before the last summarised. Returns it unchanged when there is
+    /// nothing to compact.
+    pub async fn compact_now(&self, history: Vec<Message>, scope: &RunScope) -> Result<Vec<Message>, AgentError> {
+        let config = self.config.compaction.clone().unwrap_or_else(|| crate::compact::CompactionConfig::for_window(0));
+        match self.compacted(history.clone(), scope, 0, None, &config, true).await? {
+            Compaction::Done(messages) => Ok(messages),
+            Compaction::Unchanged | Compaction::Stopped(_) => Ok(history),
+        }
+    }
+
+    /// The compacted form of `messages`: micro-compaction, then (when still over the limit,
+    /// or `force`d) a summary of the turns before the kept ones; emits a `compacted` event.
+    async fn compacted(
+        &self,
+        messages: Vec<Message>,
+        scope: &RunScope,
+        step: u32,
+        deadline: Option<Instant>,
+        config: &crate::compact::CompactionConfig,
+        force: bool,
+    ) -> Result<Compaction, AgentError> {
+        use crate::compact::{estimate_tokens, micro_compact, rebuild, split, summary_prompt};
+        let before = estimate_tokens(&messages);
+        let mut compacted = messages.clone();
         let mut method = "micro";
         let elided = micro_compact(&mut compacted, config.keep_tool_results);
-        if (elided == 0 || estimate_tokens(&compacted) > config.limit())
+        if (force || elided == 0 || estimate_tokens(&compacted) > config.limit())
             && let Some(parts) = split(&compacted, config.keep_turns)
         {
             let request = ChatRequest {
@@ -443,30 +476,38 @@ impl Agent {
             let call = ModelCall { step, deadline, stream_text: false, reserved: false };
             let summary = match scope.call_model(self.provider.as_ref(), request, call).await {
                 Ok(r) => r.message.content,
-                Err(ModelCallError::Stopped(reason)) => return Ok(Some(reason)),
+                Err(ModelCallError::Stopped(reason)) => return Ok(Compaction::Stopped(reason)),
                 Err(ModelCallError::Provider(e)) => return Err(e.into()),
             };
             compacted = rebuild(parts, &summary);
             method = "summary";
         }
-        if compacted == rec.transcript.messages() {
-            // Nothing to elide and nothing before the kept turns: the request goes as it is.
-            return Ok(None);
+        if compacted == messages {
+            // Nothing to elide and nothing before the kept turns.
+            return Ok(Compaction::Unchanged);
         }
-        let before_messages = rec.transcript.messages().len();
-        rec.transcript = crate::transcript::Transcript::from_messages(compacted)?;
         scope.emit(
             step,
             EventKind::Compacted {
                 method: method.into(),
                 before_tokens: before,
-                after_tokens: estimate_tokens(rec.transcript.messages()),
-                before_messages,
-                after_messages: rec.transcript.messages().len(),
+                after_tokens: estimate_tokens(&compacted),
+                before_messages: messages.len(),
+                after_messages: compacted.len(),
             },
         );
-        Ok(None)
+        Ok(Compaction::Done(compacted))
     }
+}
+
+/// What compaction made of a conversation.
+enum Compaction {
+    /// The compacted messages.
+    Done(Vec<Message>),
+    /// Nothing to compact.
+    Unchanged,
+    /// The summary call found the run stopped.
+    Stopped(FinishReason),
 }
 
 /// Counts identical consecutive tool calls (same name and arguments).

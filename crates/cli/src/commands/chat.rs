@@ -1,6 +1,6 @@
 //! `recursive chat`: an interactive, line-based conversation with the agent — each line is a
 //! turn of one session (streamed answer, tool approvals on the terminal), with slash commands
-//! `/exit`, `/cost`, `/model NAME`, `/session`. `recursive sessions` lists sessions;
+//! `/exit`, `/cost`, `/model NAME`, `/compact`, `/session`. `recursive sessions` lists sessions;
 //! `chat --resume ID` (or `run --resume ID`) continues one in another process.
 
 use std::io::Write;
@@ -49,6 +49,7 @@ enum Line {
     Cost,
     Model(String),
     Session,
+    Compact,
     Unknown(String),
     Message(String),
 }
@@ -64,6 +65,7 @@ fn parse(line: &str) -> Option<Line> {
         "exit" | "quit" => Line::Exit,
         "cost" => Line::Cost,
         "session" => Line::Session,
+        "compact" => Line::Compact,
         "model" if !rest.trim().is_empty() => Line::Model(rest.trim().to_string()),
         other => Line::Unknown(other.to_string()),
     })
@@ -81,6 +83,27 @@ async fn read_line() -> Option<String> {
     .await
     .ok()
     .flatten()
+}
+
+/// The agent of one turn: the chat's tools, policy, system prompt, model and session transcript.
+fn chat_agent(
+    provider: &std::sync::Arc<dyn recursive_core::ChatProvider>,
+    setup: &super::ToolSetup,
+    tools: &recursive_core::ToolRegistry,
+    system: &str,
+    model: &str,
+    session: &Session,
+    context_window: Option<usize>,
+) -> anyhow::Result<Agent> {
+    Ok(Agent::new(provider.clone()).with_tools(tools.clone()).with_gate(setup.gate.clone()).with_config(AgentConfig {
+        name: "chat".into(),
+        system_prompt: Some(system.to_string()),
+        options: ChatOptions { model: model.to_string(), ..Default::default() },
+        limits: setup.limits.clone(),
+        transcript_path: Some(session.meta.transcript.clone()),
+        compaction: super::compaction(context_window, model)?,
+        ..Default::default()
+    }))
 }
 
 /// Runs the command.
@@ -103,7 +126,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let tools = setup.builtin.clone();
     let system = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
     eprintln!(
-        "recursive chat — session {} ({} earlier message(s)); /exit, /cost, /model NAME, /session",
+        "recursive chat — session {} ({} earlier message(s)); /exit, /cost, /model NAME, /compact, /session",
         session.meta.id,
         history.len()
     );
@@ -127,28 +150,30 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
                 eprintln!("session {} — continue it with `recursive chat --resume {0}`", session.meta.id);
                 continue;
             }
+            Some(Line::Compact) => {
+                let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.context_window)?;
+                let before = history.len();
+                match agent.compact_now(std::mem::take(&mut history), &scope).await {
+                    Ok(compacted) => {
+                        eprintln!("compacted: {before} → {} message(s)", compacted.len());
+                        history = compacted;
+                    }
+                    Err(e) => eprintln!("error: could not compact: {e}"),
+                }
+                continue;
+            }
             Some(Line::Model(name)) => {
                 eprintln!("model: {name}");
                 model = name;
                 continue;
             }
             Some(Line::Unknown(name)) => {
-                eprintln!("unknown command /{name}; the commands are /exit, /cost, /model NAME, /session");
+                eprintln!("unknown command /{name}; the commands are /exit, /cost, /model NAME, /compact, /session");
                 continue;
             }
             Some(Line::Message(text)) => text,
         };
-        let agent = Agent::new(provider.clone()).with_tools(tools.clone()).with_gate(setup.gate.clone()).with_config(
-            AgentConfig {
-                name: "chat".into(),
-                system_prompt: Some(system.clone()),
-                options: ChatOptions { model: model.clone(), ..Default::default() },
-                limits: setup.limits.clone(),
-                transcript_path: Some(session.meta.transcript.clone()),
-                compaction: super::compaction(args.context_window, &model)?,
-                ..Default::default()
-            },
-        );
+        let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.context_window)?;
         let result = match agent.continue_in(std::mem::take(&mut history), &input, &scope).await {
             Ok(r) => r,
             Err(e) => {

@@ -313,3 +313,23 @@ fn a_cost_budget_on_a_model_without_a_price_is_refused_at_start() {
     let out = run("my-finetune", Some(&config));
     assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_slow_mcp_server_does_not_hold_up_the_run_and_is_stopped_with_it() {
+    let env = Env::new();
+    let config = "[mcp.servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 3737\"]\nstartup_timeout_secs = 60\n";
+    std::fs::write(env.path("recursive.toml"), config).unwrap();
+    let script = env.script("s.json", json!(["answered without waiting"]));
+    let started = std::time::Instant::now();
+    let out = env.run(&["run", "x", "--mock-script", s(&script), "--trust", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["output"], "answered without waiting");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "the run waited for the server");
+    for _ in 0..100 {
+        if !common::runs(&["sleep", "3737"]) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the server still starting outlived the run");
+}

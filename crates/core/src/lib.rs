@@ -39,7 +39,7 @@ pub use provider::{
     StreamEvent,
 };
 pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope};
-pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, RunError, RunLimits, RunResult};
+pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, LateTools, RunError, RunLimits, RunResult};
 pub use subagent::{SubAgent, SubAgentArgs, SubAgentError, SubAgentOutcome, SubAgentSession, SubAgentTool};
 pub use tool::{
     GateVerdict, PathScreen, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool,

@@ -158,8 +158,33 @@ pub struct RunError {
 pub struct Agent {
     provider: Arc<dyn ChatProvider>,
     tools: ToolRegistry,
+    late: Option<LateTools>,
     gate: Option<Arc<dyn ToolGate>>,
     config: AgentConfig,
+}
+
+/// Tools that join runs when they become ready (MCP servers still starting when the first
+/// model call goes out): each run checks before every model call and offers what has joined.
+#[derive(Clone, Default)]
+pub struct LateTools(Arc<std::sync::Mutex<Vec<ToolRegistry>>>);
+
+impl LateTools {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `tools` available to every run from its next model call.
+    pub fn add(&self, tools: ToolRegistry) {
+        if let Ok(mut joined) = self.0.lock() {
+            joined.push(tools);
+        }
+    }
+
+    /// The registries added after the first `seen`.
+    fn since(&self, seen: usize) -> Vec<ToolRegistry> {
+        self.0.lock().map(|joined| joined.iter().skip(seen).cloned().collect()).unwrap_or_default()
+    }
 }
 
 /// The agent loop is usually called the runtime.
@@ -193,6 +218,7 @@ impl Agent {
         Self {
             provider,
             tools: ToolRegistry::new(),
+            late: None,
             gate: None,
             config: AgentConfig { name: "agent".into(), ..Default::default() },
         }
@@ -201,6 +227,12 @@ impl Agent {
     /// Sets the tools.
     pub fn with_tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Tools that join while runs are under way ([`LateTools`]).
+    pub fn with_late_tools(mut self, late: LateTools) -> Self {
+        self.late = Some(late);
         self
     }
 
@@ -238,7 +270,11 @@ impl Agent {
 
     /// The tool executor of a run: this agent's tools and gate under its limits.
     pub fn invoker(&self) -> ToolInvoker {
-        let mut invoker = ToolInvoker::new(self.tools.clone()).with_limits(self.config.limits.tool_limits());
+        self.invoker_over(self.tools.clone())
+    }
+
+    fn invoker_over(&self, tools: ToolRegistry) -> ToolInvoker {
+        let mut invoker = ToolInvoker::new(tools).with_limits(self.config.limits.tool_limits());
         invoker.set_gate(self.gate.clone());
         invoker
     }
@@ -328,7 +364,9 @@ impl Agent {
 
     async fn drive(&self, rec: &mut Recorder, scope: &RunScope, step: &mut u32) -> Result<FinishReason, AgentError> {
         let limits = &self.config.limits;
-        let invoker = self.invoker();
+        let mut tools = self.tools.clone();
+        let mut joined = 0usize;
+        let mut invoker = self.invoker();
         let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
         let mut denials = 0u32;
         let mut stuck = StuckDetector::new(limits.stuck_threshold);
@@ -339,6 +377,16 @@ impl Agent {
             if limits.max_transcript_chars.is_some_and(|max| rec.transcript.size_chars() > max) {
                 return Ok(FinishReason::TranscriptLimit);
             }
+            if let Some(late) = &self.late {
+                let new = late.since(joined);
+                if !new.is_empty() {
+                    joined += new.len();
+                    for registry in &new {
+                        tools.extend(registry);
+                    }
+                    invoker = self.invoker_over(tools.clone());
+                }
+            }
             if let Some(compaction) = &self.config.compaction
                 && let Some(reason) = self.compact(rec, scope, *step, deadline, compaction).await?
             {
@@ -346,7 +394,7 @@ impl Agent {
             }
             let request = ChatRequest {
                 messages: rec.transcript.messages().to_vec(),
-                tools: if self.config.plan_mode { Vec::new() } else { self.tools.specs() },
+                tools: if self.config.plan_mode { Vec::new() } else { tools.specs() },
                 options: self.config.options.clone(),
             };
             let call = ModelCall { step: *step + 1, deadline, stream_text: true, reserved: false };

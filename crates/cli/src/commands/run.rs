@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -120,6 +121,9 @@ pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
 /// What the model is told when its plan is approved.
 pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
 
+/// How long the first model call waits for MCP servers to start; slower ones join later.
+const MCP_START_GRACE: Duration = Duration::from_secs(3);
+
 /// Most rounds of feedback on a plan before the run stops with it pending.
 const MAX_PLAN_REVISIONS: usize = 5;
 
@@ -207,8 +211,24 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let agent_files =
         args.agents.iter().map(String::as_str).map(load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
     let mut tools = if args.no_tools { ToolRegistry::new() } else { setup.builtin.clone() };
-    let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
-    tools.extend(mcp.registry());
+    // MCP servers start in the background: the first model call does not wait for them, and
+    // their tools join the run as they become ready.
+    let late = recursive_core::LateTools::new();
+    let starting = {
+        let (late, scope) = (late.clone(), scope.clone());
+        tokio::spawn(async move {
+            let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
+            late.add(mcp.registry().clone());
+            mcp
+        })
+    };
+    // Servers that start quickly are there for the first call; Ctrl-C stops the wait.
+    let waited = tokio::time::timeout(MCP_START_GRACE, async {
+        while !starting.is_finished() && !scope.cancel_token().is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let _ = waited.await;
 
     let options = ChatOptions {
         model: settings.model.clone().unwrap_or_default(),
@@ -240,15 +260,17 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let model_name = settings.model.clone().unwrap_or_default();
     let (mut session, history) = open_session(&args, setup.workspace.root(), &model_name)?;
     let system_prompt = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
-    let agent = Agent::new(provider).with_tools(tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
-        name: "main".into(),
-        system_prompt: Some(system_prompt),
-        options,
-        limits,
-        plan_mode: args.plan,
-        transcript_path: Some(session.meta.transcript.clone()),
-        compaction: super::compaction(args.context_window, &model_name)?,
-    });
+    let agent = Agent::new(provider).with_tools(tools).with_late_tools(late).with_gate(setup.gate.clone()).with_config(
+        AgentConfig {
+            name: "main".into(),
+            system_prompt: Some(system_prompt),
+            options,
+            limits,
+            plan_mode: args.plan,
+            transcript_path: Some(session.meta.transcript.clone()),
+            compaction: super::compaction(args.context_window, &model_name)?,
+        },
+    );
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     for _ in 0..MAX_PLAN_REVISIONS {
         let Ok(result) = &outcome else { break };
@@ -270,7 +292,14 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    mcp.shutdown().await;
+    // Servers still starting are abandoned (their processes are killed as they are dropped).
+    if starting.is_finished() {
+        if let Ok(mcp) = starting.await {
+            mcp.shutdown().await;
+        }
+    } else {
+        starting.abort();
+    }
     let (result, error) = match outcome {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),

@@ -44,6 +44,12 @@ impl EventSink for CliSink {
                     }
                 }
             }
+            // Reasoning streams to stderr, apart from the answer on stdout.
+            EventKind::PartialReasoning { delta } if event.ids.depth == 0 => {
+                if self.stream_text && !self.quiet {
+                    eprint!("{delta}");
+                }
+            }
             EventKind::AssistantText { .. } if event.ids.depth == 0 && self.stream_text => self.end_line(),
             // A fault of the root run is printed once, by the command, as its error line.
             EventKind::Error { .. } if event.ids.depth == 0 => {}

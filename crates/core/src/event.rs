@@ -77,6 +77,11 @@ pub enum EventKind {
         /// The new text.
         delta: String,
     },
+    /// A piece of the model's reasoning arrived while streaming.
+    PartialReasoning {
+        /// The new reasoning text.
+        delta: String,
+    },
     /// A complete assistant text.
     AssistantText {
         /// The text.
@@ -400,7 +405,7 @@ impl StderrSink {
         let who = &event.ids.name;
         let body = match &event.kind {
             EventKind::RunStarted { goal } => format!("▶ {who}: {}", clip(goal, 120)),
-            EventKind::PartialText { .. } => return None,
+            EventKind::PartialText { .. } | EventKind::PartialReasoning { .. } => return None,
             EventKind::AssistantText { text } if self.show_text => format!("{who}: {}", clip(text, 400)),
             EventKind::AssistantText { .. } => return None,
             EventKind::ToolCall { call } => format!("→ {}({})", call.name, clip(&call.arguments.to_string(), 160)),

@@ -132,6 +132,8 @@ pub struct ChatResponse {
 pub enum StreamEvent {
     /// A piece of assistant text, as it arrived.
     TextDelta(String),
+    /// A piece of the model's reasoning (extended thinking), as it arrived; not answer text.
+    ReasoningDelta(String),
     /// The call failed transiently and is about to be retried.
     Retry {
         /// 1-based number of the retry about to happen.

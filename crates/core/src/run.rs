@@ -354,6 +354,10 @@ impl RunScope {
                         self.emit(step, EventKind::PartialText { delta })
                     }
                     StreamEvent::TextDelta(_) => {}
+                    StreamEvent::ReasoningDelta(delta) if call.stream_text => {
+                        self.emit(step, EventKind::PartialReasoning { delta })
+                    }
+                    StreamEvent::ReasoningDelta(_) => {}
                     StreamEvent::Retry { attempt, delay_ms, reason } => {
                         self.emit(step, EventKind::Retry { attempt, delay_ms, reason })
                     }

@@ -63,6 +63,11 @@ pub(crate) trait Decoder: Send + 'static {
     /// Handles one frame and returns the text that arrived with it.
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError>;
 
+    /// Reasoning (thinking) that arrived with the frames fed since the last call.
+    fn take_reasoning(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether the protocol's last event has arrived (nothing more to read).
     fn is_done(&self) -> bool;
 
@@ -104,6 +109,9 @@ pub(crate) fn drive<D: Decoder>(
             match st.frames.next().await {
                 Some(Ok(frame)) => match st.decoder.feed(&frame) {
                     Ok(deltas) => {
+                        let reasoning = st.decoder.take_reasoning();
+                        st.queue
+                            .extend(reasoning.into_iter().filter(|d| !d.is_empty()).map(StreamEvent::ReasoningDelta));
                         st.queue.extend(deltas.into_iter().filter(|d| !d.is_empty()).map(StreamEvent::TextDelta));
                     }
                     Err(e) => {

@@ -373,6 +373,8 @@ impl Block {
 /// tested without HTTP.
 #[derive(Debug, Default, Clone)]
 pub struct MessageAccumulator {
+    /// Thinking that arrived since [`MessageAccumulator::take_reasoning`] was last called.
+    reasoning: Vec<String>,
     model: String,
     blocks: BTreeMap<u32, Block>,
     stop_reason: Option<String>,
@@ -432,6 +434,7 @@ impl MessageAccumulator {
                         Block::Thinking { text, .. } => text.push_str(&thinking),
                         _ => return Err(mismatch(provider, index, "thinking_delta")),
                     }
+                    self.reasoning.push(thinking);
                     Ok(Vec::new())
                 }
                 wire::BlockDelta::SignatureDelta { signature } => {
@@ -473,6 +476,11 @@ impl MessageAccumulator {
             }),
             E::ContentBlockStop { .. } | E::Ping | E::Unknown => Ok(Vec::new()),
         }
+    }
+
+    /// The thinking that arrived since the last call, for streaming it.
+    pub fn take_reasoning(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.reasoning)
     }
 
     /// Whether `message_stop` arrived.
@@ -544,6 +552,10 @@ struct EventDecoder {
 }
 
 impl Decoder for EventDecoder {
+    fn take_reasoning(&mut self) -> Vec<String> {
+        self.acc.take_reasoning()
+    }
+
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
         let data = frame.data.trim();
         if data.is_empty() {

@@ -12,6 +12,8 @@ use serde_json::Value;
 pub struct Collected {
     /// Text deltas in order.
     pub deltas: Vec<String>,
+    /// Reasoning deltas in order.
+    pub reasoning: Vec<String>,
     /// Retry events `(attempt, delay_ms, reason)`.
     pub retries: Vec<(u32, u64, String)>,
     /// The final response, if the stream completed.
@@ -26,6 +28,7 @@ pub async fn collect(mut stream: ChatStream) -> Collected {
     while let Some(item) = stream.next().await {
         match item {
             Ok(StreamEvent::TextDelta(d)) => out.deltas.push(d),
+            Ok(StreamEvent::ReasoningDelta(d)) => out.reasoning.push(d),
             Ok(StreamEvent::Retry { attempt, delay_ms, reason }) => out.retries.push((attempt, delay_ms, reason)),
             Ok(StreamEvent::Completed(r)) => out.response = Some(r),
             Ok(other) => panic!("unexpected event {other:?}"),

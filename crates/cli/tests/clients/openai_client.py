@@ -1,10 +1,12 @@
-"""Drives a running `recursive serve` with the official OpenAI Python SDK and httpx, as a user
-program would, and prints one JSON object of what it saw. Usage: openai_client.py BASE_URL TOKEN"""
+"""Drives a running `recursive serve` with the official OpenAI Python SDK (and the standard
+library for the runs API), as a user program would, and prints one JSON object of what it saw.
+Usage: openai_client.py BASE_URL TOKEN"""
 import base64
+import http.client
 import json
 import sys
+import time
 
-import httpx
 import openai
 
 base, token = sys.argv[1], sys.argv[2]
@@ -65,46 +67,67 @@ try:
 except openai.NotFoundError as e:
     seen["unknown_model"] = e.body.get("message") if isinstance(e.body, dict) else str(e)
 
-# The runs API: start a run, then read its events as Server-Sent Events to the final event,
-# then once more from after the second event (Last-Event-ID).
+# The runs API, with nothing but the standard library: start a run, read its events as
+# Server-Sent Events to the final event, then once more from after the second event
+# (Last-Event-ID); then a file uploaded as a form.
+host, port = base.removeprefix("http://").split(":")
 headers = {"Authorization": "Bearer " + token} if token else {}
-with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
-    run = http.post("/v1/runs", json={"kind": "run", "input": "say hello"}).json()
-    events = []
-    with http.stream("GET", f"/v1/runs/{run['id']}/events") as response:
-        event, ident = None, None
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("id:"):
-                ident = line[3:].strip()
-            elif line.startswith("data:"):
-                events.append({"event": event, "id": ident, "data": json.loads(line[5:])})
-                if event == "end":
-                    break
-    seen["events"] = [e["event"] for e in events]
-    seen["end"] = events[-1]["data"]["run"]["result"]
-    resumed = []
-    with http.stream("GET", f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": "1"}) as response:
-        for line in response.iter_lines():
-            if line.startswith("id:"):
-                resumed.append(int(line[3:].strip()))
-            if line.startswith("event: end"):
-                break
-    seen["resumed_ids"] = resumed
-    seen["status"] = http.get(f"/v1/runs/{run['id']}").json()["status"]
 
-    # A file uploaded with the run becomes an input.
-    run = http.post(
-        "/v1/runs",
-        data={"kind": "rlm", "input": "Count the words of the uploaded file"},
-        files={"file": ("report.txt", b"a b c d e", "text/plain")},
-    ).json()
-    for _ in range(200):
-        view = http.get(f"/v1/runs/{run['id']}").json()
-        if view["status"] == "finished":
+
+def request(method, path, body=None, extra=None, content_type="application/json"):
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    conn.request(method, path, body=data, headers={**headers, "Content-Type": content_type, **(extra or {})})
+    return conn, conn.getresponse()
+
+
+def events(path, extra=None):
+    conn, response = request("GET", path, extra=extra)
+    out, event, ident = [], None, None
+    while True:
+        line = response.readline().decode().rstrip("\r\n")
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("id:"):
+            ident = line[3:].strip()
+        elif line.startswith("data:"):
+            out.append({"event": event, "id": ident, "data": json.loads(line[5:])})
+            if event == "end":
+                break
+        elif not line and response.isclosed():
             break
-        __import__("time").sleep(0.05)
-    seen["upload"] = view["result"]["text"]
+    conn.close()
+    return out
+
+
+def get_json(method, path, body=None, content_type="application/json"):
+    conn, response = request(method, path, body, content_type=content_type)
+    value = json.loads(response.read())
+    conn.close()
+    return value
+
+
+run = get_json("POST", "/v1/runs", {"kind": "run", "input": "say hello"})
+got = events(f"/v1/runs/{run['id']}/events")
+seen["events"] = [e["event"] for e in got]
+seen["end"] = got[-1]["data"]["run"]["result"]
+resumed = events(f"/v1/runs/{run['id']}/events", {"Last-Event-ID": "1"})
+seen["resumed_ids"] = [int(e["id"]) for e in resumed if e["id"] is not None]
+seen["status"] = get_json("GET", f"/v1/runs/{run['id']}")["status"]
+
+boundary = "recursive-test-boundary"
+form = (
+    f"--{boundary}\r\nContent-Disposition: form-data; name=\"kind\"\r\n\r\nrlm\r\n"
+    f"--{boundary}\r\nContent-Disposition: form-data; name=\"input\"\r\n\r\nCount the words of the uploaded file\r\n"
+    f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"report.txt\"\r\n"
+    f"Content-Type: text/plain\r\n\r\na b c d e\r\n--{boundary}--\r\n"
+).encode()
+run = get_json("POST", "/v1/runs", form, content_type=f"multipart/form-data; boundary={boundary}")
+for _ in range(200):
+    view = get_json("GET", f"/v1/runs/{run['id']}")
+    if view["status"] == "finished":
+        break
+    time.sleep(0.05)
+seen["upload"] = view["result"]["text"]
 
 print(json.dumps(seen))

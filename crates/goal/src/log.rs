@@ -27,8 +27,10 @@ pub enum GoalEventKind {
     Decomposed,
     /// Its action ran (data says whether it succeeded).
     Executed,
-    /// After a layer, the model judged whether it is already achieved.
+    /// After a layer, the model judged it achieved.
     Achieved,
+    /// After a layer, the model judged it not yet achieved (data says what is missing).
+    Checked,
     /// Its sub-results were merged into its result.
     Synthesized,
     /// A constraint ended it.
@@ -50,6 +52,7 @@ impl GoalEventKind {
             GoalEventKind::Decomposed => "decomposed",
             GoalEventKind::Executed => "executed",
             GoalEventKind::Achieved => "achieved",
+            GoalEventKind::Checked => "checked",
             GoalEventKind::Synthesized => "synthesized",
             GoalEventKind::Constrained => "constrained",
             GoalEventKind::CycleDetected => "cycle_detected",
@@ -138,12 +141,10 @@ impl ExtensionEvent for GoalRunEvent {
 
     /// The live goal tree line: `[status] goal`, or `[event] goal` while it runs.
     fn render(&self) -> Option<String> {
-        let GoalRunEvent::Goal { event, goal, status, data, .. } = self;
+        let GoalRunEvent::Goal { event, goal, status, .. } = self;
         let label = match (status, event) {
             (Some(s), _) => s.as_str().to_string(),
-            (None, GoalEventKind::Achieved) if data.get("achieved") == Some(&Value::Bool(false)) => {
-                "not yet achieved".to_string()
-            }
+            (None, GoalEventKind::Checked) => "not yet achieved".to_string(),
             (None, e) => e.as_str().to_string(),
         };
         Some(format!("[{label}] {}", one_line(goal, 100)))

@@ -598,7 +598,9 @@ impl GoalPursuer {
             user.push_str(&prompts::pending(&pending));
             match self.structured::<AchievedCheck>(Phase::Check, user, scope, |_| Ok(())).await {
                 Ok(check) => {
-                    self.record(node, scope, GoalEventKind::Achieved, None, json!(check));
+                    // `achieved` only when it is; a negative check is `checked`.
+                    let kind = if check.achieved { GoalEventKind::Achieved } else { GoalEventKind::Checked };
+                    self.record(node, scope, kind, None, json!(check));
                     if check.achieved {
                         achieved = Some(check);
                         for &i in &rest {

@@ -11,11 +11,11 @@ use serde_json::Value;
 /// The assess phase: is the goal directly executable, and with which action?
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Assessment {
-    /// True when one action can accomplish the goal directly.
-    pub executable: bool,
-    /// Why.
+    /// Why — first, so a model writes its reasoning before its decision.
     #[serde(default)]
     pub reasoning: String,
+    /// True when one action can accomplish the goal directly.
+    pub executable: bool,
     /// The action, when executable.
     #[serde(default)]
     pub action: Option<ActionPlan>,
@@ -80,7 +80,7 @@ impl<'de> Deserialize<'de> for Complexity {
         let v = Value::deserialize(d)?;
         let parsed = match &v {
             Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                "low" | "simple" | "easy" => Some(Complexity::Low),
+                "low" | "simple" | "easy" | "atomic" | "trivial" => Some(Complexity::Low),
                 "medium" | "moderate" => Some(Complexity::Medium),
                 "high" | "complex" | "hard" => Some(Complexity::High),
                 _ => None,
@@ -100,6 +100,9 @@ impl<'de> Deserialize<'de> for Complexity {
 /// The check after a layer: is the parent goal already achieved?
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AchievedCheck {
+    /// Why — first, so a model writes its reasoning before its verdict.
+    #[serde(default)]
+    pub reasoning: String,
     /// True when the goal is achieved with the results so far.
     pub achieved: bool,
     /// Confidence in that judgement, 0 to 1.
@@ -108,9 +111,6 @@ pub struct AchievedCheck {
     /// What is still missing.
     #[serde(default)]
     pub gaps: Vec<String>,
-    /// Why.
-    #[serde(default)]
-    pub reasoning: String,
 }
 
 /// The synthesize phase: the sub-results merged into the parent's result.
@@ -265,5 +265,15 @@ mod tests {
         let item = &s["$defs"]["SubGoalPlan"];
         assert_eq!(item["required"].as_array().unwrap().len(), 4);
         assert!(!s.to_string().contains("\"format\""));
+    }
+
+    #[test]
+    fn reasoning_comes_before_the_decision_in_the_schemas() {
+        for schema in [output_schema::<Assessment>(), output_schema::<AchievedCheck>()] {
+            let first = schema["properties"].as_object().unwrap().keys().next().unwrap().clone();
+            assert_eq!(first, "reasoning", "{schema}");
+        }
+        let p: SubGoalPlan = parse_lenient(r#"{"goal": "g", "complexity": "atomic"}"#).unwrap();
+        assert_eq!(p.complexity, Complexity::Low, "the seed's own word for a one-step goal");
     }
 }

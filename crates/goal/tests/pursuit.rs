@@ -414,6 +414,24 @@ async fn achieved_goal_skips_its_remaining_sub_goals() {
     assert!(!out.result.limitations.iter().any(|l| l.contains("Compare prices")), "skipped goals are not failures");
 }
 
+#[tokio::test]
+async fn a_negative_check_is_logged_as_checked_not_achieved() {
+    let provider =
+        World::new().plan("Find a hotel", json!([sub("Search listings", &[]), sub("Compare prices", &[0])])).provider();
+    let sink = MemorySink::new();
+    pursuer(&provider, GoalConfig::default()).pursue("Find a hotel", &observed_root(sink.clone())).await.unwrap();
+    let kinds: Vec<GoalEventKind> = sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind.extension::<GoalRunEvent>() {
+            Some(GoalRunEvent::Goal { event, goal, .. }) if goal == "Find a hotel" => Some(event),
+            _ => None,
+        })
+        .collect();
+    assert!(kinds.contains(&GoalEventKind::Checked), "{kinds:?}");
+    assert!(!kinds.contains(&GoalEventKind::Achieved), "nothing said it was achieved: {kinds:?}");
+}
+
 // ---------- constraints ----------
 
 #[tokio::test]

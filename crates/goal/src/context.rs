@@ -48,9 +48,25 @@ impl GoalContext {
         self.started.elapsed()
     }
 
-    /// Renders the context for a prompt, with at most `evidence_chars` characters of evidence
-    /// (the newest items are kept).
+    /// Renders the context for a prompt that chooses what to do (assess, decompose): with the
+    /// capabilities on offer, and at most `evidence_chars` characters of evidence (the newest
+    /// items are kept).
     pub fn render(&self, goal: &str, evidence_chars: usize) -> String {
+        let mut out = self.render_for_judging(goal, evidence_chars);
+        out.push_str("\nCapabilities (action types):\n");
+        for c in &self.capabilities {
+            out.push_str(&format!("- {c}\n"));
+        }
+        out
+    }
+
+    /// Renders the context for a prompt that judges results (the achieved check, synthesis):
+    /// no capabilities, since nothing is chosen there.
+    ///
+    /// The budget is stated as its limits, not as what has been used: usage at the time of a
+    /// prompt depends on timing and concurrency, which made prompts go stale and recorded runs
+    /// unreplayable; the limits themselves are enforced by the pursuit.
+    pub fn render_for_judging(&self, goal: &str, evidence_chars: usize) -> String {
         let mut out = format!("Original objective: {}\n", self.objective);
         if !self.stack.is_empty() {
             out.push_str("Goal stack (from the objective down to the parent of the current goal):\n");
@@ -61,20 +77,13 @@ impl GoalContext {
         out.push_str(&format!("Current goal: {goal}\n"));
         out.push_str(&format!("Depth: {} of at most {}\n", self.depth, self.constraints.max_depth));
         out.push_str(&format!(
-            "Budget: {:.0}s of {:.0}s used, ${:.4} of ${:.2} spent, {} of {} goals started\n",
-            self.elapsed().as_secs_f64(),
+            "Budget of the whole pursuit: at most {:.0}s, ${:.2}, {} goals (keep plans small)\n",
             self.constraints.max_time.as_secs_f64(),
-            self.cost_so_far,
             self.constraints.max_cost_usd,
-            self.goal_count,
             self.constraints.max_goals
         ));
         out.push_str("\nEvidence so far:\n");
         out.push_str(&render_evidence(&self.evidence, evidence_chars));
-        out.push_str("\nCapabilities (action types):\n");
-        for c in &self.capabilities {
-            out.push_str(&format!("- {c}\n"));
-        }
         out
     }
 }
@@ -136,6 +145,12 @@ mod tests {
         assert!(text.contains("find sources (sub-goal): three papers"));
         assert!(text.contains("Depth: 2 of at most 15"));
         assert!(text.contains("- analyze: think"));
+        // What was used depends on timing; the prompt states the limits only, so it replays.
+        assert!(!text.contains("used") && !text.contains("spent") && !text.contains("started"), "{text}");
+        let later = GoalContext { cost_so_far: 1.5, goal_count: 40, ..ctx.clone() };
+        assert_eq!(later.render("read paper one", 1000), text);
+        let judging = ctx.render_for_judging("read paper one", 1000);
+        assert!(!judging.contains("Capabilities") && judging.contains("three papers"), "{judging}");
     }
 
     #[test]

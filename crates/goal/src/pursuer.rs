@@ -593,7 +593,7 @@ impl GoalPursuer {
             }
             let done: Vec<&GoalOutcome> = slots.iter().flatten().collect();
             let pending: Vec<&str> = rest.iter().map(|&i| subs[i].goal.as_str()).collect();
-            let mut user = ctx.render(&node.goal, self.config.evidence_chars);
+            let mut user = ctx.render_for_judging(&node.goal, self.config.evidence_chars);
             user.push_str(&prompts::results("Finished sub-goals", &done));
             user.push_str(&prompts::pending(&pending));
             match self.structured::<AchievedCheck>(Phase::Check, user, scope, |_| Ok(())).await {
@@ -687,7 +687,7 @@ impl GoalPursuer {
                 mechanical(&succeeded)
             }
             None => {
-                let mut user = ctx.render(&node.goal, self.config.evidence_chars);
+                let mut user = ctx.render_for_judging(&node.goal, self.config.evidence_chars);
                 let all: Vec<&GoalOutcome> = children.iter().collect();
                 user.push_str(&prompts::results("Sub-goal results", &all));
                 if let Some(check) = &achieved {

@@ -92,6 +92,14 @@ pub(crate) fn max_depth_note() -> &'static str {
      action if at all possible.\n"
 }
 
+/// Why the assessment found the goal not directly executable, for the decomposition.
+pub(crate) fn why_decompose(reasoning: &str) -> String {
+    if reasoning.trim().is_empty() {
+        return String::new();
+    }
+    format!("\nWhy the assessment found it not directly executable:\n{}\n", reasoning.trim())
+}
+
 pub(crate) fn existing_goals(goals: &[String]) -> String {
     let mut out = String::from("\nGoals already in the tree (do not duplicate them):\n");
     for g in goals {

@@ -320,7 +320,7 @@ impl GoalPursuer {
             );
             return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
-        self.decompose_and_pursue(p, frame, scope, &ctx).await
+        self.decompose_and_pursue(p, frame, scope, &ctx, &assessment.reasoning).await
     }
 
     fn context(&self, p: &Pursuit, node: &Node) -> GoalContext {
@@ -511,10 +511,12 @@ impl GoalPursuer {
         frame: &Frame<'_>,
         scope: &RunScope,
         ctx: &GoalContext,
+        why: &str,
     ) -> GoalOutcome {
         let node = frame.node;
         let existing = p.all_goals.lock().map(|g| g.clone()).unwrap_or_default();
         let mut user = ctx.render(&node.goal, self.config.evidence_chars);
+        user.push_str(&prompts::why_decompose(why));
         user.push_str(&prompts::existing_goals(&existing));
         let plan = self
             .structured::<Decomposition>(Phase::Decompose, user, scope, |d| {

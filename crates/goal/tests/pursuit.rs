@@ -415,6 +415,19 @@ async fn achieved_goal_skips_its_remaining_sub_goals() {
 }
 
 #[tokio::test]
+async fn decompose_hears_why_assess_chose_to_decompose() {
+    let provider = World::new().plan("Find a hotel", json!([sub("Search listings", &[])])).provider();
+    pursuer(&provider, GoalConfig::default()).pursue("Find a hotel", &RunScope::detached("t")).await.unwrap();
+    let requests = provider.requests();
+    let decompose = requests_for(&requests, "decompose", "Find a hotel");
+    assert!(user_text(decompose[0]).contains("not directly executable:\ntoo big"), "{}", user_text(decompose[0]));
+    // Judging prompts carry no capabilities; choosing prompts do.
+    let check_or_synth = requests_for(&requests, "synthesize", "Find a hotel");
+    assert!(!user_text(check_or_synth[0]).contains("Capabilities"));
+    assert!(user_text(decompose[0]).contains("Capabilities"));
+}
+
+#[tokio::test]
 async fn a_negative_check_is_logged_as_checked_not_achieved() {
     let provider =
         World::new().plan("Find a hotel", json!([sub("Search listings", &[]), sub("Compare prices", &[0])])).provider();

@@ -68,6 +68,14 @@ pub struct GoalConfig {
     pub evidence_chars: usize,
 }
 
+impl GoalConfig {
+    /// How deep the run tree of a pursuit goes: one level per goal, plus one for the work a
+    /// goal delegates and two for what that work runs.
+    pub fn run_tree_depth(&self) -> u32 {
+        self.constraints.max_depth + 3
+    }
+}
+
 impl Default for GoalConfig {
     fn default() -> Self {
         Self {

@@ -192,6 +192,33 @@ impl GoalPursuer {
         &self.log
     }
 
+    /// Pursues an objective as the run of `scope` (a root run of its own): `run_started` first,
+    /// `run_finished` last with the pursuit's finish reason (`cancelled` when the scope was
+    /// cancelled before it succeeded), as every run of the tree ends.
+    pub async fn pursue_as_run(
+        &self,
+        objective: &str,
+        scope: &RunScope,
+    ) -> Result<(GoalOutcome, FinishReason), GoalError> {
+        scope.emit(0, EventKind::RunStarted { goal: objective.to_string() });
+        let outcome = self.pursue(objective, scope).await?;
+        let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
+            FinishReason::Cancelled
+        } else {
+            outcome.finish_reason()
+        };
+        scope.emit(
+            0,
+            EventKind::RunFinished {
+                finish_reason: finish.clone(),
+                error: outcome.fault.clone(),
+                usage: scope.usage(),
+                cost_usd: scope.cost_usd(),
+            },
+        );
+        Ok((outcome, finish))
+    }
+
     /// Pursues an objective as a child of `scope`, returning the outcome tree. The objective's
     /// goal id is the pursuit's number (`1` for the first pursuit of this pursuer).
     pub async fn pursue(&self, objective: &str, scope: &RunScope) -> Result<GoalOutcome, GoalError> {

@@ -24,21 +24,10 @@ pub struct ChatArgs {
     /// Workspace the tools are confined to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// Compact the transcript when it nears this many tokens (default: the model's known window).
-    #[arg(long, value_name = "TOKENS")]
-    pub context_window: Option<usize>,
-    /// Replace the default system prompt.
-    #[arg(long)]
-    pub system: Option<String>,
-    /// Add this text to the end of the system prompt.
-    #[arg(long, value_name = "TEXT")]
-    pub append_system: Option<String>,
-    /// Approve every tool call that would ask.
-    #[arg(long, conflicts_with = "no_ask")]
-    pub yes: bool,
-    /// Deny every tool call that would ask, without prompting.
-    #[arg(long)]
-    pub no_ask: bool,
+    #[command(flatten)]
+    pub conversation: super::ConversationArgs,
+    #[command(flatten)]
+    pub approval: super::ApprovalArgs,
     #[command(flatten)]
     pub provider: ProviderArgs,
 }
@@ -110,7 +99,7 @@ fn chat_agent(
 pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
     let (provider, settings) = provider::build(&args.provider, &config).await?;
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, args.max_steps)?;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let scope = super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?
         .with_max_depth(setup.limits.max_depth);
@@ -124,7 +113,8 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
     };
     let tools = setup.builtin.clone();
-    let system = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
+    let system =
+        setup.system_prompt(&tools, args.conversation.system.as_deref(), args.conversation.append_system.as_deref());
     eprintln!(
         "recursive chat — session {} ({} earlier message(s)); /exit, /cost, /model NAME, /compact, /session",
         session.meta.id,
@@ -151,7 +141,8 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
                 continue;
             }
             Some(Line::Compact) => {
-                let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.context_window)?;
+                let agent =
+                    chat_agent(&provider, &setup, &tools, &system, &model, &session, args.conversation.context_window)?;
                 let before = history.len();
                 match agent.compact_now(std::mem::take(&mut history), &scope).await {
                     Ok(compacted) => {
@@ -173,7 +164,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
             }
             Some(Line::Message(text)) => text,
         };
-        let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.context_window)?;
+        let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.conversation.context_window)?;
         let result = match agent.continue_in(std::mem::take(&mut history), &input, &scope).await {
             Ok(r) => r,
             Err(e) => {

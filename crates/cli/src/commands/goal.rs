@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::Args;
-use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, EventKind, FinishReason, RunScope};
+use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, RunScope};
 use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalPursuer};
 use serde_json::json;
 
@@ -55,12 +55,8 @@ pub struct GoalArgs {
     /// Long inputs an `rlm` delegate may read ([NAME=]PATH, repeatable).
     #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH")]
     pub inputs: Vec<String>,
-    /// Approve every tool call that would ask.
-    #[arg(long, conflicts_with = "no_ask")]
-    pub yes: bool,
-    /// Deny every tool call that would ask, without prompting.
-    #[arg(long)]
-    pub no_ask: bool,
+    #[command(flatten)]
+    pub approval: super::ApprovalArgs,
 }
 
 /// Delegates a goal to an RLM over the command's `--input` files.
@@ -142,8 +138,8 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
     // level of the run tree, plus a level for the work a goal delegates.
     let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?
-        .with_max_depth(args.max_depth + 3);
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
+        .with_max_depth(goal_config.run_tree_depth());
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, 0)?;
     let tools = setup.invoker(setup.read_only.clone());
     let mut pursuer = GoalPursuer::new(provider.clone(), tools.clone(), goal_config);
     if !args.inputs.is_empty() {
@@ -168,22 +164,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.log {
         pursuer = pursuer.with_log(path)?;
     }
-    scope.emit(0, EventKind::RunStarted { goal: args.objective.clone() });
-    let outcome = pursuer.pursue(&args.objective, &scope).await?;
-    let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
-        FinishReason::Cancelled
-    } else {
-        outcome.finish_reason()
-    };
-    scope.emit(
-        0,
-        EventKind::RunFinished {
-            finish_reason: finish.clone(),
-            error: outcome.fault.clone(),
-            usage: scope.usage(),
-            cost_usd: scope.cost_usd(),
-        },
-    );
+    let (outcome, finish) = pursuer.pursue_as_run(&args.objective, &scope).await?;
     if args.json {
         let mut v = serde_json::to_value(&outcome)?;
         if let Some(obj) = v.as_object_mut() {

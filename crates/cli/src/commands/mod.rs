@@ -174,16 +174,16 @@ pub struct ToolSetup {
 }
 
 impl ToolSetup {
-    /// Reads `[tools]`, `[permissions]` and `[limits]`; `yes`/`no_ask` answer the policy's
-    /// questions without a terminal.
+    /// Reads `[tools]`, `[permissions]` and `[limits]`; `approval` (`--yes`, `--no-ask`) answers
+    /// the policy's questions without a terminal.
     pub fn load(
         config: &LoadedConfig,
         workspace: Option<&Path>,
-        yes: bool,
-        no_ask: bool,
+        approval: ApprovalArgs,
         max_steps: u32,
     ) -> anyhow::Result<Self> {
-        Self::load_with(config, workspace, recursive_tools::approver_for_flags(yes, no_ask), max_steps)
+        let approver = recursive_tools::approver_for_flags(approval.yes, approval.no_ask);
+        Self::load_with(config, workspace, approver, max_steps)
     }
 
     /// As [`ToolSetup::load`], with `approver` answering the policy's questions.
@@ -275,6 +275,33 @@ pub fn compaction(
     }
     let window = context_window.or_else(|| recursive_llm::models::context_window(model).map(|w| w as usize));
     Ok(window.map(recursive_core::compact::CompactionConfig::for_window))
+}
+
+/// The conversation options of `run` and `chat`: the system prompt and the context window.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConversationArgs {
+    /// Replace the default system prompt (the agent's environment, working rules and the
+    /// AGENTS.md instructions) with this text.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Add this text to the end of the system prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub append_system: Option<String>,
+    /// Compact the transcript when it nears this many tokens (default: the model's context
+    /// window when known; otherwise only `[limits] max_transcript_chars` stops a long run).
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<usize>,
+}
+
+/// How tool calls that would ask are answered without a terminal prompt.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ApprovalArgs {
+    /// Approve every tool call that would ask.
+    #[arg(long, conflicts_with = "no_ask")]
+    pub yes: bool,
+    /// Deny every tool call that would ask, without prompting.
+    #[arg(long)]
+    pub no_ask: bool,
 }
 
 /// A cost cap in USD: finite and not negative; a usage error otherwise.

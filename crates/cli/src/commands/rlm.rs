@@ -85,12 +85,8 @@ pub struct RlmArgs {
     /// Workspace for the read-only host tools (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// Approve every host-tool call that would ask.
-    #[arg(long, conflicts_with = "no_ask")]
-    pub yes: bool,
-    /// Deny every host-tool call that would ask, without prompting.
-    #[arg(long)]
-    pub no_ask: bool,
+    #[command(flatten)]
+    pub approval: super::ApprovalArgs,
     #[command(flatten)]
     pub provider: ProviderArgs,
 }
@@ -275,7 +271,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         rlm_config.sub_prompt_chars = recursive_rlm::sub_prompt_chars_for_window(window);
     }
 
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, 0)?;
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, 0)?;
     if args.tools.iter().any(|t| t == "run_shell") {
         super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     }

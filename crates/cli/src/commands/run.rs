@@ -39,35 +39,22 @@ pub struct RunArgs {
     /// Append the transcript to this JSONL file as the run goes (instead of the session's own).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["continue_session", "resume"])]
     pub transcript: Option<PathBuf>,
-    /// Compact the transcript when it nears this many tokens (default: the model's context
-    /// window when known; otherwise only `[limits] max_transcript_chars` stops a long run).
-    #[arg(long, value_name = "TOKENS")]
-    pub context_window: Option<usize>,
+    #[command(flatten)]
+    pub conversation: super::ConversationArgs,
     /// Continue the most recent session of this workspace with this goal.
     #[arg(long = "continue", conflicts_with = "resume")]
     pub continue_session: bool,
     /// Continue the session ID (`recursive sessions` lists them) with this goal.
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
-    /// Replace the default system prompt (the agent's environment, working rules and the
-    /// AGENTS.md instructions) with this text.
-    #[arg(long)]
-    pub system: Option<String>,
-    /// Add this text to the end of the system prompt.
-    #[arg(long, value_name = "TEXT")]
-    pub append_system: Option<String>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
     /// Workspace the tools are confined to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// Approve every tool call that would ask.
-    #[arg(long, conflicts_with = "no_ask")]
-    pub yes: bool,
-    /// Deny every tool call that would ask, without prompting.
-    #[arg(long)]
-    pub no_ask: bool,
+    #[command(flatten)]
+    pub approval: super::ApprovalArgs,
     /// Offer no built-in tools (MCP servers and sub-agents still load).
     #[arg(long)]
     pub no_tools: bool,
@@ -150,10 +137,10 @@ fn plan_answer(line: &str) -> PlanAnswer {
 /// Asks what to do with a pending plan: `--yes` approves, `--no-ask` or no terminal leaves it
 /// pending (exit status 7), otherwise the terminal is asked (y, n, or feedback to revise it).
 async fn approve_plan(args: &RunArgs) -> PlanAnswer {
-    if args.yes {
+    if args.approval.yes {
         return PlanAnswer::Approve;
     }
-    if args.no_ask || args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+    if args.approval.no_ask || args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return PlanAnswer::Reject;
     }
     eprint!("\nCarry out this plan? [y]es / [N]o / or type what to change: ");
@@ -195,7 +182,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         provider::require_price("--max-cost")?;
     }
     let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.yes, args.no_ask, args.max_steps)?;
+    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, args.max_steps)?;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let limits = setup.limits.clone();
 
@@ -259,7 +246,8 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 
     let model_name = settings.model.clone().unwrap_or_default();
     let (mut session, history) = open_session(&args, setup.workspace.root(), &model_name)?;
-    let system_prompt = setup.system_prompt(&tools, args.system.as_deref(), args.append_system.as_deref());
+    let system_prompt =
+        setup.system_prompt(&tools, args.conversation.system.as_deref(), args.conversation.append_system.as_deref());
     let agent = Agent::new(provider).with_tools(tools).with_late_tools(late).with_gate(setup.gate.clone()).with_config(
         AgentConfig {
             name: "main".into(),
@@ -268,7 +256,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
             limits,
             plan_mode: args.plan,
             transcript_path: Some(session.meta.transcript.clone()),
-            compaction: super::compaction(args.context_window, &model_name)?,
+            compaction: super::compaction(args.conversation.context_window, &model_name)?,
         },
     );
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::Args;
-use recursive_core::{Agent, AgentConfig, ChatOptions, ChatProvider, EventKind, FinishReason, RunResult, RunScope};
+use recursive_core::{Agent, AgentConfig, ChatOptions, ChatProvider, RunResult, RunScope};
 use recursive_goal::{GoalConfig, GoalPursuer};
 use recursive_serve::{RunKind, RunOutput, RunRequest, Runner, ServeConfig, Server};
 
@@ -164,27 +164,12 @@ impl ConfiguredRunner {
     async fn goal(&self, request: RunRequest, scope: RunScope) -> RunOutput {
         let config = GoalConfig { options: self.options(), ..Default::default() };
         let tools = self.setup.invoker(self.setup.read_only.clone());
+        let scope = scope.with_max_depth(config.run_tree_depth());
         let pursuer = GoalPursuer::new(self.provider.clone(), tools, config);
-        let scope = scope.with_max_depth(config_depth());
-        scope.emit(0, EventKind::RunStarted { goal: request.input.clone() });
-        let outcome = match pursuer.pursue(&request.input, &scope).await {
-            Ok(o) => o,
+        let (outcome, finish) = match pursuer.pursue_as_run(&request.input, &scope).await {
+            Ok(done) => done,
             Err(e) => return RunOutput::failed(format!("{e:#}")),
         };
-        let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
-            FinishReason::Cancelled
-        } else {
-            outcome.finish_reason()
-        };
-        scope.emit(
-            0,
-            EventKind::RunFinished {
-                finish_reason: finish.clone(),
-                error: outcome.fault.clone(),
-                usage: scope.usage(),
-                cost_usd: scope.cost_usd(),
-            },
-        );
         let text = if outcome.result.summary.is_empty() {
             outcome.reason.clone().unwrap_or_default()
         } else {
@@ -201,11 +186,6 @@ impl ConfiguredRunner {
             cost_usd: Some(outcome.cost_usd),
         }
     }
-}
-
-/// Levels a goal pursuit may use: each goal, plus the work it delegates.
-fn config_depth() -> u32 {
-    GoalConfig::default().constraints.max_depth + 3
 }
 
 fn agent_output(result: &RunResult, error: Option<String>) -> RunOutput {

@@ -151,3 +151,24 @@ fn chat_compacts_on_request() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains('A') && stdout.contains('B') && stdout.contains('C'), "{stdout}");
 }
+
+#[test]
+fn ctrl_c_at_the_chat_prompt_ends_the_chat_with_8() {
+    let env = Env::new();
+    let script = env.script("chat.json", serde_json::json!(["unused"]));
+    let mut chat = env
+        .cmd()
+        .args(["chat", "--mock-script", common::s(&script), "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _stdin = chat.stdin.take();
+    common::wait_for("the chat prompt", std::time::Duration::from_secs(20), || {
+        std::fs::read_dir(env.path(".local/share/recursive/sessions")).is_ok_and(|mut d| d.next().is_some())
+    });
+    common::signal(chat.id(), "INT");
+    let out = chat.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+}

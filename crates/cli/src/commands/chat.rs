@@ -60,18 +60,38 @@ fn parse(line: &str) -> Option<Line> {
     })
 }
 
-/// Reads one line from stdin without blocking the runtime; `None` at end of input.
-async fn read_line() -> Option<String> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        match std::io::stdin().read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(line),
-        }
-    })
-    .await
-    .ok()
-    .flatten()
+/// Reads prompt lines on a thread of its own, one line per request, so a blocked read neither
+/// holds up the runtime nor keeps the process alive after Ctrl-C, and stdin is left alone
+/// between requests (for the tool approvals of a turn).
+struct Prompter {
+    ask: std::sync::mpsc::Sender<()>,
+    lines: tokio::sync::mpsc::Receiver<Option<String>>,
+}
+
+impl Prompter {
+    fn start() -> Self {
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (tx, lines) = tokio::sync::mpsc::channel(1);
+        std::thread::spawn(move || {
+            for () in asked {
+                let mut line = String::new();
+                let read = match std::io::stdin().read_line(&mut line) {
+                    Ok(0) | Err(_) => None,
+                    Ok(_) => Some(line),
+                };
+                if tx.blocking_send(read).is_err() {
+                    break;
+                }
+            }
+        });
+        Prompter { ask, lines }
+    }
+
+    /// The next line; `None` at end of input.
+    async fn next(&mut self) -> Option<String> {
+        self.ask.send(()).ok()?;
+        self.lines.recv().await.flatten()
+    }
 }
 
 /// The agent of one turn: the chat's tools, policy, system prompt, model and session transcript.
@@ -121,10 +141,19 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         history.len()
     );
     let mut code = 0u8;
+    let mut prompter = Prompter::start();
     loop {
         eprint!("\n> ");
         let _ = std::io::stderr().flush();
-        let Some(line) = read_line().await else { break };
+        // Ctrl-C at the prompt ends the chat as it ends a turn (the blocked read is left behind).
+        let line = tokio::select! {
+            line = prompter.next() => line,
+            _ = scope.cancel_token().cancelled() => {
+                code = 8;
+                break;
+            }
+        };
+        let Some(line) = line else { break };
         let input = match parse(&line) {
             None => continue,
             Some(Line::Exit) => break,

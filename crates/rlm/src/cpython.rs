@@ -77,7 +77,9 @@ struct Worker {
 pub struct CPythonSandbox {
     config: CPythonConfig,
     limits: SandboxLimits,
-    init: Value,
+    /// The `init` message as one JSON line, serialised once (it carries the inputs) and sent
+    /// again to every restarted worker.
+    init: Vec<u8>,
     scratch: tempfile::TempDir,
     worker: tokio::sync::Mutex<Option<Worker>>,
 }
@@ -106,7 +108,7 @@ impl CPythonSandbox {
                 Global::Text(t) => texts.insert(name, Value::String(t.as_str().to_string())),
             };
         }
-        let init = json!({
+        let init = serde_json::to_vec(&json!({
             "op": "init",
             "limits": {
                 "timeout_secs": limits.timeout.as_secs_f64(),
@@ -118,7 +120,8 @@ impl CPythonSandbox {
             "globals": values,
             "texts": texts,
             "setup": setup,
-        });
+        }))
+        .map_err(|e| SandboxError::Worker(format!("cannot encode the inputs: {e}")))?;
         let scratch = tempfile::Builder::new()
             .prefix("recursive-rlm-")
             .tempdir()
@@ -132,14 +135,6 @@ impl CPythonSandbox {
     /// The limits of this sandbox.
     pub fn limits(&self) -> &SandboxLimits {
         &self.limits
-    }
-
-    /// How the worker runs (confined or not, and why), for events and messages.
-    pub fn describe(&self) -> String {
-        match Plan::for_mode(self.config.sandbox) {
-            Ok(plan) => plan.describe(&self.confinement()),
-            Err(e) => e.to_string(),
-        }
     }
 
     fn confinement(&self) -> Confinement {
@@ -208,7 +203,7 @@ impl CPythonSandbox {
         tokio::spawn(keep_tail(stderr, tail.clone()));
         let mut worker = Worker { child, stdin, lines, stderr: tail, _cgroup: cgroup };
         let started = tokio::time::timeout(START_TIMEOUT, async {
-            send(&mut worker.stdin, &self.init).await.map_err(|_| ())?;
+            send_line(&mut worker.stdin, &self.init).await.map_err(|_| ())?;
             worker.lines.recv().await.ok_or(())
         })
         .await;
@@ -418,9 +413,13 @@ fn failed(kind: SnippetErrorKind, message: String) -> SnippetOutcome {
 }
 
 async fn send(stdin: &mut ChildStdin, message: &Value) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    stdin.write_all(&line).await?;
+    send_line(stdin, &serde_json::to_vec(message).map_err(std::io::Error::other)?).await
+}
+
+/// Writes one JSON line (without its newline in `json`).
+async fn send_line(stdin: &mut ChildStdin, json: &[u8]) -> std::io::Result<()> {
+    stdin.write_all(json).await?;
+    stdin.write_all(b"\n").await?;
     stdin.flush().await
 }
 

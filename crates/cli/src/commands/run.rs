@@ -201,7 +201,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     // MCP servers start in the background: the first model call does not wait for them, and
     // their tools join the run as they become ready.
     let late = recursive_core::LateTools::new();
-    let starting = {
+    let mut starting = {
         let (late, scope) = (late.clone(), scope.clone());
         tokio::spawn(async move {
             let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
@@ -210,12 +210,11 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         })
     };
     // Servers that start quickly are there for the first call; Ctrl-C stops the wait.
-    let waited = tokio::time::timeout(MCP_START_GRACE, async {
-        while !starting.is_finished() && !scope.cancel_token().is_cancelled() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
-    let _ = waited.await;
+    let started = tokio::select! {
+        done = &mut starting => Some(done.ok()),
+        _ = tokio::time::sleep(MCP_START_GRACE) => None,
+        _ = scope.cancel_token().cancelled() => None,
+    };
 
     let options = ChatOptions {
         model: settings.model.clone().unwrap_or_default(),
@@ -281,12 +280,16 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         }
     }
     // Servers still starting are abandoned (their processes are killed as they are dropped).
-    if starting.is_finished() {
-        if let Ok(mcp) = starting.await {
-            mcp.shutdown().await;
+    let mcp = match started {
+        Some(mcp) => mcp,
+        None if starting.is_finished() => starting.await.ok(),
+        None => {
+            starting.abort();
+            None
         }
-    } else {
-        starting.abort();
+    };
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
     }
     let (result, error) = match outcome {
         Ok(r) => (r, None),

@@ -26,6 +26,10 @@ pub enum ResponseFormat {
         name: String,
         /// The JSON Schema.
         schema: Value,
+        /// Ask for the provider's strict mode (OpenAI `strict: true`): the output is guaranteed
+        /// to match. The schema must then list every property as required and forbid others.
+        #[serde(default)]
+        strict: bool,
     },
 }
 

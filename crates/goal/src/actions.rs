@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use recursive_core::{
     ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, RunScope, SubAgent,
-    SubAgentError, ToolCall, ToolInvoker,
+    SubAgentError, ToolCall, ToolInvoker, ToolSpec,
 };
 use serde_json::Value;
 
@@ -55,6 +55,8 @@ pub struct ActionRequest<'a> {
     pub context: &'a GoalContext,
     /// The goal's run-tree node: nested runs attach here, model calls record usage here.
     pub scope: &'a RunScope,
+    /// Characters a prompt of the action may have (the pursuit's prompt budget).
+    pub prompt_chars: usize,
 }
 
 /// What an action produced.
@@ -79,8 +81,13 @@ pub trait ActionExecutor: Send + Sync {
     /// The action type's name (what the model writes as `type`).
     fn name(&self) -> &str;
 
-    /// What it does and how to fill `target` and `input`, for the model.
+    /// What it does and how to fill `target` and `input`, for the model, in a line or two.
     fn description(&self) -> String;
+
+    /// Its targets (tools, delegates), each as `(name, one compact line for the model)`.
+    fn targets(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 
     /// Checks a planned action before it is accepted (unknown tool, bad arguments...). The
     /// message goes back to the model, which is asked once more.
@@ -143,9 +150,26 @@ impl ActionRegistry {
         self.actions.keys().cloned().collect()
     }
 
-    /// One line per action type, `name: description`, as shown to the model.
+    /// One line per action type, `name: description`, then one per target
+    /// (`tool read_file(path: string): …`), as shown to the model when it chooses an action.
     pub fn capabilities(&self) -> Vec<String> {
-        self.actions.iter().map(|(n, a)| format!("{n}: {}", a.description())).collect()
+        let types = self.actions.iter().map(|(n, a)| format!("{n}: {}", a.description()));
+        let targets =
+            self.actions.iter().flat_map(|(n, a)| a.targets().into_iter().map(move |(_, line)| format!("{n} {line}")));
+        types.chain(targets).collect()
+    }
+
+    /// The action types in one line, with the names of their targets, e.g.
+    /// `tool (read_file, search_files), analyze, synthesize`.
+    pub fn overview(&self) -> String {
+        self.actions
+            .iter()
+            .map(|(n, a)| {
+                let targets: Vec<String> = a.targets().into_iter().map(|(t, _)| t).collect();
+                if targets.is_empty() { n.clone() } else { format!("{n} ({})", targets.join(", ")) }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Checks a planned action: a known type whose own check passes.
@@ -200,12 +224,13 @@ impl ActionExecutor for ToolAction {
     }
 
     fn description(&self) -> String {
-        let mut d =
-            String::from("call one tool. `target` = the tool name, `input` = its arguments as a JSON object. Tools:");
-        for spec in self.tools.tools().specs() {
-            d.push_str(&format!("\n    - {}: {} Arguments schema: {}", spec.name, spec.description, spec.parameters));
-        }
-        d
+        "call one tool. `target` = the tool name, `input` = its arguments as a JSON object (`?` marks an optional \
+         argument)."
+            .into()
+    }
+
+    fn targets(&self) -> Vec<(String, String)> {
+        self.tools.tools().specs().iter().map(|spec| (spec.name.clone(), compact_tool(spec))).collect()
     }
 
     fn check(&self, plan: &ActionPlan) -> Result<(), String> {
@@ -246,7 +271,6 @@ pub struct ModelAction {
     instruction: String,
     provider: Arc<dyn ChatProvider>,
     options: ChatOptions,
-    evidence_chars: usize,
 }
 
 impl ModelAction {
@@ -263,7 +287,6 @@ impl ModelAction {
                     .into(),
             provider,
             options,
-            evidence_chars: 12_000,
         }
     }
 
@@ -279,14 +302,7 @@ impl ModelAction {
                 .into(),
             provider,
             options,
-            evidence_chars: 12_000,
         }
-    }
-
-    /// Shows at most this many characters of evidence in the prompt.
-    pub fn with_evidence_chars(mut self, chars: usize) -> Self {
-        self.evidence_chars = chars;
-        self
     }
 }
 
@@ -301,10 +317,11 @@ impl ActionExecutor for ModelAction {
     }
 
     async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
-        let mut user = request.context.render(request.goal, self.evidence_chars);
+        let mut prompt = request.context.prompt(request.goal);
         if !request.plan.input.trim().is_empty() {
-            user.push_str(&format!("\nInstructions: {}\n", request.plan.input));
+            prompt.text(format!("\nInstructions: {}\n", request.plan.input));
         }
+        let user = prompt.render(request.prompt_chars.saturating_sub(self.instruction.chars().count()));
         let options = ChatOptions { response_format: None, ..self.options.clone() };
         let req = ChatRequest {
             messages: vec![Message::system(self.instruction.clone()), Message::user(user)],
@@ -397,14 +414,13 @@ impl ActionExecutor for DelegateAction {
     }
 
     fn description(&self) -> String {
-        let mut d = String::from(
-            "hand the whole task to a delegate. `target` = its name, `input` = the task, with \
-                                  everything it needs to know. Delegates:",
-        );
-        for (n, del) in &self.delegates {
-            d.push_str(&format!("\n    - {n}: {}", del.description()));
-        }
-        d
+        "hand the whole task to a delegate. `target` = its name, `input` = the task, with everything it needs to \
+         know."
+            .into()
+    }
+
+    fn targets(&self) -> Vec<(String, String)> {
+        self.delegates.iter().map(|(n, d)| (n.clone(), format!("{n}: {}", d.description()))).collect()
     }
 
     fn check(&self, plan: &ActionPlan) -> Result<(), String> {
@@ -419,5 +435,79 @@ impl ActionExecutor for DelegateAction {
         let (_, delegate) = self.pick(&request.plan.target).map_err(ActionError::Failed)?;
         let task = if request.plan.input.trim().is_empty() { request.goal } else { request.plan.input.as_str() };
         delegate.run(task, request.scope).await.map(ActionOutput::text)
+    }
+}
+
+/// A tool as one compact line: `name(arg: type, opt?: type): the description's first
+/// sentence` — what a model needs to choose it and fill its arguments, at a fraction of the
+/// JSON Schema's size.
+pub fn compact_tool(spec: &ToolSpec) -> String {
+    let props = spec.parameters.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> = spec
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let args: Vec<String> = props
+        .map(|p| {
+            p.iter()
+                .map(|(name, schema)| {
+                    let mark = if required.contains(&name.as_str()) { "" } else { "?" };
+                    format!("{name}{mark}: {}", type_of(schema))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let description = first_sentence(&spec.description);
+    format!("{}({}): {description}", spec.name, args.join(", "))
+}
+
+fn type_of(schema: &Value) -> String {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        return values.iter().map(Value::to_string).collect::<Vec<_>>().join("|");
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "array" => match schema.get("items") {
+            Some(items) => format!("{}[]", type_of(items)),
+            None => "array".into(),
+        },
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("|"),
+        _ => "any".into(),
+    }
+}
+
+fn first_sentence(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let end = line.find(". ").map(|i| i + 1).unwrap_or(line.len());
+    recursive_core::text::clip_chars(&line[..end], 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_is_shown_as_a_compact_signature() {
+        let spec = ToolSpec {
+            name: "read_file".into(),
+            description: "Read a text file. Paths are relative to the workspace.\nMore.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "long text"},
+                    "limit": {"type": ["integer", "null"]},
+                    "mode": {"enum": ["a", "b"]},
+                    "globs": {"type": "array", "items": {"type": "string"}}
+                },
+                "required": ["path"]
+            }),
+        };
+        assert_eq!(
+            compact_tool(&spec),
+            r#"read_file(path: string, limit?: integer|null, mode?: "a"|"b", globs?: string[]): Read a text file."#
+        );
     }
 }

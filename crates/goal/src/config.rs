@@ -62,10 +62,16 @@ pub struct GoalConfig {
     pub json_retries: u32,
     /// Most sub-goals one decomposition may have (extra ones are dropped and logged).
     pub max_subgoals: usize,
-    /// Goals of one layer run at most this many at once.
+    /// Goals of one layer run at most this many at once; the achieved check runs after each
+    /// such batch, so a smaller number lets a flat plan stop earlier.
     pub layer_concurrency: usize,
-    /// Characters of evidence shown in a prompt (the newest items are kept).
-    pub evidence_chars: usize,
+    /// Characters a whole prompt (system and user) may have; evidence and results are
+    /// shortened, visibly, to fit.
+    pub prompt_chars: usize,
+    /// Characters a goal's result may have; a longer action output is digested by the model.
+    pub result_chars: usize,
+    /// How many more times a goal judged not achieved is decomposed for its remaining gaps.
+    pub gap_rounds: u32,
 }
 
 impl GoalConfig {
@@ -87,8 +93,10 @@ impl Default for GoalConfig {
             native_structured_output: true,
             json_retries: 1,
             max_subgoals: 8,
-            layer_concurrency: 8,
-            evidence_chars: 12_000,
+            layer_concurrency: 4,
+            prompt_chars: 24_000,
+            result_chars: 2_000,
+            gap_rounds: 1,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! What a goal is pursued with: the original objective (never lost), the stack of goals above
-//! it, the evidence gathered so far, the capabilities on offer, the constraints and where the
-//! pursuit stands against them.
+//! it, the evidence gathered so far, the capabilities on offer and the constraints — and how
+//! they become a prompt (a [`Prompt`] the caller adds its sections to and renders within the
+//! prompt budget).
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::assemble::Prompt;
 use crate::config::Constraints;
 
 /// One piece of evidence: a result some goal produced.
@@ -15,8 +17,19 @@ pub struct Evidence {
     pub goal: String,
     /// Where it came from: `sub-goal`, `tool:<name>`, `analyze`, `delegate:<name>`...
     pub source: String,
-    /// The content.
+    /// The content (bounded: a long output is digested first).
     pub content: String,
+    /// Where the raw output behind a digested `content` is kept (the goal's log event), if it
+    /// was digested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+impl Evidence {
+    /// Evidence from a goal's result, as shown in a prompt.
+    pub fn item(&self) -> String {
+        format!("{} ({}): {}", self.goal, self.source, self.content)
+    }
 }
 
 /// The context of one goal.
@@ -26,20 +39,19 @@ pub struct GoalContext {
     pub objective: String,
     /// The goals above this one, root first (this goal is not on it).
     pub stack: Vec<String>,
-    /// Evidence gathered before this goal: results of earlier layers at every level above.
+    /// Evidence gathered before this goal: the results of the goals it depends on, then what
+    /// its ancestors were given.
     pub evidence: Vec<Evidence>,
-    /// What can be done directly: one line per action type (with its tools or delegates).
+    /// What can be done directly: one line per action type, then one per tool or delegate.
     pub capabilities: Vec<String>,
+    /// The action types in one line (names, with their tools or delegates), for planning.
+    pub overview: String,
     /// The pursuit's constraints.
     pub constraints: Constraints,
     /// This goal's depth (the objective is 0).
     pub depth: u32,
     /// When the pursuit started.
     pub started: Instant,
-    /// USD spent by the pursuit when this goal started.
-    pub cost_so_far: f64,
-    /// Goals started by the pursuit when this goal started.
-    pub goal_count: usize,
 }
 
 impl GoalContext {
@@ -48,25 +60,29 @@ impl GoalContext {
         self.started.elapsed()
     }
 
-    /// Renders the context for a prompt that chooses what to do (assess, decompose): with the
-    /// capabilities on offer, and at most `evidence_chars` characters of evidence (the newest
-    /// items are kept).
-    pub fn render(&self, goal: &str, evidence_chars: usize) -> String {
-        let mut out = self.render_for_judging(goal, evidence_chars);
-        out.push_str("\nCapabilities (action types):\n");
-        for c in &self.capabilities {
-            out.push_str(&format!("- {c}\n"));
-        }
-        out
+    /// The prompt of a step that chooses an action (assess): the context, the evidence and
+    /// the capabilities on offer, each tool compactly.
+    pub fn prompt_to_act(&self, goal: &str) -> Prompt {
+        let mut p = self.prompt(goal);
+        p.section("Capabilities (action types, then their tools and delegates)", self.capabilities.clone(), "");
+        p
     }
 
-    /// Renders the context for a prompt that judges results (the achieved check, synthesis):
-    /// no capabilities, since nothing is chosen there.
+    /// The prompt of a step that plans (decompose): the context, the evidence and what the
+    /// sub-goals will be able to do, in one line.
+    pub fn prompt_to_plan(&self, goal: &str) -> Prompt {
+        let mut p = self.prompt(goal);
+        p.text(format!("\nWhat sub-goals can be executed with: {}\n", self.overview));
+        p
+    }
+
+    /// The prompt of a step that judges results (the achieved check, synthesis, the analyze
+    /// and synthesize actions): the context and the evidence, no capabilities.
     ///
     /// The budget is stated as its limits, not as what has been used: usage at the time of a
     /// prompt depends on timing and concurrency, which made prompts go stale and recorded runs
     /// unreplayable; the limits themselves are enforced by the pursuit.
-    pub fn render_for_judging(&self, goal: &str, evidence_chars: usize) -> String {
+    pub fn prompt(&self, goal: &str) -> Prompt {
         let mut out = format!("Original objective: {}\n", self.objective);
         if !self.stack.is_empty() {
             out.push_str("Goal stack (from the objective down to the parent of the current goal):\n");
@@ -82,39 +98,10 @@ impl GoalContext {
             self.constraints.max_cost_usd,
             self.constraints.max_goals
         ));
-        out.push_str("\nEvidence so far:\n");
-        out.push_str(&render_evidence(&self.evidence, evidence_chars));
-        out
+        let mut p = Prompt::new();
+        p.text(out).section("Evidence so far", self.evidence.iter().map(Evidence::item).collect(), "(none yet)");
+        p
     }
-}
-
-/// Renders evidence items as a bulleted list within `max_chars`, keeping the newest items and
-/// saying how many older ones were left out.
-pub fn render_evidence(evidence: &[Evidence], max_chars: usize) -> String {
-    if evidence.is_empty() {
-        return "(none yet)\n".into();
-    }
-    let mut kept = Vec::new();
-    let mut used = 0usize;
-    for e in evidence.iter().rev() {
-        let line = format!("- {} ({}): {}\n", e.goal, e.source, e.content);
-        let len = line.chars().count();
-        if used + len > max_chars && !kept.is_empty() {
-            break;
-        }
-        used += len;
-        kept.push(e);
-    }
-    let omitted = evidence.len() - kept.len();
-    let mut out = String::new();
-    if omitted > 0 {
-        out.push_str(&format!("({omitted} older item(s) omitted)\n"));
-    }
-    for e in kept.iter().rev() {
-        let content: String = e.content.chars().take(max_chars).collect();
-        out.push_str(&format!("- {} ({}): {}\n", e.goal, e.source, content));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -122,43 +109,45 @@ mod tests {
     use super::*;
 
     fn ev(goal: &str, content: &str) -> Evidence {
-        Evidence { goal: goal.into(), source: "sub-goal".into(), content: content.into() }
+        Evidence { goal: goal.into(), source: "sub-goal".into(), content: content.into(), reference: None }
     }
 
-    #[test]
-    fn render_keeps_objective_stack_goal_and_evidence() {
-        let ctx = GoalContext {
+    fn ctx(evidence: Vec<Evidence>) -> GoalContext {
+        GoalContext {
             objective: "write a report".into(),
             stack: vec!["write a report".into(), "gather data".into()],
-            evidence: vec![ev("find sources", "three papers")],
+            evidence,
             capabilities: vec!["analyze: think".into()],
+            overview: "analyze".into(),
             constraints: Constraints::default(),
             depth: 2,
             started: Instant::now(),
-            cost_so_far: 0.0,
-            goal_count: 3,
-        };
-        let text = ctx.render("read paper one", 1000);
+        }
+    }
+
+    #[test]
+    fn prompt_keeps_objective_stack_goal_and_evidence() {
+        let ctx = ctx(vec![ev("find sources", "three papers")]);
+        let text = ctx.prompt_to_act("read paper one").render(10_000);
         assert!(text.contains("Original objective: write a report"));
         assert!(text.contains("  1. gather data"));
         assert!(text.contains("Current goal: read paper one"));
-        assert!(text.contains("find sources (sub-goal): three papers"));
+        assert!(text.contains("- find sources (sub-goal): three papers"));
         assert!(text.contains("Depth: 2 of at most 15"));
         assert!(text.contains("- analyze: think"));
         // What was used depends on timing; the prompt states the limits only, so it replays.
         assert!(!text.contains("used") && !text.contains("spent") && !text.contains("started"), "{text}");
-        let later = GoalContext { cost_so_far: 1.5, goal_count: 40, ..ctx.clone() };
-        assert_eq!(later.render("read paper one", 1000), text);
-        let judging = ctx.render_for_judging("read paper one", 1000);
+        let judging = ctx.prompt("read paper one").render(10_000);
         assert!(!judging.contains("Capabilities") && judging.contains("three papers"), "{judging}");
+        assert!(ctx.prompt_to_plan("read paper one").render(10_000).contains("executed with: analyze"));
     }
 
     #[test]
-    fn evidence_beyond_the_budget_keeps_the_newest() {
-        let items = vec![ev("old", &"x".repeat(100)), ev("new", "fresh")];
-        let text = render_evidence(&items, 50);
-        assert!(text.contains("1 older item(s) omitted"), "{text}");
-        assert!(text.contains("new (sub-goal): fresh"));
-        assert!(!text.contains("xxxx"), "{text}");
+    fn evidence_beyond_the_budget_shows_every_item_shortened() {
+        let ctx = ctx(vec![ev("old", &"x".repeat(5000)), ev("new", &"y".repeat(5000))]);
+        let text = ctx.prompt("g").render(2000);
+        assert!(text.chars().count() <= 2000);
+        assert!(text.contains("- old (sub-goal): xxx") && text.contains("- new (sub-goal): yyy"), "{text}");
+        assert!(text.contains("2 of 2 shortened"), "{text}");
     }
 }

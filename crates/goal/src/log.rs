@@ -27,9 +27,9 @@ pub enum GoalEventKind {
     Decomposed,
     /// Its action ran (data says whether it succeeded).
     Executed,
-    /// After a layer, the model judged it achieved.
+    /// The achieved check judged it achieved.
     Achieved,
-    /// After a layer, the model judged it not yet achieved (data says what is missing).
+    /// The achieved check judged it not yet achieved (data says what is missing).
     Checked,
     /// Its sub-results were merged into its result.
     Synthesized,
@@ -41,6 +41,8 @@ pub enum GoalEventKind {
     Failed,
     /// It was not pursued because its parent was already achieved.
     Skipped,
+    /// A resumed pursuit restored it as an earlier attempt finished it (no model call).
+    Resumed,
 }
 
 impl GoalEventKind {
@@ -58,6 +60,7 @@ impl GoalEventKind {
             GoalEventKind::CycleDetected => "cycle_detected",
             GoalEventKind::Failed => "failed",
             GoalEventKind::Skipped => "skipped",
+            GoalEventKind::Resumed => "resumed",
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::structured::ActionPlan;
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum GoalStatus {
-    /// Judged achieved after a layer of sub-goals; the remaining ones were skipped.
+    /// Its sub-goal results were judged to achieve it (any remaining sub-goals were skipped).
     Achieved,
     /// Executed directly, or all its sub-goals were pursued and synthesized.
     Completed,
@@ -26,6 +26,9 @@ pub enum GoalStatus {
     CycleDetected,
     /// Not pursued because its parent was already achieved.
     Skipped,
+    /// Its sub-goals ran and were synthesized, but the achieved check judged the goal not
+    /// achieved (after the rounds for the remaining gaps): the result says what is missing.
+    Incomplete,
 }
 
 impl GoalStatus {
@@ -38,12 +41,19 @@ impl GoalStatus {
             GoalStatus::Constrained => "constrained",
             GoalStatus::CycleDetected => "cycle_detected",
             GoalStatus::Skipped => "skipped",
+            GoalStatus::Incomplete => "incomplete",
         }
     }
 
-    /// Whether the goal produced a usable result.
+    /// Whether the goal did what it was asked.
     pub fn is_success(&self) -> bool {
         matches!(self, GoalStatus::Achieved | GoalStatus::Completed)
+    }
+
+    /// Whether the goal produced a result others can build on (an incomplete goal's partial
+    /// result counts).
+    pub fn has_result(&self) -> bool {
+        self.is_success() || *self == GoalStatus::Incomplete
     }
 }
 
@@ -64,6 +74,9 @@ pub struct GoalResult {
     pub confidence: Option<f64>,
     /// What the result does not cover (including sub-goals that did not succeed).
     pub limitations: Vec<String>,
+    /// Where sub-results disagreed, and how the result resolved it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contradictions: Vec<String>,
     /// The evidence it rests on.
     pub evidence: Vec<Evidence>,
 }

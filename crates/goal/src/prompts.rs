@@ -3,8 +3,6 @@
 //! `Current goal: <goal>` line, so a transcript (or a scripted test provider) can tell which
 //! phase of which goal a request belongs to.
 
-use crate::outcome::GoalOutcome;
-
 /// The phases that ask the model for structured JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -13,7 +11,7 @@ pub enum Phase {
     Assess,
     /// Split into sub-goals.
     Decompose,
-    /// Already achieved after a layer?
+    /// Achieved by the results so far?
     Check,
     /// Merge sub-results.
     Synthesize,
@@ -50,27 +48,32 @@ pub(crate) fn system(phase: Phase, schema: &str, max_subgoals: usize) -> String 
     let body = match phase {
         Phase::Assess => "You are one step of a recursive goal pursuer. Decide whether the current goal can be \
             accomplished directly by ONE action of the listed action types, or whether it must be decomposed into \
-            sub-goals. Set `executable` to true only when a single action clearly suffices, and then give the \
-            action: `type` is an action type name, `target` the tool or delegate it uses (\"\" when none), `input` \
-            as the action type describes. When the goal is not executable, set `action` to null."
+            sub-goals. Reason first. Set `executable` to true only when a single action clearly suffices, and then \
+            give the action: `type` is an action type name, `target` the tool or delegate it uses (\"\" when none), \
+            `input` as the action type describes; `why_decompose` is then \"\". When the goal is not executable, set \
+            `action` to null and say in `why_decompose` what makes decomposition necessary (it is passed to the \
+            step that decomposes). Do not answer a goal that needs data from your own knowledge: choose an action \
+            that gets the data."
             .to_string(),
         Phase::Decompose => format!(
             "You are one step of a recursive goal pursuer. Split the current goal into at most {max_subgoals} \
             sub-goals that together accomplish it. Each sub-goal must be concrete and pursuable on its own, must not \
             restate the current goal or any goal already in the tree, and should be independent of the others where \
-            possible so they can run in parallel. `depends_on` lists the 0-based indices (positions in your list) of \
-            the sibling sub-goals whose results it needs; leave it empty when it needs none. `complexity` is low, \
-            medium or high."
+            possible so they can run in parallel. List them most important first: apart from dependencies they \
+            run in your order, and the rest are skipped once the goal is achieved. `depends_on` lists the 0-based \
+            indices (positions in your list) of the sibling sub-goals whose results it needs; leave it empty when \
+            it needs none. `complexity` is atomic (one indivisible action), simple, moderate or complex. \
+            `coverage` says how the sub-goals together accomplish the goal and what they leave out."
         ),
         Phase::Check => "You are one step of a recursive goal pursuer. Judge whether the current goal is already \
-            achieved by the results of the sub-goals finished so far, so that the remaining sub-goals can be \
-            skipped. Be strict: say achieved only when the results fully accomplish the goal. Give your confidence \
-            from 0 to 1 and list the gaps that remain."
+            achieved by the results of the sub-goals finished so far, so that any remaining sub-goals can be \
+            skipped. Reason first. Be strict: say achieved only when the results fully accomplish the goal. Give \
+            your confidence from 0 to 1 and list in `remaining_gaps` what is still missing (empty when achieved)."
             .to_string(),
         Phase::Synthesize => "You are one step of a recursive goal pursuer. Merge the results of the sub-goals into \
-            the result of the current goal: a summary that answers it, the key findings, your confidence from 0 to \
-            1, and the limitations (what is missing or uncertain, including sub-goals that did not succeed). Use \
-            only what the results support."
+            the result of the current goal: a concise summary that answers it, the key findings, your confidence \
+            from 0 to 1, the limitations (what is missing or uncertain, including sub-goals that did not succeed) \
+            and the contradictions between results (and how you resolved them). Use only what the results support."
             .to_string(),
     };
     format!(
@@ -100,38 +103,19 @@ pub(crate) fn why_decompose(reasoning: &str) -> String {
     format!("\nWhy the assessment found it not directly executable:\n{}\n", reasoning.trim())
 }
 
-pub(crate) fn existing_goals(goals: &[String]) -> String {
-    let mut out = String::from("\nGoals already in the tree (do not duplicate them):\n");
-    for g in goals {
-        out.push_str(&format!("- {g}\n"));
-    }
-    out
+/// The system prompt of a digest of a long action output.
+pub(crate) fn digest_system() -> String {
+    "Step: digest. You are one step of a recursive goal pursuer. An action's output is too long to pass on \
+     whole; you read one part of it and write what that part holds that matters for the current goal: exact \
+     values, names, numbers, dates, errors, quoted where the wording matters. No preamble; plain text."
+        .to_string()
 }
 
-pub(crate) fn results(title: &str, outcomes: &[&GoalOutcome]) -> String {
-    let mut out = format!("\n{title}:\n");
-    for o in outcomes {
-        out.push_str(&format!("- [{}] {}\n", o.status, o.goal));
-        if let Some(r) = &o.reason {
-            out.push_str(&format!("  reason: {r}\n"));
-        }
-        if !o.result.summary.is_empty() {
-            out.push_str(&format!("  result: {}\n", o.result.summary));
-        }
-        for f in &o.result.key_findings {
-            out.push_str(&format!("  finding: {f}\n"));
-        }
-        if let Some(c) = o.result.confidence {
-            out.push_str(&format!("  confidence: {c:.2}\n"));
-        }
-    }
-    out
-}
-
-pub(crate) fn pending(goals: &[&str]) -> String {
-    let mut out = String::from("\nSub-goals not yet pursued:\n");
-    for g in goals {
-        out.push_str(&format!("- {g}\n"));
-    }
-    out
+/// The user prompt of one part of a digest.
+pub(crate) fn digest_part(goal: &str, part: usize, parts: usize, total: usize, text: &str, max: usize) -> String {
+    format!(
+        "Current goal: {goal}\nThe action's output has {total} characters. Part {part} of {parts}:\n<output>\n{text}\n\
+         </output>\nWrite what this part holds that matters for the goal, in at most {max} characters. If nothing \
+         does, say so in one line."
+    )
 }

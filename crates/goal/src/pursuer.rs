@@ -1,8 +1,11 @@
 //! The pursuit loop. One function pursues a goal at any depth: check constraints and cycles,
-//! **assess** (directly executable?), then either **execute** the chosen action or
-//! **decompose** into sub-goals, **pursue** them layer by layer (a layer's goals concurrently,
-//! later layers seeing earlier results), ask after each layer whether the goal is already
-//! **achieved** (skipping the rest if so), and **synthesize** the sub-results.
+//! **assess** (directly executable?), then either **execute** the chosen action (its output
+//! digested to a bounded result, the raw output kept in the log) or **decompose** into
+//! sub-goals and pursue them ([`crate::tree`]: dependency layers, achieved checks, rounds for
+//! the remaining gaps, synthesis). Every prompt is assembled within the prompt budget
+//! ([`crate::assemble`]) from text that does not depend on timing, so a recorded pursuit
+//! replays; a pursuit can resume from its log ([`crate::resume`]) without repeating finished
+//! goals.
 //!
 //! A pursuit carves its node of the budget tree from the caller's (`max_cost_usd`, `max_time`),
 //! so every model call of every goal — also of goals running concurrently — is checked against
@@ -22,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use recursive_core::{
     BudgetLimits, ChatProvider, ChatRequest, EventKind, Extension, FinishReason, Message, ModelCall, ModelCallError,
@@ -33,16 +35,15 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::actions::{ActionError, ActionRegistry, ActionRequest};
+use crate::assemble::Prompt;
 use crate::config::GoalConfig;
 use crate::context::{Evidence, GoalContext};
-use crate::layers::layer;
 use crate::log::{ExecutionLog, GoalEvent, GoalEventKind, GoalRunEvent};
 use crate::outcome::{GoalOutcome, GoalResult, GoalStatus};
 use crate::prompts::{self, Phase};
+use crate::resume::ResumeLog;
 use crate::similarity::{CycleKind, CycleMatch, Embedder, cosine, find_text_cycle, normalize};
-use crate::structured::{
-    AchievedCheck, ActionPlan, Assessment, Decomposition, SynthesisOutput, output_schema, parse_lenient,
-};
+use crate::structured::{ActionPlan, Assessment, output_schema, parse_lenient};
 
 /// A fault that stopped a pursuit before it began. Limits, failed goals and unusable model
 /// replies are not errors: they are statuses in the outcome tree.
@@ -55,6 +56,9 @@ pub enum GoalError {
     /// The execution log could not be opened.
     #[error("goal log: {0}")]
     Log(#[from] std::io::Error),
+    /// The log to resume from holds no pursuit.
+    #[error("{0}")]
+    Resume(String),
 }
 
 /// Called with every goal event as it happens (e.g. to draw a live goal tree).
@@ -62,8 +66,8 @@ pub type GoalObserver = Arc<dyn Fn(&GoalEvent) + Send + Sync>;
 
 /// Pursues goals recursively with one provider, a tool registry and a set of action types.
 pub struct GoalPursuer {
-    provider: Arc<dyn ChatProvider>,
-    config: GoalConfig,
+    pub(crate) provider: Arc<dyn ChatProvider>,
+    pub(crate) config: GoalConfig,
     actions: ActionRegistry,
     log: Arc<ExecutionLog>,
     embedder: Option<Arc<dyn Embedder>>,
@@ -79,13 +83,14 @@ impl std::fmt::Debug for GoalPursuer {
 }
 
 /// State shared by every goal of one pursuit.
-struct Pursuit {
+pub(crate) struct Pursuit {
     objective: String,
     started: Instant,
     /// The caller's scope with the pursuit's own budget node (cost and time constraints).
     scope: RunScope,
     goal_count: AtomicUsize,
-    all_goals: Mutex<Vec<String>>,
+    /// What an earlier, interrupted attempt of this pursuit finished and decided.
+    pub(crate) resume: Option<ResumeLog>,
 }
 
 impl Pursuit {
@@ -95,24 +100,28 @@ impl Pursuit {
 }
 
 /// One goal about to be pursued.
-struct Node {
-    id: String,
-    goal: String,
-    parent: Option<(String, String)>,
-    stack: Vec<String>,
-    evidence: Vec<Evidence>,
-    depth: u32,
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) goal: String,
+    pub(crate) parent: Option<(String, String)>,
+    /// The goals above it, root first.
+    pub(crate) stack: Vec<String>,
+    /// The goals already planned around it (its ancestors' plans), in plan order — the same on
+    /// every run, whatever finished first.
+    pub(crate) known: Vec<String>,
+    pub(crate) evidence: Vec<Evidence>,
+    pub(crate) depth: u32,
 }
 
 /// Why a structured phase produced nothing usable.
-enum PhaseError {
+pub(crate) enum PhaseError {
     Stopped(FinishReason),
     Provider(String),
     Invalid(String),
 }
 
 impl PhaseError {
-    fn status_and_reason(&self, phase: Phase) -> (GoalStatus, String) {
+    pub(crate) fn status_and_reason(&self, phase: Phase) -> (GoalStatus, String) {
         match self {
             PhaseError::Stopped(r) => (GoalStatus::Constrained, format!("run tree stopped: {r}")),
             PhaseError::Provider(e) => (GoalStatus::Failed, format!("{} failed: {e}", phase.as_str())),
@@ -122,11 +131,11 @@ impl PhaseError {
 }
 
 /// Timing and placement of a goal, for building its outcome.
-struct Frame<'a> {
-    node: &'a Node,
-    scope: Option<&'a RunScope>,
-    started_at: DateTime<Utc>,
-    t0: Instant,
+pub(crate) struct Frame<'a> {
+    pub(crate) node: &'a Node,
+    pub(crate) scope: Option<&'a RunScope>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) t0: Instant,
 }
 
 impl GoalPursuer {
@@ -202,6 +211,11 @@ impl GoalPursuer {
     ) -> Result<(GoalOutcome, FinishReason), GoalError> {
         scope.emit(0, EventKind::RunStarted { goal: objective.to_string() });
         let outcome = self.pursue(objective, scope).await?;
+        Ok(self.finish_run(outcome, scope))
+    }
+
+    /// Ends the run of a pursuit with `run_finished`.
+    fn finish_run(&self, outcome: GoalOutcome, scope: &RunScope) -> (GoalOutcome, FinishReason) {
         let finish = if scope.cancel_token().is_cancelled() && !outcome.status.is_success() {
             FinishReason::Cancelled
         } else {
@@ -216,7 +230,7 @@ impl GoalPursuer {
                 cost_usd: scope.cost_usd(),
             },
         );
-        Ok((outcome, finish))
+        (outcome, finish)
     }
 
     /// Pursues an objective as a child of `scope`, returning the outcome tree. The objective's
@@ -227,6 +241,33 @@ impl GoalPursuer {
             return Err(GoalError::EmptyObjective);
         }
         let number = self.pursuits.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(self.start(objective, number.to_string(), None, scope).await)
+    }
+
+    /// Continues a pursuit from the log of an earlier, interrupted attempt (see
+    /// [`ResumeLog`]): the same objective and goal ids; goals the log shows finished are
+    /// restored without a model call (a `resumed` event each), recorded assessments and
+    /// plans are reused, and everything else is pursued anew.
+    pub async fn resume(&self, log: ResumeLog, scope: &RunScope) -> Result<GoalOutcome, GoalError> {
+        let (id, objective) = log.objective().ok_or_else(|| {
+            GoalError::Resume(format!("{}: the log holds no pursuit to resume", log.path().display()))
+        })?;
+        Ok(self.start(&objective, id, Some(log), scope).await)
+    }
+
+    /// Resumes as the run of `scope`, as [`GoalPursuer::pursue_as_run`] pursues.
+    pub async fn resume_as_run(
+        &self,
+        log: ResumeLog,
+        scope: &RunScope,
+    ) -> Result<(GoalOutcome, FinishReason), GoalError> {
+        let objective = log.objective().map(|(_, o)| o).unwrap_or_default();
+        scope.emit(0, EventKind::RunStarted { goal: objective });
+        let outcome = self.resume(log, scope).await?;
+        Ok(self.finish_run(outcome, scope))
+    }
+
+    async fn start(&self, objective: &str, id: String, resume: Option<ResumeLog>, scope: &RunScope) -> GoalOutcome {
         let c = &self.config.constraints;
         let limits =
             BudgetLimits { max_cost_usd: Some(c.max_cost_usd), wall_clock: Some(c.max_time), ..Default::default() };
@@ -235,26 +276,35 @@ impl GoalPursuer {
             started: Instant::now(),
             scope: scope.clone().with_budget(limits),
             goal_count: AtomicUsize::new(0),
-            all_goals: Mutex::new(vec![objective.to_string()]),
+            resume,
         };
         let node = Node {
-            id: number.to_string(),
+            id,
             goal: objective.to_string(),
             parent: None,
             stack: Vec::new(),
+            known: vec![objective.to_string()],
             evidence: Vec::new(),
             depth: 0,
         };
-        Ok(self.pursue_node(&pursuit, node, &pursuit.scope).await)
+        self.pursue_node(&pursuit, node, &pursuit.scope).await
     }
 
-    fn pursue_node<'a>(&'a self, p: &'a Pursuit, node: Node, parent_scope: &'a RunScope) -> BoxFuture<'a, GoalOutcome> {
+    pub(crate) fn pursue_node<'a>(
+        &'a self,
+        p: &'a Pursuit,
+        node: Node,
+        parent_scope: &'a RunScope,
+    ) -> BoxFuture<'a, GoalOutcome> {
         Box::pin(async move { self.run_node(p, node, parent_scope).await })
     }
 
     /// Pursues one goal in its own child node of the run tree, which ends with a
     /// `run_finished` event saying how the goal ended.
     async fn run_node(&self, p: &Pursuit, node: Node, parent_scope: &RunScope) -> GoalOutcome {
+        if let Some(done) = p.resume.as_ref().and_then(|r| r.finished(&node.id, &node.goal)) {
+            return self.restored(p, &node, parent_scope, done);
+        }
         let started_at = Utc::now();
         let t0 = Instant::now();
         let scope = match parent_scope.child("goal") {
@@ -311,30 +361,27 @@ impl GoalPursuer {
             return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
 
-        // Assess.
+        // Assess (or reuse the assessment an interrupted attempt made).
         let at_max_depth = node.depth >= self.config.constraints.max_depth;
-        let mut user = ctx.render(&node.goal, self.config.evidence_chars);
-        if at_max_depth {
-            user.push_str(prompts::max_depth_note());
-        }
-        let actions = &self.actions;
-        let assessment = self
-            .structured::<Assessment>(Phase::Assess, user, scope, |a| match (&a.executable, &a.action) {
-                (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
-                (true, Some(plan)) => actions.check(plan),
-                (false, _) => Ok(()),
-            })
-            .await;
-        let assessment = match assessment {
-            Ok(a) => a,
-            Err(e) => return self.phase_failed(p, frame, scope, Phase::Assess, e),
+        let recorded = p.resume.as_ref().and_then(|r| r.assessment(&node.id, &node.goal));
+        let assessment = match recorded {
+            Some(a) => a,
+            None => match self.assess(&ctx, node, at_max_depth, scope).await {
+                Ok(a) => a,
+                Err(e) => return self.phase_failed(p, frame, scope, Phase::Assess, e),
+            },
         };
         self.record(
             node,
             scope,
             GoalEventKind::Assessed,
             None,
-            json!({ "executable": assessment.executable, "reasoning": assessment.reasoning, "action": assessment.action }),
+            json!({
+                "reasoning": assessment.reasoning,
+                "executable": assessment.executable,
+                "action": assessment.action,
+                "why_decompose": assessment.why_decompose,
+            }),
         );
 
         if let (true, Some(plan)) = (assessment.executable, assessment.action.as_ref()) {
@@ -347,20 +394,58 @@ impl GoalPursuer {
             );
             return self.end(frame, scope, GoalEventKind::Constrained, GoalStatus::Constrained, reason);
         }
-        self.decompose_and_pursue(p, frame, scope, &ctx, &assessment.reasoning).await
+        let why = if assessment.why_decompose.trim().is_empty() {
+            assessment.reasoning.clone()
+        } else {
+            assessment.why_decompose.clone()
+        };
+        self.decompose_and_pursue(p, frame, scope, &ctx, &why).await
     }
 
-    fn context(&self, p: &Pursuit, node: &Node) -> GoalContext {
+    async fn assess(
+        &self,
+        ctx: &GoalContext,
+        node: &Node,
+        at_max_depth: bool,
+        scope: &RunScope,
+    ) -> Result<Assessment, PhaseError> {
+        let mut prompt = ctx.prompt_to_act(&node.goal);
+        if at_max_depth {
+            prompt.text(prompts::max_depth_note());
+        }
+        let actions = &self.actions;
+        self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| match (&a.executable, &a.action) {
+            (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
+            (true, Some(plan)) => actions.check(plan),
+            (false, _) => Ok(()),
+        })
+        .await
+    }
+
+    /// A goal the log of an interrupted attempt shows finished: its outcome as it was, with a
+    /// `resumed` event and no model call. It counts toward the goal limit as before.
+    fn restored(&self, p: &Pursuit, node: &Node, scope: &RunScope, done: GoalOutcome) -> GoalOutcome {
+        let _ = p.goal_count.fetch_add(done.count(), Ordering::SeqCst);
+        let data = json!({
+            "reason": "finished before the pursuit was interrupted",
+            "result": done.result,
+            "action": done.action,
+            "from_status": done.status,
+        });
+        self.record(node, scope, GoalEventKind::Resumed, Some(done.status), data);
+        done
+    }
+
+    pub(crate) fn context(&self, p: &Pursuit, node: &Node) -> GoalContext {
         GoalContext {
             objective: p.objective.clone(),
             stack: node.stack.clone(),
             evidence: node.evidence.clone(),
             capabilities: self.actions.capabilities(),
+            overview: self.actions.overview(),
             constraints: self.config.constraints.clone(),
             depth: node.depth,
             started: p.started,
-            cost_so_far: p.cost(),
-            goal_count: p.goal_count.load(Ordering::SeqCst),
         }
     }
 
@@ -375,7 +460,7 @@ impl GoalPursuer {
 
     /// The constraints that forbid further spending (the pursuit's budget node: time and
     /// cost; the tree's budget; cancellation), said in the pursuit's terms.
-    fn spending_stop(&self, p: &Pursuit, scope: &RunScope) -> Option<String> {
+    pub(crate) fn spending_stop(&self, p: &Pursuit, scope: &RunScope) -> Option<String> {
         let c = &self.config.constraints;
         let reason = scope.stop_reason()?;
         Some(match reason {
@@ -445,26 +530,26 @@ impl GoalPursuer {
             .map(|(a, s)| CycleMatch { ancestor: a.clone(), score: s, kind: CycleKind::Semantic })
     }
 
-    /// One structured phase: ask for JSON (natively where the provider can), parse it
-    /// leniently, validate it, and ask once more (per `json_retries`) with the error.
-    async fn structured<T: DeserializeOwned + JsonSchema>(
+    /// One structured phase: ask for JSON (natively, in strict mode, where the provider can),
+    /// parse it leniently, validate it, and ask once more (per `json_retries`) with the error.
+    /// The prompt is rendered within what the prompt budget leaves after the system prompt.
+    pub(crate) async fn structured<T: DeserializeOwned + JsonSchema>(
         &self,
         phase: Phase,
-        user: String,
+        prompt: Prompt,
         scope: &RunScope,
         validate: impl Fn(&T) -> Result<(), String>,
     ) -> Result<T, PhaseError> {
         let schema = output_schema::<T>();
         let mut options = self.config.options.clone();
         options.response_format = if self.config.native_structured_output {
-            Some(ResponseFormat::JsonSchema { name: phase.schema_name().into(), schema: schema.clone() })
+            Some(ResponseFormat::JsonSchema { name: phase.schema_name().into(), schema: schema.clone(), strict: true })
         } else {
             None
         };
-        let mut messages = vec![
-            Message::system(prompts::system(phase, &schema.to_string(), self.config.max_subgoals)),
-            Message::user(user),
-        ];
+        let system = prompts::system(phase, &schema.to_string(), self.config.max_subgoals);
+        let user = prompt.render(self.user_budget(&system));
+        let mut messages = vec![Message::system(system), Message::user(user)];
         let mut attempt = 0;
         loop {
             let request = ChatRequest { messages: messages.clone(), tools: Vec::new(), options: options.clone() };
@@ -491,24 +576,42 @@ impl GoalPursuer {
         }
     }
 
+    /// Characters left for the user prompt after this system prompt.
+    pub(crate) fn user_budget(&self, system: &str) -> usize {
+        self.config.prompt_chars.saturating_sub(system.chars().count())
+    }
+
     async fn execute(&self, frame: &Frame<'_>, scope: &RunScope, ctx: &GoalContext, plan: &ActionPlan) -> GoalOutcome {
         let node = frame.node;
         let Some(executor) = self.actions.get(&plan.kind) else {
             let reason = format!("unknown action type `{}`", plan.kind);
             return self.end(frame, scope, GoalEventKind::Failed, GoalStatus::Failed, reason);
         };
-        let request = ActionRequest { goal: &node.goal, plan, context: ctx, scope };
+        let request =
+            ActionRequest { goal: &node.goal, plan, context: ctx, scope, prompt_chars: self.config.prompt_chars };
         let source = if plan.target.is_empty() { plan.kind.clone() } else { format!("{}:{}", plan.kind, plan.target) };
         match executor.execute(request).await {
             Ok(out) => {
-                let data =
-                    json!({ "action": plan, "status": "completed", "output": clip(&out.content), "data": out.data });
-                self.record(node, scope, GoalEventKind::Executed, Some(GoalStatus::Completed), data);
+                let digest = self.digest(&node.goal, &out.content, scope).await;
+                let raw_chars = out.content.chars().count();
+                let reference = digest.digested.then(|| {
+                    format!("the raw output ({raw_chars} characters) is in the `executed` event of goal {}", node.id)
+                });
                 let result = GoalResult {
-                    summary: out.content.clone(),
-                    evidence: vec![Evidence { goal: node.goal.clone(), source, content: out.content }],
+                    summary: digest.text.clone(),
+                    limitations: digest.limitation.into_iter().collect(),
+                    evidence: vec![Evidence { goal: node.goal.clone(), source, content: digest.text, reference }],
                     ..Default::default()
                 };
+                let data = json!({
+                    "action": plan,
+                    "status": "completed",
+                    "output": out.content,
+                    "digested": digest.digested,
+                    "data": out.data,
+                    "result": result,
+                });
+                self.record(node, scope, GoalEventKind::Executed, Some(GoalStatus::Completed), data);
                 self.outcome(frame, GoalStatus::Completed, None, Some(plan.clone()), result, vec![])
             }
             Err(ActionError::Constrained(reason)) => {
@@ -532,239 +635,7 @@ impl GoalPursuer {
         }
     }
 
-    async fn decompose_and_pursue(
-        &self,
-        p: &Pursuit,
-        frame: &Frame<'_>,
-        scope: &RunScope,
-        ctx: &GoalContext,
-        why: &str,
-    ) -> GoalOutcome {
-        let node = frame.node;
-        let existing = p.all_goals.lock().map(|g| g.clone()).unwrap_or_default();
-        let mut user = ctx.render(&node.goal, self.config.evidence_chars);
-        user.push_str(&prompts::why_decompose(why));
-        user.push_str(&prompts::existing_goals(&existing));
-        let plan = self
-            .structured::<Decomposition>(Phase::Decompose, user, scope, |d| {
-                if d.sub_goals.is_empty() {
-                    return Err("`sub_goals` is empty; give at least one sub-goal".into());
-                }
-                match d.sub_goals.iter().position(|s| s.goal.trim().is_empty()) {
-                    Some(i) => Err(format!("sub-goal {i} has an empty `goal`")),
-                    None => Ok(()),
-                }
-            })
-            .await;
-        let mut plan = match plan {
-            Ok(d) => d,
-            Err(e) => return self.phase_failed(p, frame, scope, Phase::Decompose, e),
-        };
-        let mut issues = Vec::new();
-        if plan.sub_goals.len() > self.config.max_subgoals {
-            issues.push(format!(
-                "{} sub-goals planned; only the first {} are pursued",
-                plan.sub_goals.len(),
-                self.config.max_subgoals
-            ));
-            plan.sub_goals.truncate(self.config.max_subgoals);
-        }
-        let subs = plan.sub_goals;
-        let deps: Vec<Vec<i64>> = subs.iter().map(|s| s.depends_on.clone()).collect();
-        let layering = layer(subs.len(), &deps);
-        issues.extend(layering.issues.iter().cloned());
-        for issue in &issues {
-            tracing::warn!(goal = %node.goal, "plan repaired: {issue}");
-        }
-        self.record(
-            node,
-            scope,
-            GoalEventKind::Decomposed,
-            None,
-            json!({ "reasoning": plan.reasoning, "sub_goals": subs, "layers": layering.layers, "issues": issues }),
-        );
-        if let Ok(mut all) = p.all_goals.lock() {
-            all.extend(subs.iter().map(|s| s.goal.clone()));
-        }
-
-        let mut slots: Vec<Option<GoalOutcome>> = vec![None; subs.len()];
-        let mut gathered: Vec<Evidence> = Vec::new();
-        let mut achieved: Option<AchievedCheck> = None;
-        let mut child_stack = node.stack.clone();
-        child_stack.push(node.goal.clone());
-        for (li, layer_goals) in layering.layers.iter().enumerate() {
-            let mut evidence = node.evidence.clone();
-            evidence.extend(gathered.iter().cloned());
-            let children = layer_goals.iter().map(|&i| Node {
-                id: format!("{}.{}", node.id, i + 1),
-                goal: subs[i].goal.clone(),
-                parent: Some((node.id.clone(), node.goal.clone())),
-                stack: child_stack.clone(),
-                evidence: evidence.clone(),
-                depth: node.depth + 1,
-            });
-            let futures: Vec<_> = children.map(|c| self.pursue_node(p, c, scope)).collect();
-            let outcomes: Vec<GoalOutcome> =
-                futures::stream::iter(futures).buffered(self.config.layer_concurrency.max(1)).collect().await;
-            for (&i, o) in layer_goals.iter().zip(outcomes) {
-                if o.status.is_success() {
-                    gathered.push(Evidence {
-                        goal: o.goal.clone(),
-                        source: "sub-goal".into(),
-                        content: result_text(&o),
-                    });
-                }
-                slots[i] = Some(o);
-            }
-            let rest: Vec<usize> = layering.layers[li + 1..].iter().flatten().copied().collect();
-            if rest.is_empty() || gathered.is_empty() || self.spending_stop(p, scope).is_some() {
-                continue;
-            }
-            let done: Vec<&GoalOutcome> = slots.iter().flatten().collect();
-            let pending: Vec<&str> = rest.iter().map(|&i| subs[i].goal.as_str()).collect();
-            let mut user = ctx.render_for_judging(&node.goal, self.config.evidence_chars);
-            user.push_str(&prompts::results("Finished sub-goals", &done));
-            user.push_str(&prompts::pending(&pending));
-            match self.structured::<AchievedCheck>(Phase::Check, user, scope, |_| Ok(())).await {
-                Ok(check) => {
-                    // `achieved` only when it is; a negative check is `checked`.
-                    let kind = if check.achieved { GoalEventKind::Achieved } else { GoalEventKind::Checked };
-                    self.record(node, scope, kind, None, json!(check));
-                    if check.achieved {
-                        achieved = Some(check);
-                        for &i in &rest {
-                            let skipped = self.skipped(node, scope, i, &subs[i].goal);
-                            slots[i] = Some(skipped);
-                        }
-                        break;
-                    }
-                }
-                Err(e) => {
-                    let (_, reason) = e.status_and_reason(Phase::Check);
-                    tracing::warn!(goal = %node.goal, "achievement check skipped: {reason}");
-                    scope.emit(0, EventKind::Error { message: format!("achievement check skipped: {reason}") });
-                }
-            }
-        }
-        let children: Vec<GoalOutcome> = slots.into_iter().flatten().collect();
-        self.synthesize(p, frame, scope, ctx, children, achieved).await
-    }
-
-    fn skipped(&self, parent: &Node, scope: &RunScope, index: usize, goal: &str) -> GoalOutcome {
-        let node = Node {
-            id: format!("{}.{}", parent.id, index + 1),
-            goal: goal.to_string(),
-            parent: Some((parent.id.clone(), parent.goal.clone())),
-            stack: Vec::new(),
-            evidence: Vec::new(),
-            depth: parent.depth + 1,
-        };
-        let reason = "the parent goal was already achieved".to_string();
-        self.record(&node, scope, GoalEventKind::Skipped, Some(GoalStatus::Skipped), json!({ "reason": reason }));
-        let frame = Frame { node: &node, scope: None, started_at: Utc::now(), t0: Instant::now() };
-        self.outcome(&frame, GoalStatus::Skipped, Some(reason), None, GoalResult::default(), vec![])
-    }
-
-    async fn synthesize(
-        &self,
-        p: &Pursuit,
-        frame: &Frame<'_>,
-        scope: &RunScope,
-        ctx: &GoalContext,
-        children: Vec<GoalOutcome>,
-        achieved: Option<AchievedCheck>,
-    ) -> GoalOutcome {
-        let node = frame.node;
-        let succeeded: Vec<&GoalOutcome> = children.iter().filter(|c| c.status.is_success()).collect();
-        let mut limitations: Vec<String> = children
-            .iter()
-            .filter(|c| !c.status.is_success() && c.status != GoalStatus::Skipped)
-            .map(|c| format!("sub-goal `{}` {}: {}", c.goal, c.status, c.reason.as_deref().unwrap_or("no result")))
-            .collect();
-        let evidence: Vec<Evidence> = succeeded
-            .iter()
-            .map(|c| Evidence { goal: c.goal.clone(), source: "sub-goal".into(), content: result_text(c) })
-            .collect();
-
-        if succeeded.is_empty() {
-            let status = if children.iter().any(|c| c.status == GoalStatus::Constrained) {
-                GoalStatus::Constrained
-            } else {
-                GoalStatus::Failed
-            };
-            let reason = format!("no sub-goal produced a result ({})", limitations.join("; "));
-            let kind =
-                if status == GoalStatus::Constrained { GoalEventKind::Constrained } else { GoalEventKind::Failed };
-            self.record(node, scope, kind, Some(status), json!({ "reason": reason }));
-            let result = GoalResult { summary: reason.clone(), limitations, ..Default::default() };
-            // When every sub-goal was ended by a provider fault, so is this goal.
-            let fault = children
-                .iter()
-                .filter(|c| c.status != GoalStatus::Skipped)
-                .map(|c| c.fault.clone())
-                .collect::<Option<Vec<String>>>()
-                .and_then(|f| f.into_iter().next());
-            let mut o = self.outcome(frame, status, Some(reason), None, result, children);
-            o.fault = fault;
-            return o;
-        }
-
-        let mut stopped = self.spending_stop(p, scope);
-        let mut result = match &stopped {
-            Some(stop) => {
-                limitations.push(format!("synthesized without a model call: {stop}"));
-                mechanical(&succeeded)
-            }
-            None => {
-                let mut user = ctx.render_for_judging(&node.goal, self.config.evidence_chars);
-                let all: Vec<&GoalOutcome> = children.iter().collect();
-                user.push_str(&prompts::results("Sub-goal results", &all));
-                if let Some(check) = &achieved {
-                    user.push_str(&format!("\nThe goal was judged achieved (confidence {:.2}).\n", check.confidence));
-                }
-                match self
-                    .structured::<SynthesisOutput>(Phase::Synthesize, user, scope, |s| {
-                        if s.summary.trim().is_empty() { Err("`summary` is empty".into()) } else { Ok(()) }
-                    })
-                    .await
-                {
-                    Ok(s) => GoalResult {
-                        summary: s.summary,
-                        key_findings: s.key_findings,
-                        confidence: Some(s.confidence),
-                        limitations: s.limitations,
-                        evidence: Vec::new(),
-                    },
-                    Err(e) => {
-                        let (status, reason) = e.status_and_reason(Phase::Synthesize);
-                        limitations.push(format!("synthesized without the model: {reason}"));
-                        if status == GoalStatus::Constrained {
-                            stopped = Some(reason);
-                        }
-                        mechanical(&succeeded)
-                    }
-                }
-            }
-        };
-        result.limitations.extend(limitations);
-        result.evidence = evidence;
-        let (status, reason) = synthesis_status(&children, achieved.is_some(), stopped);
-        self.record(
-            node,
-            scope,
-            GoalEventKind::Synthesized,
-            Some(status),
-            json!({
-                "summary": clip(&result.summary),
-                "key_findings": result.key_findings,
-                "confidence": result.confidence,
-                "limitations": result.limitations,
-            }),
-        );
-        self.outcome(frame, status, reason, None, result, children)
-    }
-
-    fn phase_failed(
+    pub(crate) fn phase_failed(
         &self,
         p: &Pursuit,
         frame: &Frame<'_>,
@@ -785,7 +656,7 @@ impl GoalPursuer {
     }
 
     /// Records a terminal event with a reason and returns the matching outcome.
-    fn end(
+    pub(crate) fn end(
         &self,
         frame: &Frame<'_>,
         scope: &RunScope,
@@ -798,7 +669,7 @@ impl GoalPursuer {
         self.outcome(frame, status, Some(reason), None, result, vec![])
     }
 
-    fn outcome(
+    pub(crate) fn outcome(
         &self,
         frame: &Frame<'_>,
         status: GoalStatus,
@@ -825,8 +696,16 @@ impl GoalPursuer {
         }
     }
 
-    /// Logs an event, emits it on the run tree as `goal_<event>`, and tells the observer.
-    fn record(&self, node: &Node, scope: &RunScope, kind: GoalEventKind, status: Option<GoalStatus>, mut data: Value) {
+    /// Logs an event, emits it on the run tree as `goal_<event>` (a raw `output` clipped
+    /// there; the log keeps it whole), and tells the observer.
+    pub(crate) fn record(
+        &self,
+        node: &Node,
+        scope: &RunScope,
+        kind: GoalEventKind,
+        status: Option<GoalStatus>,
+        mut data: Value,
+    ) {
         // The event that ends a goal carries what the goal and its sub-goals spent.
         if status.is_some()
             && let Value::Object(map) = &mut data
@@ -850,54 +729,18 @@ impl GoalPursuer {
             tracing::warn!("goal log write failed: {e}");
             scope.emit(0, EventKind::Error { message: format!("goal log write failed: {e}") });
         }
-        scope.emit(0, EventKind::Extension(Extension::new(GoalRunEvent::from(&event))));
+        let mut emitted = GoalRunEvent::from(&event);
+        let GoalRunEvent::Goal { data, .. } = &mut emitted;
+        if let Some(Value::String(output)) = data.get_mut("output") {
+            *output = clip(output);
+        }
+        scope.emit(0, EventKind::Extension(Extension::new(emitted)));
         if let Some(observer) = &self.observer {
             observer(&event);
         }
     }
 }
 
-/// The status of a decomposed goal once its sub-goals ran: achieved when the model judged it
-/// so; constrained when a limit or cancellation cut the work short; failed when most sub-goals
-/// (not counting skipped ones) did not succeed; completed otherwise.
-fn synthesis_status(children: &[GoalOutcome], achieved: bool, stopped: Option<String>) -> (GoalStatus, Option<String>) {
-    let considered = children.iter().filter(|c| c.status != GoalStatus::Skipped).count();
-    let failed = children.iter().filter(|c| c.status != GoalStatus::Skipped && !c.status.is_success()).count();
-    if achieved {
-        (GoalStatus::Achieved, None)
-    } else if let Some(stop) = stopped {
-        (GoalStatus::Constrained, Some(stop))
-    } else if failed * 2 > considered {
-        (GoalStatus::Failed, Some(format!("{failed} of {considered} sub-goals did not succeed")))
-    } else {
-        (GoalStatus::Completed, None)
-    }
-}
-
-/// A goal's result as evidence text: its summary and key findings.
-fn result_text(o: &GoalOutcome) -> String {
-    let mut text = o.result.summary.clone();
-    if !o.result.key_findings.is_empty() {
-        text.push_str("\nKey findings: ");
-        text.push_str(&o.result.key_findings.join("; "));
-    }
-    text
-}
-
-/// A synthesis made without the model: the sub-results side by side.
-fn mechanical(succeeded: &[&GoalOutcome]) -> GoalResult {
-    let summary = succeeded.iter().map(|c| format!("{}: {}", c.goal, c.result.summary)).collect::<Vec<_>>().join("\n");
-    let mut key_findings: Vec<String> = Vec::new();
-    for f in succeeded.iter().flat_map(|c| c.result.key_findings.iter()) {
-        if !key_findings.contains(f) {
-            key_findings.push(f.clone());
-        }
-    }
-    let confidences: Vec<f64> = succeeded.iter().filter_map(|c| c.result.confidence).collect();
-    let confidence = (!confidences.is_empty()).then(|| confidences.iter().sum::<f64>() / confidences.len() as f64);
-    GoalResult { summary, key_findings, confidence, limitations: Vec::new(), evidence: Vec::new() }
-}
-
-fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     recursive_core::text::clip_chars(text, 4000)
 }

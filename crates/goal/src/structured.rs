@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-/// The assess phase: is the goal directly executable, and with which action?
+/// The assess phase: is the goal directly executable, and with which action? If not, why it
+/// must be decomposed (the decomposition hears it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Assessment {
     /// Why — first, so a model writes its reasoning before its decision.
@@ -16,9 +17,12 @@ pub struct Assessment {
     pub reasoning: String,
     /// True when one action can accomplish the goal directly.
     pub executable: bool,
-    /// The action, when executable.
+    /// The action, when executable; null otherwise.
     #[serde(default)]
     pub action: Option<ActionPlan>,
+    /// When not executable: what makes decomposition necessary (\"\" when executable).
+    #[serde(default, deserialize_with = "text_or_json")]
+    pub why_decompose: String,
 }
 
 /// One action chosen for an executable goal.
@@ -41,8 +45,11 @@ pub struct Decomposition {
     /// How the goal was split.
     #[serde(default)]
     pub reasoning: String,
-    /// The sub-goals, in a sensible order.
+    /// The sub-goals, most important first (dependencies aside, they run in this order).
     pub sub_goals: Vec<SubGoalPlan>,
+    /// How the sub-goals together cover the goal, and what they leave out.
+    #[serde(default, deserialize_with = "text_or_json")]
+    pub coverage: String,
 }
 
 /// One planned sub-goal.
@@ -65,39 +72,45 @@ pub struct SubGoalPlan {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Complexity {
-    /// A single simple step.
-    Low,
+    /// One indivisible step.
+    Atomic,
+    /// A single simple step or two.
+    Simple,
     /// A few steps.
     #[default]
-    Medium,
+    Moderate,
     /// Many steps or much uncertainty.
-    High,
+    Complex,
 }
 
 impl<'de> Deserialize<'de> for Complexity {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Models write "Low", "HIGH", 2 or 7 as often as "low"; all are unambiguous.
+        // Models write "Simple", "HIGH", 2 or 7 as often as "simple"; all are unambiguous.
         let v = Value::deserialize(d)?;
         let parsed = match &v {
             Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                "low" | "simple" | "easy" | "atomic" | "trivial" => Some(Complexity::Low),
-                "medium" | "moderate" => Some(Complexity::Medium),
-                "high" | "complex" | "hard" => Some(Complexity::High),
+                "atomic" | "trivial" => Some(Complexity::Atomic),
+                "simple" | "low" | "easy" => Some(Complexity::Simple),
+                "moderate" | "medium" => Some(Complexity::Moderate),
+                "complex" | "high" | "hard" => Some(Complexity::Complex),
                 _ => None,
             },
             Value::Number(n) => n.as_f64().map(|x| match x {
-                x if x <= 3.0 => Complexity::Low,
-                x if x <= 6.0 => Complexity::Medium,
-                _ => Complexity::High,
+                x if x <= 1.0 => Complexity::Atomic,
+                x if x <= 3.0 => Complexity::Simple,
+                x if x <= 6.0 => Complexity::Moderate,
+                _ => Complexity::Complex,
             }),
-            Value::Null => Some(Complexity::Medium),
+            Value::Null => Some(Complexity::Moderate),
             _ => None,
         };
-        parsed.ok_or_else(|| serde::de::Error::custom(format!("complexity must be low, medium or high, got {v}")))
+        parsed.ok_or_else(|| {
+            serde::de::Error::custom(format!("complexity must be atomic, simple, moderate or complex, got {v}"))
+        })
     }
 }
 
-/// The check after a layer: is the parent goal already achieved?
+/// The achieved check: is the goal accomplished by the sub-goal results so far?
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AchievedCheck {
     /// Why — first, so a model writes its reasoning before its verdict.
@@ -108,9 +121,9 @@ pub struct AchievedCheck {
     /// Confidence in that judgement, 0 to 1.
     #[serde(default, deserialize_with = "confidence")]
     pub confidence: f64,
-    /// What is still missing.
-    #[serde(default)]
-    pub gaps: Vec<String>,
+    /// What is still missing (empty when achieved).
+    #[serde(default, alias = "gaps")]
+    pub remaining_gaps: Vec<String>,
 }
 
 /// The synthesize phase: the sub-results merged into the parent's result.
@@ -127,6 +140,9 @@ pub struct SynthesisOutput {
     /// What the result does not cover or may get wrong.
     #[serde(default)]
     pub limitations: Vec<String>,
+    /// Where sub-results disagree, and how the summary resolved it.
+    #[serde(default)]
+    pub contradictions: Vec<String>,
 }
 
 fn text_or_json<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -247,7 +263,9 @@ mod tests {
         let a: AchievedCheck = parse_lenient(r#"{"achieved": true, "confidence": 85}"#).unwrap();
         assert!((a.confidence - 0.85).abs() < 1e-9);
         let p: SubGoalPlan = parse_lenient(r#"{"goal": "g", "complexity": "HIGH"}"#).unwrap();
-        assert_eq!(p.complexity, Complexity::High);
+        assert_eq!(p.complexity, Complexity::Complex);
+        let a: AchievedCheck = parse_lenient(r#"{"achieved": false, "gaps": ["x"]}"#).unwrap();
+        assert_eq!(a.remaining_gaps, vec!["x"], "`gaps` is read as `remaining_gaps`");
         let a: Assessment = parse_lenient(
             r#"{"executable": true, "action": {"type": "tool", "target": "read", "input": {"path": "a"}}}"#,
         )
@@ -261,7 +279,7 @@ mod tests {
         assert_eq!(s["additionalProperties"], false);
         let mut required: Vec<&str> = s["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
         required.sort_unstable();
-        assert_eq!(required, vec!["reasoning", "sub_goals"]);
+        assert_eq!(required, vec!["coverage", "reasoning", "sub_goals"]);
         let item = &s["$defs"]["SubGoalPlan"];
         assert_eq!(item["required"].as_array().unwrap().len(), 4);
         assert!(!s.to_string().contains("\"format\""));
@@ -274,6 +292,16 @@ mod tests {
             assert_eq!(first, "reasoning", "{schema}");
         }
         let p: SubGoalPlan = parse_lenient(r#"{"goal": "g", "complexity": "atomic"}"#).unwrap();
-        assert_eq!(p.complexity, Complexity::Low, "the seed's own word for a one-step goal");
+        assert_eq!(p.complexity, Complexity::Atomic, "the seed's own word for a one-step goal");
+        let keys = |s: Value| s["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(output_schema::<Assessment>()), ["reasoning", "executable", "action", "why_decompose"]);
+        assert_eq!(
+            keys(output_schema::<SynthesisOutput>()),
+            ["summary", "key_findings", "confidence", "limitations", "contradictions"]
+        );
+        assert_eq!(
+            keys(output_schema::<Decomposition>()["$defs"]["SubGoalPlan"].clone()),
+            ["goal", "rationale", "depends_on", "complexity"]
+        );
     }
 }

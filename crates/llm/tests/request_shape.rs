@@ -146,7 +146,7 @@ async fn openai_non_streaming_mode_posts_without_stream_and_parses_json() {
     .unwrap();
     let mut request = conversation();
     request.options.response_format =
-        Some(ResponseFormat::JsonSchema { name: "weather".into(), schema: json!({"type": "object"}) });
+        Some(ResponseFormat::JsonSchema { name: "weather".into(), schema: json!({"type": "object"}), strict: false });
     let response = provider.complete(request).await.unwrap();
     assert_eq!(response.stop_reason, StopReason::ToolUse);
     assert_eq!(response.message.tool_calls[0].id, "call_9");

@@ -196,7 +196,7 @@ fn mark_cache_breakpoints(body: &mut wire::MessagesRequest) {
 fn format_instruction(format: &ResponseFormat) -> Option<String> {
     match format {
         ResponseFormat::JsonObject => Some("Answer with a single JSON object and nothing else.".into()),
-        ResponseFormat::JsonSchema { name, schema } => Some(format!(
+        ResponseFormat::JsonSchema { name, schema, .. } => Some(format!(
             "Answer with a single JSON object (`{name}`) that matches this JSON Schema, and nothing else:\n{schema}"
         )),
         _ => None,

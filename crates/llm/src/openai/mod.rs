@@ -177,8 +177,11 @@ fn arguments_text(arguments: &Value) -> String {
 fn response_format(format: &ResponseFormat) -> Option<Value> {
     match format {
         ResponseFormat::JsonObject => Some(json!({"type": "json_object"})),
-        ResponseFormat::JsonSchema { name, schema } => {
+        ResponseFormat::JsonSchema { name, schema, strict: false } => {
             Some(json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}))
+        }
+        ResponseFormat::JsonSchema { name, schema, strict: true } => {
+            Some(json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": true}}))
         }
         _ => None,
     }
@@ -615,8 +618,12 @@ mod tests {
         let schema = json!({"type": "object"});
         assert_eq!(response_format(&ResponseFormat::JsonObject), Some(json!({"type": "json_object"})));
         assert_eq!(
-            response_format(&ResponseFormat::JsonSchema { name: "out".into(), schema: schema.clone() }),
+            response_format(&ResponseFormat::JsonSchema { name: "out".into(), schema: schema.clone(), strict: false }),
             Some(json!({"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}))
+        );
+        assert_eq!(
+            response_format(&ResponseFormat::JsonSchema { name: "out".into(), schema: schema.clone(), strict: true }),
+            Some(json!({"type": "json_schema", "json_schema": {"name": "out", "schema": schema, "strict": true}}))
         );
         assert_eq!(response_format(&ResponseFormat::Text), None);
     }

@@ -1,0 +1,208 @@
+//! Resuming a pursuit from its execution log. The log is written one flushed line per event,
+//! so it survives a crash (even `kill -9`) intact up to the last event — at worst with a torn
+//! final line, which is cut off. From it a resumed pursuit takes the objective and the goal
+//! ids, the outcome of every goal that finished (restored with its sub-tree, no model call),
+//! and the assessment and plans of goals that were under way (reused, so finished sub-goals
+//! still fit their parent's plan). Goals that failed or were cut short are pursued anew.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::log::{GoalEvent, GoalEventKind};
+use crate::outcome::{GoalOutcome, GoalResult};
+use crate::structured::{ActionPlan, Assessment, Decomposition};
+
+/// What an interrupted pursuit's log says.
+#[derive(Debug, Clone)]
+pub struct ResumeLog {
+    path: PathBuf,
+    events: Vec<GoalEvent>,
+    torn: bool,
+}
+
+/// A log that cannot be resumed from.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// It could not be read or repaired.
+    #[error("{path}: {source}")]
+    Io {
+        /// The log.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line other than the last is not a goal event.
+    #[error("{path}:{line}: not a goal log event: {message}")]
+    Corrupt {
+        /// The log.
+        path: PathBuf,
+        /// The line number (from 1).
+        line: usize,
+        /// The parse error.
+        message: String,
+    },
+}
+
+impl ResumeLog {
+    /// Reads a log. A torn last line (a write cut short by a crash) is cut off the file, so the
+    /// resumed pursuit appends after whole lines; any other unreadable line is an error.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ResumeError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| ResumeError::Io { path: path.clone(), source };
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let mut events = Vec::new();
+        let mut good_bytes = 0usize;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut torn = false;
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim().is_empty() {
+                good_bytes += line.len();
+                continue;
+            }
+            match serde_json::from_str::<GoalEvent>(line) {
+                Ok(e) => {
+                    events.push(e);
+                    good_bytes += line.len();
+                }
+                Err(_) if i + 1 == lines.len() => torn = true,
+                Err(e) => return Err(ResumeError::Corrupt { path, line: i + 1, message: e.to_string() }),
+            }
+        }
+        let unterminated = !torn && !text.is_empty() && !text.ends_with('\n');
+        if torn || unterminated {
+            let mut file = OpenOptions::new().write(true).open(&path).map_err(io)?;
+            file.set_len(good_bytes as u64).map_err(io)?;
+            if unterminated {
+                file.seek(SeekFrom::End(0)).map_err(io)?;
+                file.write_all(b"\n").map_err(io)?;
+            }
+        }
+        Ok(Self { path, events, torn })
+    }
+
+    /// A log from events already in memory (e.g. [`crate::ExecutionLog::events`]).
+    pub fn from_events(path: impl Into<PathBuf>, events: Vec<GoalEvent>) -> Self {
+        Self { path: path.into(), events, torn: false }
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a torn last line was cut off.
+    pub fn was_torn(&self) -> bool {
+        self.torn
+    }
+
+    /// The objective's goal id and text: the first root goal the log started.
+    pub fn objective(&self) -> Option<(String, String)> {
+        self.events
+            .iter()
+            .find(|e| e.event == GoalEventKind::Started && e.parent_goal_id.is_none())
+            .map(|e| (e.goal_id.clone(), e.goal.clone()))
+    }
+
+    /// How many goals the log shows finished with a result.
+    pub fn finished_count(&self) -> usize {
+        let mut ids: Vec<&str> = self
+            .events
+            .iter()
+            .filter(|e| e.status.is_some_and(|s| s.has_result()))
+            .map(|e| e.goal_id.as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
+    /// The outcome of goal `id` if the log shows it finished with a result (its sub-tree
+    /// restored too); `None` when it did not finish, ended without a result, or the log's
+    /// goal of that id is another.
+    pub(crate) fn finished(&self, id: &str, goal: &str) -> Option<GoalOutcome> {
+        let last = self.last_status(id)?;
+        (last.goal == goal && last.status.is_some_and(|s| s.has_result())).then(|| self.restore(id))?
+    }
+
+    /// The assessment of goal `id`, when the log recorded one.
+    pub(crate) fn assessment(&self, id: &str, goal: &str) -> Option<Assessment> {
+        self.last_data(id, goal, GoalEventKind::Assessed, |_| true)
+    }
+
+    /// The decomposition of goal `id` in round `round`, when the log recorded one.
+    pub(crate) fn plan(&self, id: &str, goal: &str, round: u32) -> Option<Decomposition> {
+        self.last_data(id, goal, GoalEventKind::Decomposed, |d| {
+            d.get("round").and_then(Value::as_u64).unwrap_or(0) == u64::from(round)
+        })
+    }
+
+    fn last_data<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        goal: &str,
+        kind: GoalEventKind,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Option<T> {
+        let e = self.events.iter().rev().find(|e| e.goal_id == id && e.event == kind && wanted(&e.data))?;
+        if e.goal != goal {
+            return None;
+        }
+        serde_json::from_value(e.data.clone()).ok()
+    }
+
+    fn last_status(&self, id: &str) -> Option<&GoalEvent> {
+        self.events.iter().rev().find(|e| e.goal_id == id && e.status.is_some())
+    }
+
+    /// Goal `id` as the log last left it, with its sub-goals.
+    fn restore(&self, id: &str) -> Option<GoalOutcome> {
+        let last = self.last_status(id)?;
+        let status = last.status?;
+        let data = &last.data;
+        let reason = data.get("reason").and_then(Value::as_str).map(str::to_string);
+        let result: GoalResult = data
+            .get("result")
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+            .unwrap_or_else(|| GoalResult { summary: reason.clone().unwrap_or_default(), ..Default::default() });
+        let action: Option<ActionPlan> = data.get("action").and_then(|a| serde_json::from_value(a.clone()).ok());
+        let started: DateTime<Utc> = self
+            .events
+            .iter()
+            .find(|e| e.goal_id == id && e.event == GoalEventKind::Started)
+            .map_or(last.timestamp, |e| e.timestamp);
+        Some(GoalOutcome {
+            goal_id: id.to_string(),
+            goal: last.goal.clone(),
+            depth: last.depth,
+            status,
+            reason: if status.is_success() { None } else { reason },
+            action,
+            result,
+            children: self.children(id),
+            started_at: started,
+            duration_ms: (last.timestamp - started).num_milliseconds().max(0) as u64,
+            usage: data.get("usage_total").and_then(|u| serde_json::from_value(u.clone()).ok()).unwrap_or_default(),
+            cost_usd: data.get("cost_total_usd").and_then(Value::as_f64).unwrap_or(0.0),
+            run_id: last.run_id.clone(),
+            fault: None,
+        })
+    }
+
+    fn children(&self, id: &str) -> Vec<GoalOutcome> {
+        let mut ids: Vec<&str> = self
+            .events
+            .iter()
+            .filter(|e| e.parent_goal_id.as_deref() == Some(id))
+            .map(|e| e.goal_id.as_str())
+            .collect();
+        ids.sort_by_key(|c| c.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(u64::MAX));
+        ids.dedup();
+        ids.into_iter().filter_map(|c| self.restore(c)).collect()
+    }
+}

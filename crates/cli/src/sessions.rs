@@ -56,12 +56,24 @@ pub fn root() -> anyhow::Result<PathBuf> {
     Ok(data.join("recursive").join("sessions"))
 }
 
+/// Where goal pursuits keep their execution logs (`<id>.jsonl`), for `goal --resume ID`.
+pub fn goals_root() -> anyhow::Result<PathBuf> {
+    let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for goal logs (set HOME)"))?;
+    Ok(data.join("recursive").join("goals"))
+}
+
+/// A new id, sortable by creation time: `20261125-141502-3fa9c1`.
+pub fn new_id() -> String {
+    let now = chrono::Local::now();
+    format!("{}-{}", now.format("%Y%m%d-%H%M%S"), &uuid::Uuid::new_v4().simple().to_string()[..6])
+}
+
 impl Session {
     /// A new session for `title` in `workspace`; its transcript is `transcript` when given
     /// (`--transcript`), else the session's own.
     pub fn create(workspace: &Path, model: &str, title: &str, transcript: Option<&Path>) -> anyhow::Result<Session> {
         let now = chrono::Local::now();
-        let id = format!("{}-{}", now.format("%Y%m%d-%H%M%S"), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+        let id = new_id();
         let dir = root()?.join(&id);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the session directory {}", dir.display()))?;
         let transcript = match transcript {

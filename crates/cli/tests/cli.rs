@@ -249,6 +249,7 @@ fn goal_command_decomposes_logs_and_traces_the_tree() {
             "{\"achieved\": false, \"confidence\": 0.2, \"gaps\": [\"no summary yet\"], \"reasoning\": \"only read\"}",
             "{\"executable\": true, \"reasoning\": \"analysis\", \"action\": {\"type\": \"analyze\", \"target\": \"\", \"input\": \"summarize the notes\"}}",
             "The notes greet the world.",
+            "{\"reasoning\": \"both done\", \"achieved\": true, \"confidence\": 0.9, \"remaining_gaps\": []}",
             "{\"summary\": \"The notes say hello world.\", \"key_findings\": [\"greeting\"], \"confidence\": 0.9, \"limitations\": []}"
         ]),
     );
@@ -256,7 +257,7 @@ fn goal_command_decomposes_logs_and_traces_the_tree() {
     let out = env.run(&["goal", "Summarize the notes", "--mock-script", s(&script), "--log", s(&log), "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
-    assert_eq!(v["status"], "completed");
+    assert_eq!(v["status"], "achieved");
     assert_eq!(v["result"]["summary"], "The notes say hello world.");
     assert_eq!(v["children"].as_array().unwrap().len(), 2);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -267,7 +268,7 @@ fn goal_command_decomposes_logs_and_traces_the_tree() {
     let text = String::from_utf8_lossy(&trace.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
-    assert!(lines[0].starts_with("goal-d0 [completed]") && lines[0].contains("105 tok"), "{text}");
+    assert!(lines[0].starts_with("goal-d0 [achieved]") && lines[0].contains("120 tok"), "{text}");
     assert!(lines[1].starts_with("  goal-d1 [completed]") && lines[1].ends_with("Read notes.txt"), "{text}");
     assert!(lines[2].contains("30 tok") && lines[2].ends_with("Summarize what the notes say"), "{text}");
 }

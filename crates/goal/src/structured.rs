@@ -20,7 +20,7 @@ pub struct Assessment {
     /// The action, when executable; null otherwise.
     #[serde(default)]
     pub action: Option<ActionPlan>,
-    /// When not executable: what makes decomposition necessary (\"\" when executable).
+    /// When not executable: what makes decomposition necessary (empty when executable).
     #[serde(default, deserialize_with = "text_or_json")]
     pub why_decompose: String,
 }
@@ -189,15 +189,76 @@ pub fn parse_lenient<T: DeserializeOwned>(raw: &str) -> Result<T, ParseError> {
 }
 
 /// The JSON Schema of `T` shaped for providers' strict structured-output modes: every object
-/// lists all its properties as required and allows no others, and keywords those modes reject
-/// (`format`, `default`, `$schema`) are removed. Parsing stays lenient either way.
+/// lists all its properties as required and allows no others; a choice of string constants
+/// becomes an `enum` written in place; keywords those modes reject (`format`, `default`,
+/// `$schema`, `title`) are removed. Parsing stays lenient either way.
 pub fn output_schema<T: JsonSchema>() -> Value {
     let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| serde_json::json!({}));
     strictify(&mut v);
     if let Some(o) = v.as_object_mut() {
         o.remove("$schema");
+        o.remove("title");
     }
+    inline_enums(&mut v);
     v
+}
+
+/// Replaces each `$ref` to a string enum with the enum itself (keeping the referring
+/// schema's description) and drops such definitions: strict modes accept `$ref` only alone.
+fn inline_enums(root: &mut Value) {
+    let Some(defs) = root.get("$defs").and_then(Value::as_object).cloned() else { return };
+    let enums: serde_json::Map<String, Value> =
+        defs.into_iter().filter(|(_, d)| d.get("enum").is_some() && d.get("properties").is_none()).collect();
+    if enums.is_empty() {
+        return;
+    }
+    replace_refs(root, &enums);
+    if let Some(Value::Object(defs)) = root.get_mut("$defs") {
+        defs.retain(|name, _| !enums.contains_key(name));
+    }
+}
+
+fn replace_refs(v: &mut Value, enums: &serde_json::Map<String, Value>) {
+    match v {
+        Value::Object(o) => {
+            let target = o.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"));
+            if let Some(def) = target.and_then(|name| enums.get(name)) {
+                let description = o.get("description").cloned();
+                *o = def.as_object().cloned().unwrap_or_default();
+                if let Some(d) = description {
+                    o.insert("description".into(), d);
+                }
+                return;
+            }
+            o.values_mut().for_each(|c| replace_refs(c, enums));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|c| replace_refs(c, enums)),
+        _ => {}
+    }
+}
+
+/// `oneOf` of string constants (how a documented enum comes out) as one `enum`, with each
+/// constant's description kept in the schema's description.
+fn constants_as_enum(o: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Array(options)) = o.get("oneOf") else { return };
+    let constants: Option<Vec<(Value, Option<String>)>> = options
+        .iter()
+        .map(|opt| {
+            opt.get("const").cloned().map(|c| (c, opt.get("description").and_then(Value::as_str).map(str::to_string)))
+        })
+        .collect();
+    let Some(constants) = constants else { return };
+    let notes: Vec<String> = constants
+        .iter()
+        .filter_map(|(c, d)| d.as_ref().map(|d| format!("{}: {d}", c.as_str().unwrap_or_default())))
+        .collect();
+    o.remove("oneOf");
+    o.insert("type".into(), Value::String("string".into()));
+    o.insert("enum".into(), Value::Array(constants.into_iter().map(|(c, _)| c).collect()));
+    if !notes.is_empty() {
+        let lead = o.get("description").and_then(Value::as_str).unwrap_or_default().to_string();
+        o.insert("description".into(), Value::String(format!("{lead} ({})", notes.join("; ")).trim().to_string()));
+    }
 }
 
 fn strictify(v: &mut Value) {
@@ -205,6 +266,7 @@ fn strictify(v: &mut Value) {
         Value::Object(o) => {
             o.remove("format");
             o.remove("default");
+            constants_as_enum(o);
             if let Some(Value::Object(props)) = o.get("properties") {
                 let names: Vec<Value> = props.keys().cloned().map(Value::String).collect();
                 o.insert("required".into(), Value::Array(names));
@@ -283,6 +345,14 @@ mod tests {
         let item = &s["$defs"]["SubGoalPlan"];
         assert_eq!(item["required"].as_array().unwrap().len(), 4);
         assert!(!s.to_string().contains("\"format\""));
+        // Strict modes take `enum`, not `oneOf` of constants, and `$ref` only alone.
+        let text = s.to_string();
+        assert!(!text.contains("oneOf") && !text.contains("const"), "{text}");
+        assert_eq!(
+            item["properties"]["complexity"]["enum"],
+            serde_json::json!(["atomic", "simple", "moderate", "complex"])
+        );
+        assert!(s["$defs"].get("Complexity").is_none());
     }
 
     #[test]

@@ -179,6 +179,15 @@ impl GoalPursuer {
             if !done.iter().any(|o| o.status.has_result()) || self.spending_stop(p, scope).is_some() {
                 continue;
             }
+            // A resumed pursuit does not check again where the interrupted attempt checked
+            // and went on: the batch was restored whole and work remains.
+            let restored = |i: &usize| {
+                let id = format!("{}.{}", node.id, offset + i + 1);
+                p.resume.as_ref().is_some_and(|r| r.finished(&id, &plan.subs[*i].goal).is_some())
+            };
+            if !rest.is_empty() && batch.iter().all(restored) {
+                continue;
+            }
             let pending: Vec<String> = rest.iter().map(|&i| plan.subs[i].goal.clone()).collect();
             match self.check(node, scope, ctx, &done, pending).await {
                 Verdict::Achieved(check) => {

@@ -94,8 +94,12 @@ impl fmt::Display for PairingViolation {
     }
 }
 
+/// Answers a request, or passes it on (`None`) to the rules and the script.
+type Responder = Arc<dyn Fn(&RecordedRequest) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct State {
+    responder: Option<Responder>,
     rules: Vec<(String, Reply)>,
     queue: VecDeque<Reply>,
     fallback: Option<Reply>,
@@ -201,6 +205,13 @@ impl ModelServer {
     /// first). A request ending with tool results never matches a rule.
     pub fn when(&self, needle: impl Into<String>, reply: Reply) -> &Self {
         lock(&self.state).rules.push((needle.into(), reply));
+        self
+    }
+
+    /// A function consulted first for every request (before rules and the script): a reply
+    /// answers it, `None` passes it on. For servers that answer by what a request says.
+    pub fn respond_with(&self, f: impl Fn(&RecordedRequest) -> Option<Reply> + Send + Sync + 'static) -> &Self {
+        lock(&self.state).responder = Some(Arc::new(f));
         self
     }
 
@@ -353,11 +364,12 @@ fn record_and_choose(state: &Mutex<State>, incoming: Incoming) -> (RecordedReque
         state.violations.push(PairingViolation { request: index, error });
     }
     let last_user = recorded.last_user_text();
+    let responded = state.responder.as_ref().and_then(|f| f(&recorded));
     let ruled = last_user
         .as_deref()
         .and_then(|text| state.rules.iter().find(|(needle, _)| text.contains(needle.as_str())))
         .map(|(_, reply)| reply.clone());
-    let reply = match ruled.or_else(|| state.queue.pop_front()).or_else(|| state.fallback.clone()) {
+    let reply = match responded.or(ruled).or_else(|| state.queue.pop_front()).or_else(|| state.fallback.clone()) {
         Some(r) => r,
         None => {
             state.unscripted.push(index);

@@ -1,13 +1,16 @@
 //! `recursive goal`: pursues an objective by recursive decomposition, showing the goal tree
-//! live on stderr, with tools, sub-agents and (given `--input`) an RLM to delegate to.
+//! live on stderr, with tools, sub-agents (`--agent`) and (given `--input`) an RLM to delegate
+//! to. Every pursuit keeps its execution log (by default under the user's data directory), so
+//! an interrupted one continues with `--resume ID_OR_LOG`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::Args;
 use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, RunScope};
-use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalPursuer};
+use recursive_core::{RunLimits, ToolInvoker};
+use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalPursuer, ResumeLog};
 use serde_json::json;
 
 use crate::ProviderArgs;
@@ -17,8 +20,13 @@ use crate::provider::{self, ConfigError};
 /// Arguments of `goal`.
 #[derive(Debug, Args)]
 pub struct GoalArgs {
-    /// The objective.
-    pub objective: String,
+    /// The objective (not with `--resume`, which takes it from the log).
+    #[arg(required_unless_present = "resume", conflicts_with = "resume")]
+    pub objective: Option<String>,
+    /// Continue an interrupted pursuit from its log: the id printed when it started, or the
+    /// log's path. Goals it finished are not pursued again.
+    #[arg(long, value_name = "ID_OR_LOG")]
+    pub resume: Option<String>,
     #[command(flatten)]
     pub provider: ProviderArgs,
     /// Deepest goal level.
@@ -43,9 +51,32 @@ pub struct GoalArgs {
     /// Embedding model for `--embeddings-url`.
     #[arg(long, default_value = "text-embedding-3-small")]
     pub embeddings_model: String,
-    /// Append the goal execution log (JSONL) to this file.
-    #[arg(long, value_name = "PATH")]
+    /// Append the goal execution log (JSONL) to this file (default: a new file under the
+    /// user's data directory, named by the pursuit's id).
+    #[arg(long, value_name = "PATH", conflicts_with = "resume")]
     pub log: Option<PathBuf>,
+    /// Characters a prompt may have; evidence and results are shortened, visibly, to fit.
+    #[arg(long, value_name = "CHARS", default_value_t = 24_000)]
+    pub prompt_chars: usize,
+    /// Characters a goal's result may have; longer action outputs are digested by the model.
+    #[arg(long, value_name = "CHARS", default_value_t = 2_000)]
+    pub result_chars: usize,
+    /// Most sub-goals one decomposition may have.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub max_subgoals: usize,
+    /// Sub-goals run at most this many at once; the achieved check runs after each batch.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub layer_concurrency: usize,
+    /// How many more times the model is asked after an unusable JSON reply.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub json_retries: u32,
+    /// How many more times a goal judged not achieved is decomposed for its remaining gaps.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gap_rounds: u32,
+    /// A sub-agent goals may be delegated to (the `delegate` action): NAME=FILE, a TOML
+    /// definition as for `run --agent` (repeatable).
+    #[arg(long = "agent", value_name = "NAME=FILE")]
+    pub agents: Vec<String>,
     /// Print the outcome tree as one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -120,20 +151,16 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
             DEFAULT_MAX_COST
         }
     };
-    let mut goal_config = GoalConfig::default();
-    goal_config.constraints.max_depth = args.max_depth;
-    goal_config.constraints.max_time = super::seconds("--max-time", args.max_time)?;
-    goal_config.constraints.max_cost_usd = max_cost;
-    goal_config.constraints.max_goals = args.max_goals as usize;
-    if !(0.0..=1.0).contains(&args.similarity_threshold) {
-        return Err(ConfigError(format!(
-            "--similarity-threshold {}: expected a number between 0 and 1",
-            args.similarity_threshold
-        ))
-        .into());
-    }
-    goal_config.similarity_threshold = args.similarity_threshold;
-    goal_config.options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
+    let goal_config = goal_config(&args, max_cost, settings.model.clone().unwrap_or_default())?;
+    // Bad sub-agent files and a bad log to resume are reported before any model is called.
+    let agent_files =
+        args.agents.iter().map(String::as_str).map(super::run::load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
+    let resume = args.resume.as_deref().map(resume_log).transpose()?;
+    let log_path = match (&resume, &args.log) {
+        (Some(r), _) => r.path().to_path_buf(),
+        (None, Some(path)) => path.clone(),
+        (None, None) => crate::sessions::goals_root()?.join(format!("{}.jsonl", crate::sessions::new_id())),
+    };
 
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
     // level of the run tree, plus a level for the work a goal delegates.
@@ -141,18 +168,11 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         .with_max_depth(goal_config.run_tree_depth());
     let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, 0)?;
     let tools = setup.invoker(setup.read_only.clone());
+    let options = goal_config.options.clone();
     let mut pursuer = GoalPursuer::new(provider.clone(), tools.clone(), goal_config);
-    if !args.inputs.is_empty() {
-        let inputs = super::rlm::load_inputs(&args.inputs)?;
-        let rlm_config = recursive_rlm::RlmConfig {
-            primary_options: ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() },
-            sub_options: ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() },
-            ..Default::default()
-        };
-        let rlm = recursive_rlm::Rlm::new(provider.clone(), provider.clone(), rlm_config)?.with_host_tools(tools)?;
-        pursuer
-            .actions_mut()
-            .register(Arc::new(DelegateAction::new().with("rlm", Arc::new(RlmDelegate { rlm, inputs }))));
+    let delegates = delegates(&args, agent_files, &setup, &provider, &options, tools)?;
+    if let Some(delegates) = delegates {
+        pursuer.actions_mut().register(Arc::new(delegates));
     }
     if let Some(url) = &args.embeddings_url {
         let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
@@ -161,15 +181,132 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         }
         pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
-    if let Some(path) = &args.log {
-        pursuer = pursuer.with_log(path)?;
+    pursuer = pursuer.with_log(&log_path)?;
+    if !args.provider.quiet {
+        match &resume {
+            Some(r) => eprintln!(
+                "resuming from {} ({} goal(s) finished before{})",
+                log_path.display(),
+                r.finished_count(),
+                if r.was_torn() { "; a torn last line was cut off" } else { "" }
+            ),
+            None => eprintln!("goal log: {}", log_path.display()),
+        }
     }
-    let (outcome, finish) = pursuer.pursue_as_run(&args.objective, &scope).await?;
+    let (outcome, finish) = match resume {
+        Some(log) => pursuer.resume_as_run(log, &scope).await?,
+        None => pursuer.pursue_as_run(args.objective.as_deref().unwrap_or_default(), &scope).await?,
+    };
+    report(&args, &outcome, &finish, &log_path)?;
+    Ok(finish.exit_code() as u8)
+}
+
+/// The pursuit's settings from the command line.
+fn goal_config(args: &GoalArgs, max_cost: f64, model: String) -> anyhow::Result<GoalConfig> {
+    let mut c = GoalConfig::default();
+    c.constraints.max_depth = args.max_depth;
+    c.constraints.max_time = super::seconds("--max-time", args.max_time)?;
+    c.constraints.max_cost_usd = max_cost;
+    c.constraints.max_goals = args.max_goals as usize;
+    if !(0.0..=1.0).contains(&args.similarity_threshold) {
+        return Err(ConfigError(format!(
+            "--similarity-threshold {}: expected a number between 0 and 1",
+            args.similarity_threshold
+        ))
+        .into());
+    }
+    for (flag, value, min) in [
+        ("--prompt-chars", args.prompt_chars, 2_000),
+        ("--result-chars", args.result_chars, 200),
+        ("--max-subgoals", args.max_subgoals, 1),
+        ("--layer-concurrency", args.layer_concurrency, 1),
+    ] {
+        if value < min {
+            return Err(ConfigError(format!("{flag} {value}: expected at least {min}")).into());
+        }
+    }
+    if args.result_chars * 2 > args.prompt_chars {
+        return Err(ConfigError(format!(
+            "--result-chars {} must be at most half of --prompt-chars {}",
+            args.result_chars, args.prompt_chars
+        ))
+        .into());
+    }
+    c.similarity_threshold = args.similarity_threshold;
+    c.prompt_chars = args.prompt_chars;
+    c.result_chars = args.result_chars;
+    c.max_subgoals = args.max_subgoals;
+    c.layer_concurrency = args.layer_concurrency;
+    c.json_retries = args.json_retries;
+    c.gap_rounds = args.gap_rounds;
+    c.options = ChatOptions { model, ..Default::default() };
+    Ok(c)
+}
+
+/// The log to resume: a path to an existing file, else a pursuit id.
+fn resume_log(spec: &str) -> anyhow::Result<ResumeLog> {
+    let path = if Path::new(spec).is_file() {
+        PathBuf::from(spec)
+    } else if spec.is_empty() || spec.contains(['/', '\\']) || spec.starts_with('.') {
+        return Err(ConfigError(format!("--resume {spec}: no such goal log")).into());
+    } else {
+        let path = crate::sessions::goals_root()?.join(format!("{spec}.jsonl"));
+        if !path.is_file() {
+            return Err(ConfigError(format!(
+                "--resume {spec}: no goal log with that id (looked for {})",
+                path.display()
+            ))
+            .into());
+        }
+        path
+    };
+    let log = ResumeLog::open(&path).map_err(|e| ConfigError(format!("--resume: {e}")))?;
+    if log.objective().is_none() {
+        return Err(ConfigError(format!("--resume: {} holds no pursuit", path.display())).into());
+    }
+    Ok(log)
+}
+
+/// The `delegate` action: the `--agent` sub-agents and, given `--input`, an RLM.
+fn delegates(
+    args: &GoalArgs,
+    agent_files: Vec<(String, super::run::AgentFile)>,
+    setup: &super::ToolSetup,
+    provider: &Arc<dyn ChatProvider>,
+    options: &ChatOptions,
+    tools: ToolInvoker,
+) -> anyhow::Result<Option<DelegateAction>> {
+    let mut action = DelegateAction::new();
+    let limits = RunLimits::default();
+    for sub in super::run::sub_agents(agent_files, setup, provider, options, &limits)? {
+        action = action.with_sub_agent(Arc::new(sub));
+    }
+    if !args.inputs.is_empty() {
+        let inputs = super::rlm::load_inputs(&args.inputs)?;
+        let rlm_config = recursive_rlm::RlmConfig {
+            primary_options: options.clone(),
+            sub_options: options.clone(),
+            ..Default::default()
+        };
+        let rlm = recursive_rlm::Rlm::new(provider.clone(), provider.clone(), rlm_config)?.with_host_tools(tools)?;
+        action = action.with("rlm", Arc::new(RlmDelegate { rlm, inputs }));
+    }
+    Ok((!action.names().is_empty()).then_some(action))
+}
+
+/// Prints the outcome: the result on stdout (or the tree as JSON), a summary line on stderr.
+fn report(
+    args: &GoalArgs,
+    outcome: &recursive_goal::GoalOutcome,
+    finish: &recursive_core::FinishReason,
+    log: &Path,
+) -> anyhow::Result<()> {
     if args.json {
-        let mut v = serde_json::to_value(&outcome)?;
+        let mut v = serde_json::to_value(outcome)?;
         if let Some(obj) = v.as_object_mut() {
             obj.insert("outcome".into(), json!(finish.as_str()));
             obj.insert("error".into(), json!(outcome.fault));
+            obj.insert("log".into(), json!(log));
         }
         println!("{}", serde_json::to_string(&v)?);
     } else if outcome.result.summary.is_empty() {
@@ -190,5 +327,11 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     if let Some(fault) = &outcome.fault {
         eprintln!("error: {fault}");
     }
-    Ok(finish.exit_code() as u8)
+    if !outcome.status.is_success() && !args.provider.quiet {
+        let id = log.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let under_data = crate::sessions::goals_root().is_ok_and(|root| log.starts_with(root));
+        let spec = if under_data { id.to_string() } else { log.display().to_string() };
+        eprintln!("continue it with: recursive goal --resume {spec}");
+    }
+    Ok(())
 }

@@ -105,6 +105,36 @@ pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
     Ok((def.name.clone().unwrap_or_else(|| name.to_string()), def))
 }
 
+/// Sub-agents from their definitions, under the tree's one policy: they ask, allow and deny
+/// by the same rules as the agent that calls them.
+pub fn sub_agents(
+    files: Vec<(String, AgentFile)>,
+    setup: &super::ToolSetup,
+    provider: &Arc<dyn recursive_core::ChatProvider>,
+    options: &ChatOptions,
+    limits: &RunLimits,
+) -> anyhow::Result<Vec<recursive_core::SubAgent>> {
+    let mut out = Vec::new();
+    for (name, def) in files {
+        let sub_tools = setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
+        let mut sub_options = options.clone();
+        if let Some(m) = def.model {
+            sub_options.model = m;
+        }
+        let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
+        let agent =
+            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
+                name: name.clone(),
+                system_prompt: def.system_prompt,
+                options: sub_options,
+                limits: sub_limits,
+                ..Default::default()
+            });
+        out.push(recursive_core::SubAgent::new(name, def.description, agent));
+    }
+    Ok(out)
+}
+
 /// What the model is told when its plan is approved.
 pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
 
@@ -223,23 +253,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         reasoning_effort: args.reasoning_effort.clone(),
         ..Default::default()
     };
-    // One policy for the whole tree: sub-agents ask, allow and deny by the same rules.
-    for (name, def) in agent_files {
-        let sub_tools = setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
-        let mut sub_options = options.clone();
-        if let Some(m) = def.model {
-            sub_options.model = m;
-        }
-        let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
-        let agent =
-            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
-                name: name.clone(),
-                system_prompt: def.system_prompt,
-                options: sub_options,
-                limits: sub_limits,
-                ..Default::default()
-            });
-        let sub = recursive_core::SubAgent::new(name, def.description, agent);
+    for sub in sub_agents(agent_files, &setup, &provider, &options, &limits)? {
         tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
     }
 

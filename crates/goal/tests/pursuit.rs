@@ -30,6 +30,8 @@ struct World {
     /// Goals the final check (nothing left to pursue) judges not achieved; others it judges
     /// achieved.
     not_achieved: Vec<String>,
+    /// A check of this goal says achieved once its prompt contains this text.
+    achieved_when: Vec<(String, String)>,
     cost_per_call: Option<f64>,
     /// Replies used for the first decompose request of a goal (then `plans`).
     first_decompose: HashMap<String, String>,
@@ -57,6 +59,11 @@ impl World {
 
     fn achieved(mut self, goal: &str) -> Self {
         self.achieved.push(goal.into());
+        self
+    }
+
+    fn achieved_when(mut self, goal: &str, needle: &str) -> Self {
+        self.achieved_when.push((goal.into(), needle.into()));
         self
     }
 
@@ -90,7 +97,8 @@ impl World {
             }
             "check" => {
                 let last = user_text(req).contains("(none: every planned sub-goal has run)");
-                let achieved = self.achieved.contains(&goal) || (last && !self.not_achieved.contains(&goal));
+                let seen = self.achieved_when.iter().any(|(g, needle)| *g == goal && user_text(req).contains(needle));
+                let achieved = seen || self.achieved.contains(&goal) || (last && !self.not_achieved.contains(&goal));
                 let gaps: Vec<String> = if achieved { vec![] } else { vec![format!("more about {goal}")] };
                 json!({ "reasoning": "judged", "achieved": achieved, "confidence": 0.9, "remaining_gaps": gaps })
                     .to_string()
@@ -425,6 +433,104 @@ async fn achieved_goal_skips_its_remaining_sub_goals() {
     assert!(requests.iter().all(|r| goal_of(r) != "Compare prices" && goal_of(r) != "Read reviews"));
     assert_eq!(out.result.summary, "synthesis of Find a hotel");
     assert!(!out.result.limitations.iter().any(|l| l.contains("Compare prices")), "skipped goals are not failures");
+}
+
+#[tokio::test]
+async fn a_flat_plan_stops_early_once_achieved() {
+    let places: Vec<Value> = (1..=5).map(|i| sub(&format!("Look in place {i}"), &[])).collect();
+    let provider = World::new()
+        .plan("Find the config value", json!(places))
+        .achieved_when("Find the config value", "result of Look in place 2")
+        .provider();
+    let config = GoalConfig { layer_concurrency: 1, ..Default::default() };
+
+    let out = pursuer(&provider, config).pursue("Find the config value", &RunScope::detached("t")).await.unwrap();
+
+    assert_eq!(out.status, GoalStatus::Achieved);
+    let statuses: Vec<GoalStatus> = out.children.iter().map(|c| c.status).collect();
+    use GoalStatus::{Completed, Skipped};
+    assert_eq!(statuses, [Completed, Completed, Skipped, Skipped, Skipped]);
+    let requests = provider.requests();
+    for i in 3..=5 {
+        assert!(requests.iter().all(|r| goal_of(r) != format!("Look in place {i}")), "place {i} was pursued");
+    }
+    // Checked after each result, in plan order: the first check had four places pending.
+    let checks = requests_for(&requests, "check", "Find the config value");
+    assert_eq!(checks.len(), 2);
+    assert!(user_text(checks[0]).contains("Sub-goals not yet pursued:\n- Look in place 2\n- Look in place 3"));
+}
+
+/// A log of 53,000 characters.
+struct ReadLog;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ReadLogArgs {
+    name: String,
+}
+
+#[async_trait]
+impl TypedTool for ReadLog {
+    type Args = ReadLogArgs;
+    fn name(&self) -> &str {
+        "read_log"
+    }
+    fn description(&self) -> String {
+        "Reads a service log.".into()
+    }
+    async fn run(&self, args: ReadLogArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let line = |i: usize| format!("{} {i:05}: request served in {} ms, status 200\n", args.name, i % 97);
+        Ok((0..1000).map(line).collect::<String>().chars().take(53_000).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_three_level_pursuit_over_large_tool_outputs_keeps_every_prompt_within_the_budget() {
+    let read = |name: &str| json!({ "type": "tool", "target": "read_log", "input": { "name": name } });
+    let provider = World::new()
+        .plan("Audit the fleet", json!([sub("Audit the web tier", &[]), sub("Audit the data tier", &[])]))
+        .plan("Audit the web tier", json!([sub("Read log web-1", &[]), sub("Read log web-2", &[])]))
+        .plan(
+            "Audit the data tier",
+            json!([sub("Read log db-1", &[]), sub("Read log db-2", &[]), sub("Correlate the logs", &[0, 1])]),
+        )
+        .action("Read log web-1", read("web-1"))
+        .action("Read log web-2", read("web-2"))
+        .action("Read log db-1", read("db-1"))
+        .action("Read log db-2", read("db-2"))
+        .provider();
+    let mut tools = ToolRegistry::new();
+    tools.register_typed(ReadLog);
+    let config = GoalConfig { prompt_chars: 6_000, result_chars: 800, ..Default::default() };
+    let p = GoalPursuer::new(Arc::new(provider.clone()), ToolInvoker::new(tools), config);
+
+    let out = p.pursue("Audit the fleet", &RunScope::detached("t")).await.unwrap();
+
+    assert_eq!(out.status, GoalStatus::Achieved);
+    let requests = provider.requests();
+    for r in &requests {
+        let chars: usize = r.messages.iter().map(|m| m.content.chars().count()).sum();
+        assert!(chars <= 6_000, "a {} prompt of {chars} characters for {}", step_of(r), goal_of(r));
+    }
+    // Every log was digested part by part rather than passed on whole.
+    // Every log was digested part by part (the first and last parts of a budget this small)
+    // rather than passed on whole, and the result says what was not read.
+    assert_eq!(requests_for(&requests, "digest", "Read log db-1").len(), 8);
+    for leaf in out.walk().into_iter().filter(|g| g.goal.starts_with("Read log")) {
+        assert!(leaf.result.summary.chars().count() <= 800, "{}: {}", leaf.goal, leaf.result.summary.len());
+        let reference = leaf.result.evidence[0].reference.clone().unwrap();
+        assert!(reference.contains("raw output (") && reference.contains("`executed` event"), "{reference}");
+        assert!(leaf.result.limitations.iter().any(|l| l.contains("parts of the output")), "{:?}", leaf.result);
+    }
+    // The raw output stays in the log, whole.
+    let executed = p.log().events().into_iter().find(|e| e.event == GoalEventKind::Executed).unwrap();
+    assert!(executed.data["output"].as_str().unwrap().chars().count() > 40_000, "as the tool gave it");
+    assert_eq!(executed.data["digested"], true);
+    // The dependent goal saw both logs it depends on.
+    let correlate = user_text(requests_for(&requests, "assess", "Correlate the logs")[0]);
+    assert!(
+        correlate.contains("- Read log db-1 (sub-goal)") && correlate.contains("- Read log db-2 (sub-goal)"),
+        "{correlate}"
+    );
 }
 
 #[tokio::test]

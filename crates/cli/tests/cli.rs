@@ -271,6 +271,12 @@ fn goal_command_decomposes_logs_and_traces_the_tree() {
     assert!(lines[0].starts_with("goal-d0 [achieved]") && lines[0].contains("120 tok"), "{text}");
     assert!(lines[1].starts_with("  goal-d1 [completed]") && lines[1].ends_with("Read notes.txt"), "{text}");
     assert!(lines[2].contains("30 tok") && lines[2].ends_with("Summarize what the notes say"), "{text}");
+
+    // The raw output behind a goal's result is in the log, and `--raw` shows it under the goal.
+    let raw = env.run(&["trace", s(&log), "--goal", "Read notes", "--raw"]);
+    let text = String::from_utf8_lossy(&raw.stdout);
+    let notes = std::fs::read_to_string(env.path("notes.txt")).unwrap();
+    assert!(text.lines().nth(1).is_some_and(|l| l.ends_with(notes.lines().next().unwrap())), "{text}");
 }
 
 #[test]

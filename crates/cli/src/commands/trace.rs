@@ -24,6 +24,10 @@ pub struct TraceArgs {
     /// Print the tree as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Under each goal of a goal log, print the raw output of its action (what its result
+    /// digests; the log keeps it whole).
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// One node of the printed tree.
@@ -57,6 +61,9 @@ pub struct Node {
     /// finish reason.
     #[serde(skip)]
     pub settled: bool,
+    /// The raw output of a goal's action, from its `executed` log event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
 }
 
 /// A tree of nodes keyed by id, with roots in order of appearance.
@@ -64,6 +71,8 @@ pub struct Node {
 pub struct Tree {
     nodes: BTreeMap<String, Node>,
     order: Vec<String>,
+    /// Print raw action outputs under their goals.
+    pub show_raw: bool,
 }
 
 impl Tree {
@@ -139,6 +148,11 @@ impl Tree {
         n.depth = e.depth;
         n.parent = e.parent_goal_id.clone();
         n.status = e.status.map(|s| s.to_string()).unwrap_or_else(|| e.event.as_str().to_string());
+        if e.event == recursive_goal::GoalEventKind::Executed
+            && let Some(output) = e.data.get("output").and_then(Value::as_str)
+        {
+            n.raw = Some(output.to_string());
+        }
         if let Some(u) = e.data.get("usage_total").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()) {
             let cost = e.data.get("cost_total_usd").and_then(Value::as_f64).unwrap_or(0.0);
             n.reported_total = Some((u, cost));
@@ -200,6 +214,12 @@ impl Tree {
             cost,
             recursive_core::event::clip(&n.goal, 100)
         ));
+        if let (true, Some(raw)) = (self.show_raw, &n.raw) {
+            let pad = "  ".repeat(indent + 2);
+            for line in raw.lines() {
+                out.push_str(&format!("{pad}{line}\n"));
+            }
+        }
         for c in &n.children {
             self.render(c, indent + 1, out);
         }
@@ -270,7 +290,8 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
 
 /// Prints the tree.
 pub fn execute(args: TraceArgs) -> anyhow::Result<u8> {
-    let tree = read_tree(&args.path)?;
+    let mut tree = read_tree(&args.path)?;
+    tree.show_raw = args.raw;
     if args.json {
         let nodes: Vec<&Node> = tree.order.iter().map(|id| &tree.nodes[id]).collect();
         println!("{}", serde_json::to_string_pretty(&nodes)?);

@@ -101,10 +101,12 @@ impl ResumeLog {
         self.torn
     }
 
-    /// The objective's goal id and text: the first root goal the log started.
+    /// The objective's goal id and text: the root goal the log started last (a log appended to
+    /// by several pursuits resumes the latest).
     pub fn objective(&self) -> Option<(String, String)> {
         self.events
             .iter()
+            .rev()
             .find(|e| e.event == GoalEventKind::Started && e.parent_goal_id.is_none())
             .map(|e| (e.goal_id.clone(), e.goal.clone()))
     }
@@ -204,5 +206,66 @@ impl ResumeLog {
         ids.sort_by_key(|c| c.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(u64::MAX));
         ids.dedup();
         ids.into_iter().filter_map(|c| self.restore(c)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::GoalStatus;
+    use serde_json::json;
+
+    fn event(id: &str, goal: &str, kind: GoalEventKind, status: Option<GoalStatus>, data: Value) -> String {
+        let parent = id.rsplit_once('.').map(|(p, _)| p.to_string());
+        let e = GoalEvent {
+            timestamp: Utc::now(),
+            event: kind,
+            goal_id: id.into(),
+            goal: goal.into(),
+            depth: id.matches('.').count() as u32,
+            parent_goal_id: parent,
+            parent_goal: None,
+            status,
+            run_id: None,
+            data,
+        };
+        format!("{}\n", serde_json::to_string(&e).unwrap())
+    }
+
+    #[test]
+    fn a_torn_last_line_is_cut_off_and_finished_goals_are_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.jsonl");
+        let done = json!({"result": {"summary": "read it", "key_findings": [], "confidence": null,
+                                      "limitations": [], "evidence": []}});
+        let whole = [
+            event("1", "objective", GoalEventKind::Started, None, json!({})),
+            event("1.1", "read a", GoalEventKind::Started, None, json!({})),
+            event("1.1", "read a", GoalEventKind::Executed, Some(GoalStatus::Completed), done),
+            event("1.2", "read b", GoalEventKind::Started, None, json!({})),
+        ]
+        .concat();
+        std::fs::write(&path, format!("{whole}{{\"timestamp\": \"2026-")).unwrap();
+
+        let log = ResumeLog::open(&path).unwrap();
+
+        assert!(log.was_torn());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), whole, "the torn line is cut off the file");
+        assert_eq!(log.objective(), Some(("1".into(), "objective".into())));
+        let a = log.finished("1.1", "read a").unwrap();
+        assert_eq!((a.status, a.result.summary.as_str()), (GoalStatus::Completed, "read it"));
+        assert!(log.finished("1.1", "another goal").is_none(), "an id with another goal is not restored");
+        assert!(log.finished("1.2", "read b").is_none(), "an unfinished goal is pursued again");
+        assert_eq!(log.finished_count(), 1);
+    }
+
+    #[test]
+    fn a_corrupt_line_before_the_end_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.jsonl");
+        let ok = event("1", "objective", GoalEventKind::Started, None, json!({}));
+        std::fs::write(&path, format!("{ok}not json\n{ok}")).unwrap();
+        let err = ResumeLog::open(&path).unwrap_err().to_string();
+        assert!(err.contains(":2: not a goal log event"), "{err}");
     }
 }

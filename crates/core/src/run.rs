@@ -54,6 +54,10 @@ pub enum FinishReason {
     /// A fault (provider unreachable after retries, I/O) ended the run (`error` in JSON).
     #[serde(rename = "error")]
     Fault,
+    /// A graph run waits to be resumed (a pause at a node, or a node asking for a value).
+    Interrupted,
+    /// A graph's recursion policy (supersteps, visits per node, depth) ended the run.
+    RecursionLimit,
 }
 
 impl FinishReason {
@@ -76,6 +80,8 @@ impl FinishReason {
             FinishReason::NotAchieved => "not_achieved",
             FinishReason::NoAnswer => "no_answer",
             FinishReason::Fault => "error",
+            FinishReason::Interrupted => "interrupted",
+            FinishReason::RecursionLimit => "recursion_limit",
         }
     }
 
@@ -97,6 +103,8 @@ impl FinishReason {
             FinishReason::NotAchieved => 13,
             FinishReason::NoAnswer => 14,
             FinishReason::CallBudgetExceeded => 15,
+            FinishReason::Interrupted => 16,
+            FinishReason::RecursionLimit => 17,
         }
     }
 

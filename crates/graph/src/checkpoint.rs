@@ -1,0 +1,331 @@
+//! Checkpoints: the state of a thread at every superstep boundary, and the pending writes of
+//! nodes that finished within a step that has not completed yet (so a crash re-runs only the
+//! nodes that had not finished). [`Checkpointer`] is the one storage contract; this module
+//! holds the in-memory store, and `sqlite` and `postgres` the durable ones.
+//!
+//! Checkpoint ids are UUIDv7 — unique across processes and restarts, and ordered by time;
+//! "latest" is decided by the store's insertion sequence, not by the clock.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::state::{State, Update};
+
+/// Where a checkpoint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The run's input was applied (step 0, or a new input on a finished thread).
+    Input,
+    /// A superstep completed.
+    Step,
+    /// Copied from an earlier checkpoint to run again from there (time travel).
+    Replay,
+    /// Copied from an earlier checkpoint with an edited state.
+    Fork,
+}
+
+/// When a run stops for a person, at a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pause {
+    /// `before` or `after`.
+    pub when: String,
+    /// The nodes it stops at.
+    pub nodes: Vec<String>,
+}
+
+/// The state of a thread at a superstep boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Unique id (UUIDv7).
+    pub id: String,
+    /// The thread.
+    pub thread: String,
+    /// The namespace: empty for the top graph, `node:step/…` for a sub-graph run.
+    pub ns: String,
+    /// The checkpoint this one follows.
+    pub parent: Option<String>,
+    /// Supersteps completed on this branch.
+    pub step: u64,
+    /// The state.
+    pub state: State,
+    /// The nodes the next superstep runs (empty: the run is done).
+    pub next: Vec<String>,
+    /// How often each node has run on this branch.
+    pub visits: BTreeMap<String, u32>,
+    /// A stop before or after named nodes, waiting for `resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    /// Where it came from.
+    pub source: Source,
+    /// When it was written.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Checkpoint {
+    /// A fresh id: UUIDv7, unique across restarts and machines.
+    pub fn new_id() -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+
+    /// Whether the run of this branch has finished.
+    pub fn is_done(&self) -> bool {
+        self.next.is_empty()
+    }
+}
+
+/// What a node left within a step that had not completed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Write {
+    /// The node finished with this update.
+    Update {
+        /// The update.
+        update: Update,
+    },
+    /// The node asked for a value (human input) and waits.
+    Interrupt {
+        /// What it asks (shown to the person).
+        payload: Value,
+    },
+}
+
+/// A node's pending write, as read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingWrite {
+    /// The node.
+    pub node: String,
+    /// What it wrote.
+    pub write: Write,
+}
+
+/// A thread's record: which graph it runs (its blueprint, when it came from one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// The thread id.
+    pub thread: String,
+    /// The graph's name.
+    pub graph: String,
+    /// The blueprint's text, so a thread can be resumed without its file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blueprint: Option<String>,
+    /// Where the blueprint was read from (sub-graphs are looked up next to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// When the thread was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A checkpoint store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database failed.
+    #[error("checkpoint store: {0}")]
+    Backend(String),
+    /// A stored record does not parse.
+    #[error("checkpoint store: a stored record is unreadable: {0}")]
+    Corrupt(String),
+    /// The store's address is not understood.
+    #[error("checkpoint store: {0}")]
+    Address(String),
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
+/// Where checkpoints, pending writes and threads are kept.
+#[async_trait]
+pub trait Checkpointer: Send + Sync {
+    /// Records (or updates) a thread.
+    async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError>;
+    /// A thread's record.
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadInfo>, StoreError>;
+    /// Every thread, oldest first.
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError>;
+    /// Stores a checkpoint (ids are unique; it becomes its namespace's latest).
+    async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
+    /// Stores a node's pending write for the step that starts at `checkpoint` (replacing an
+    /// earlier write of the same node there).
+    async fn put_write(&self, thread: &str, ns: &str, checkpoint: &str, write: &PendingWrite)
+    -> Result<(), StoreError>;
+    /// The pending writes of the step that starts at `checkpoint`.
+    async fn writes(&self, thread: &str, ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError>;
+    /// The latest checkpoint of a namespace of a thread.
+    async fn latest(&self, thread: &str, ns: &str) -> Result<Option<Checkpoint>, StoreError>;
+    /// A checkpoint by id.
+    async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError>;
+    /// A namespace's checkpoints, newest first.
+    async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError>;
+}
+
+/// Checkpoints in memory (tests, library use without durability).
+#[derive(Debug, Default)]
+pub struct MemoryCheckpointer {
+    inner: Mutex<Memory>,
+}
+
+#[derive(Debug, Default)]
+struct Memory {
+    threads: Vec<ThreadInfo>,
+    checkpoints: Vec<Checkpoint>,
+    writes: BTreeMap<(String, String), Vec<PendingWrite>>,
+}
+
+impl MemoryCheckpointer {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Memory) -> T) -> Result<T, StoreError> {
+        let mut guard = self.inner.lock().map_err(|_| StoreError::Backend("the store's lock is poisoned".into()))?;
+        Ok(f(&mut guard))
+    }
+}
+
+#[async_trait]
+impl Checkpointer for MemoryCheckpointer {
+    async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
+        self.with(|m| match m.threads.iter_mut().find(|t| t.thread == info.thread) {
+            Some(t) => *t = info.clone(),
+            None => m.threads.push(info.clone()),
+        })
+    }
+
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadInfo>, StoreError> {
+        self.with(|m| m.threads.iter().find(|t| t.thread == thread).cloned())
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError> {
+        self.with(|m| m.threads.clone())
+    }
+
+    async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.with(|m| m.checkpoints.push(checkpoint.clone()))
+    }
+
+    async fn put_write(
+        &self,
+        thread: &str,
+        _ns: &str,
+        checkpoint: &str,
+        write: &PendingWrite,
+    ) -> Result<(), StoreError> {
+        self.with(|m| {
+            let list = m.writes.entry((thread.to_string(), checkpoint.to_string())).or_default();
+            list.retain(|w| w.node != write.node);
+            list.push(write.clone());
+        })
+    }
+
+    async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+        self.with(|m| m.writes.get(&(thread.to_string(), checkpoint.to_string())).cloned().unwrap_or_default())
+    }
+
+    async fn latest(&self, thread: &str, ns: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.with(|m| m.checkpoints.iter().rev().find(|c| c.thread == thread && c.ns == ns).cloned())
+    }
+
+    async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.with(|m| m.checkpoints.iter().find(|c| c.thread == thread && c.id == id).cloned())
+    }
+
+    async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        self.with(|m| m.checkpoints.iter().rev().filter(|c| c.thread == thread && c.ns == ns).cloned().collect())
+    }
+}
+
+/// Opens a store by address: `postgres://…` or `postgresql://…` for PostgreSQL, `memory:` for
+/// an in-memory store, and `sqlite:PATH` or a plain path for SQLite.
+pub async fn open(address: &str) -> Result<std::sync::Arc<dyn Checkpointer>, StoreError> {
+    if address.starts_with("postgres://") || address.starts_with("postgresql://") {
+        return Ok(std::sync::Arc::new(crate::postgres::PostgresCheckpointer::connect(address).await?));
+    }
+    if address == "memory:" {
+        return Ok(std::sync::Arc::new(MemoryCheckpointer::new()));
+    }
+    let path = address.strip_prefix("sqlite:").unwrap_or(address);
+    if path.is_empty() {
+        return Err(StoreError::Address("an empty SQLite path".into()));
+    }
+    Ok(std::sync::Arc::new(crate::sqlite::SqliteCheckpointer::open(path)?))
+}
+
+/// The contract every store keeps, run against a fresh store of each kind by its tests.
+#[cfg(test)]
+pub(crate) mod contract {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn checkpoint(thread: &str, ns: &str, step: u64, parent: Option<&str>) -> Checkpoint {
+        Checkpoint {
+            id: Checkpoint::new_id(),
+            thread: thread.into(),
+            ns: ns.into(),
+            parent: parent.map(String::from),
+            step,
+            state: json!({"n": step}).as_object().cloned().unwrap_or_default(),
+            next: vec!["a".into()],
+            visits: BTreeMap::from([("a".to_string(), step as u32)]),
+            pause: None,
+            source: Source::Step,
+            created_at: Utc::now(),
+        }
+    }
+
+    pub(crate) async fn keeps_the_contract(store: &dyn Checkpointer, thread: &str) {
+        let info = ThreadInfo {
+            thread: thread.into(),
+            graph: "g".into(),
+            blueprint: Some("name = \"g\"".into()),
+            origin: None,
+            created_at: Utc::now(),
+        };
+        store.put_thread(&info).await.unwrap();
+        assert_eq!(store.thread(thread).await.unwrap().unwrap().blueprint, info.blueprint);
+        assert!(store.threads().await.unwrap().iter().any(|t| t.thread == thread));
+
+        assert!(store.latest(thread, "").await.unwrap().is_none());
+        let c0 = checkpoint(thread, "", 0, None);
+        let c1 = checkpoint(thread, "", 1, Some(&c0.id));
+        let sub = checkpoint(thread, "inner:1", 0, None);
+        store.put(&c0).await.unwrap();
+        store.put(&c1).await.unwrap();
+        store.put(&sub).await.unwrap();
+        assert_eq!(store.latest(thread, "").await.unwrap().unwrap(), c1);
+        assert_eq!(store.latest(thread, "inner:1").await.unwrap().unwrap(), sub);
+        assert_eq!(store.get(thread, &c0.id).await.unwrap().unwrap(), c0);
+        let ids: Vec<_> = store.list(thread, "").await.unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, [c1.id.clone(), c0.id.clone()]);
+
+        let w = |node: &str, n: i64| PendingWrite {
+            node: node.into(),
+            write: Write::Update { update: json!({"n": n}).as_object().cloned().unwrap_or_default() },
+        };
+        store.put_write(thread, "", &c1.id, &w("a", 1)).await.unwrap();
+        store.put_write(thread, "", &c1.id, &w("b", 2)).await.unwrap();
+        store.put_write(thread, "", &c1.id, &w("a", 3)).await.unwrap();
+        let mut writes = store.writes(thread, "", &c1.id).await.unwrap();
+        writes.sort_by(|x, y| x.node.cmp(&y.node));
+        assert_eq!(writes, [w("a", 3), w("b", 2)]);
+        assert!(store.writes(thread, "", &c0.id).await.unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_memory_store_keeps_the_contract() {
+        let store = super::MemoryCheckpointer::new();
+        super::contract::keeps_the_contract(&store, "t1").await;
+    }
+}

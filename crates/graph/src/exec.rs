@@ -1,0 +1,561 @@
+//! The superstep executor. A run goes from checkpoint to checkpoint: the active nodes of a
+//! step run concurrently on a snapshot of the state, each in its own child run; each stores
+//! its update as a pending write the moment it finishes; when all have finished, the updates
+//! are folded in declaration order, the next active set is routed from the new state, and a
+//! checkpoint is written. A crash loses at most the nodes still running: on resume, the
+//! pending writes of the unfinished step are reused and only the other nodes run.
+//!
+//! The recursion policy (supersteps, visits per node, depth) and the tree's stop signals are
+//! checked before any node of a step runs, and end the run with a typed [`Finish`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use futures::future::join_all;
+use recursive_core::{Extension, FinishReason, RunScope};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::checkpoint::{Checkpoint, Checkpointer, Pause, PendingWrite, Source, StoreError, Write};
+use crate::events::GraphEvent;
+use crate::graph::{Graph, START};
+use crate::node::{Nested, NodeContext, NodeError};
+use crate::state::{State, StateError, Update};
+
+/// Why a run of a graph ended. Limits are data, not errors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Finish {
+    /// No node is left to run.
+    Done,
+    /// The run waits for `resume` (a pause before/after a node, or a node asking for a value).
+    Interrupted(Interruption),
+    /// `max_supersteps` was reached.
+    SuperstepLimit {
+        /// The limit.
+        max: u32,
+    },
+    /// A node would run more than `max_visits` times.
+    VisitLimit {
+        /// The node.
+        node: String,
+        /// The limit.
+        max: u32,
+    },
+    /// A node would run deeper in the run tree than `max_depth`.
+    DepthLimit {
+        /// The node.
+        node: String,
+        /// The limit.
+        max: u32,
+    },
+    /// The run tree stopped it (cancellation, a budget, the wall clock).
+    Stopped {
+        /// Why.
+        reason: FinishReason,
+    },
+}
+
+impl Finish {
+    /// Snake-case name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Finish::Done => "done",
+            Finish::Interrupted(_) => "interrupted",
+            Finish::SuperstepLimit { .. } => "superstep_limit",
+            Finish::VisitLimit { .. } => "visit_limit",
+            Finish::DepthLimit { .. } => "depth_limit",
+            Finish::Stopped { .. } => "stopped",
+        }
+    }
+
+    /// The run tree's finish reason for it (for exit statuses).
+    pub fn finish_reason(&self) -> FinishReason {
+        match self {
+            Finish::Done => FinishReason::Completed,
+            Finish::Interrupted(_) => FinishReason::Interrupted,
+            Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. } | Finish::DepthLimit { .. } => {
+                FinishReason::RecursionLimit
+            }
+            Finish::Stopped { reason } => reason.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finish::Done => f.write_str("done"),
+            Finish::Interrupted(i) => write!(f, "interrupted {} {}", i.when, i.at()),
+            Finish::SuperstepLimit { max } => write!(f, "superstep_limit: {max} supersteps reached"),
+            Finish::VisitLimit { node, max } => write!(f, "visit_limit: node `{node}` would run more than {max} times"),
+            Finish::DepthLimit { node, max } => {
+                write!(f, "depth_limit: node `{node}` would run deeper than depth {max}")
+            }
+            Finish::Stopped { reason } => write!(f, "stopped: {reason}"),
+        }
+    }
+}
+
+/// Where and why a run waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interruption {
+    /// `before` or `after` (a pause at named nodes), or `ask` (a node asks for a value).
+    pub when: String,
+    /// The nodes, outermost graph's first: a node inside a sub-graph is reached through the
+    /// sub-graph's node.
+    pub path: Vec<String>,
+    /// What is asked (for `ask`), or the paused nodes.
+    pub payload: Value,
+}
+
+impl Interruption {
+    /// `a/b/c` for a nested node.
+    pub fn at(&self) -> String {
+        self.path.join("/")
+    }
+}
+
+/// How a run starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    /// New input (an object of channel values), on a new thread or one whose run finished.
+    Input(Value),
+    /// Continue the thread from its latest checkpoint: after a crash, a pause, or with the
+    /// value a node asked for.
+    Resume(Option<Value>),
+    /// Run again from an earlier checkpoint (time travel); the thread's history branches.
+    From {
+        /// The checkpoint.
+        checkpoint: String,
+        /// The value for a node that asked at that checkpoint, if any.
+        value: Option<Value>,
+    },
+}
+
+/// A thread of a checkpoint store (and the namespace within it: empty at the top).
+#[derive(Clone)]
+pub struct Thread {
+    /// The store.
+    pub store: Arc<dyn Checkpointer>,
+    /// The thread's id.
+    pub id: String,
+    /// The namespace (sub-graph runs have their own).
+    pub ns: String,
+}
+
+impl Thread {
+    /// The top namespace of thread `id`.
+    pub fn new(store: Arc<dyn Checkpointer>, id: impl Into<String>) -> Self {
+        Self { store, id: id.into(), ns: String::new() }
+    }
+}
+
+/// What a run of a graph ends with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphOutcome {
+    /// How it ended.
+    pub finish: Finish,
+    /// The state at its last checkpoint (with a failed or interrupted step: before that step).
+    pub state: State,
+    /// The last checkpoint.
+    pub checkpoint: String,
+    /// Supersteps completed on this branch.
+    pub step: u64,
+    /// The thread.
+    pub thread: String,
+}
+
+/// A run that could not go on (its thread stays resumable).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// The checkpoint store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Nothing is stored for the thread.
+    #[error("thread `{0}` has no checkpoints")]
+    NoThread(String),
+    /// New input for a thread whose run has not finished.
+    #[error("thread `{0}` has an unfinished run: resume it, or start a new thread")]
+    Unfinished(String),
+    /// A value was given but no node asks for one.
+    #[error("thread `{0}` does not wait for a value: resume it without one")]
+    NothingAsks(String),
+    /// No such checkpoint on the thread.
+    #[error("thread `{thread}` has no checkpoint `{checkpoint}`")]
+    NoCheckpoint {
+        /// The thread.
+        thread: String,
+        /// The id asked for.
+        checkpoint: String,
+    },
+    /// The input does not fit the state.
+    #[error("input: {0}")]
+    Input(String),
+    /// A node failed (the step's other results are kept; resume runs it again).
+    #[error("node `{node}` failed: {message}")]
+    Node {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What became of one node of a step.
+enum Ran {
+    Update(Update),
+    Asked { payload: Value, path: Vec<String> },
+    Stopped(FinishReason),
+    Limit(Finish),
+    Failed(String),
+}
+
+impl Graph {
+    /// Runs the graph on `thread` until no node is left, it is interrupted, or a limit or the
+    /// run tree stops it. Nodes run as children of `scope`.
+    pub async fn run(&self, start: Start, thread: &Thread, scope: &RunScope) -> Result<GraphOutcome, GraphError> {
+        let (mut cp, mut value, resumed) = self.begin(start, thread).await?;
+        scope.emit(
+            0,
+            event(GraphEvent::GraphStarted {
+                graph: self.name.clone(),
+                thread: thread.id.clone(),
+                ns: thread.ns.clone(),
+                checkpoint: cp.id.clone(),
+                resumed,
+            }),
+        );
+        let mut resuming = resumed;
+        let finish = loop {
+            if let Some(finish) = self.must_stop(&cp, resuming, scope) {
+                break finish;
+            }
+            match self.superstep(&cp, value.take(), resuming, thread, scope).await? {
+                Ok(next) => cp = next,
+                Err(finish) => break finish,
+            }
+            resuming = false;
+        };
+        scope.emit(
+            cp.step as u32,
+            event(GraphEvent::GraphFinished {
+                graph: self.name.clone(),
+                thread: thread.id.clone(),
+                finish: finish.to_string(),
+                checkpoint: cp.id.clone(),
+            }),
+        );
+        Ok(GraphOutcome { finish, state: cp.state, checkpoint: cp.id, step: cp.step, thread: thread.id.clone() })
+    }
+
+    /// The checkpoint a run starts from, the value to give, and whether it resumes.
+    async fn begin(&self, start: Start, thread: &Thread) -> Result<(Checkpoint, Option<Value>, bool), GraphError> {
+        let store = &thread.store;
+        match start {
+            Start::Input(input) => {
+                let latest = store.latest(&thread.id, &thread.ns).await?;
+                if latest.as_ref().is_some_and(|l| !l.is_done()) {
+                    return Err(GraphError::Unfinished(thread.id.clone()));
+                }
+                let Value::Object(update) = input else {
+                    return Err(GraphError::Input(format!("expected an object of channel values, got {input}")));
+                };
+                let mut state = latest.as_ref().map(|l| l.state.clone()).unwrap_or_else(|| self.schema.empty_state());
+                self.schema.apply(&mut state, &update).map_err(|e| GraphError::Input(e.to_string()))?;
+                let next = self.route(&[START.to_string()], &state);
+                let cp = Checkpoint {
+                    id: Checkpoint::new_id(),
+                    thread: thread.id.clone(),
+                    ns: thread.ns.clone(),
+                    parent: latest.as_ref().map(|l| l.id.clone()),
+                    step: latest.map(|l| l.step).unwrap_or(0),
+                    pause: self.pause(&[], &next),
+                    state,
+                    next,
+                    visits: BTreeMap::new(),
+                    source: Source::Input,
+                    created_at: Utc::now(),
+                };
+                store.put(&cp).await?;
+                Ok((cp, None, false))
+            }
+            Start::Resume(value) => {
+                let cp = store.latest(&thread.id, &thread.ns).await?.ok_or(GraphError::NoThread(thread.id.clone()))?;
+                if value.is_some() && cp.is_done() {
+                    return Err(GraphError::NothingAsks(thread.id.clone()));
+                }
+                Ok((cp, value, true))
+            }
+            Start::From { checkpoint, value } => {
+                let from = store.get(&thread.id, &checkpoint).await?.ok_or_else(|| GraphError::NoCheckpoint {
+                    thread: thread.id.clone(),
+                    checkpoint: checkpoint.clone(),
+                })?;
+                let replay = branch(&from, Source::Replay, from.state.clone());
+                store.put(&replay).await?;
+                // What nodes asked at the original checkpoint, they ask again at the copy.
+                for w in store.writes(&thread.id, &thread.ns, &from.id).await? {
+                    if matches!(w.write, Write::Interrupt { .. }) {
+                        store.put_write(&thread.id, &thread.ns, &replay.id, &w).await?;
+                    }
+                }
+                Ok((replay, value, true))
+            }
+        }
+    }
+
+    /// A finish that applies before the step at `cp` runs: done, paused, a limit, a stop.
+    fn must_stop(&self, cp: &Checkpoint, resuming: bool, scope: &RunScope) -> Option<Finish> {
+        if cp.is_done() {
+            return Some(Finish::Done);
+        }
+        if let Some(pause) = cp.pause.as_ref().filter(|_| !resuming) {
+            return Some(Finish::Interrupted(Interruption {
+                when: pause.when.clone(),
+                path: pause.nodes.iter().take(1).cloned().collect(),
+                payload: json!({ "paused": pause.when, "nodes": pause.nodes }),
+            }));
+        }
+        if let Some(reason) = scope.stop_reason() {
+            return Some(Finish::Stopped { reason });
+        }
+        let policy = &self.policy;
+        if cp.step >= u64::from(policy.max_supersteps) {
+            return Some(Finish::SuperstepLimit { max: policy.max_supersteps });
+        }
+        if let Some(node) = cp.next.iter().find(|n| cp.visits.get(*n).copied().unwrap_or(0) >= policy.max_visits) {
+            return Some(Finish::VisitLimit { node: node.clone(), max: policy.max_visits });
+        }
+        if scope.depth() + 1 > policy.max_depth {
+            return Some(Finish::DepthLimit { node: cp.next[0].clone(), max: policy.max_depth });
+        }
+        None
+    }
+
+    /// Runs the step that starts at `cp`: the next checkpoint, or how the run ends.
+    async fn superstep(
+        &self,
+        cp: &Checkpoint,
+        value: Option<Value>,
+        resuming: bool,
+        thread: &Thread,
+        scope: &RunScope,
+    ) -> Result<Result<Checkpoint, Finish>, GraphError> {
+        let store = &thread.store;
+        let writes = store.writes(&thread.id, &thread.ns, &cp.id).await?;
+        let mut done: BTreeMap<String, Update> = BTreeMap::new();
+        let mut asked = Vec::new();
+        for w in writes {
+            match w.write {
+                Write::Update { update } => {
+                    done.insert(w.node, update);
+                }
+                Write::Interrupt { .. } => asked.push(w.node),
+            }
+        }
+        // The value goes to the first node (in declaration order) that asked; replaying from
+        // an earlier checkpoint, to the first that can ask.
+        let can_ask = |n: &&String| self.node(n).is_some_and(|node| matches!(node.kind(), "ask" | "graph"));
+        let answered = cp
+            .next
+            .iter()
+            .find(|n| asked.contains(n))
+            .or_else(|| cp.next.iter().filter(|n| !done.contains_key(*n)).find(can_ask))
+            .filter(|_| resuming)
+            .cloned();
+        if value.is_some() && answered.is_none() {
+            return Err(GraphError::NothingAsks(thread.id.clone()));
+        }
+        let reused: Vec<String> = cp.next.iter().filter(|n| done.contains_key(*n)).cloned().collect();
+        scope.emit(
+            cp.step as u32,
+            event(GraphEvent::GraphSuperstep { step: cp.step, nodes: cp.next.clone(), reused: reused.clone() }),
+        );
+        let to_run: Vec<&String> = cp.next.iter().filter(|n| !done.contains_key(*n)).collect();
+        let runs = to_run.iter().map(|node| {
+            let given = if answered.as_deref() == Some(node.as_str()) { value.as_ref() } else { None };
+            self.run_node(node, cp, given, thread, scope)
+        });
+        let results = join_all(runs).await;
+        let mut stop = None;
+        for (node, ran) in to_run.into_iter().zip(results) {
+            match ran? {
+                Ran::Update(update) => {
+                    done.insert(node.clone(), update);
+                }
+                Ran::Failed(message) => return Err(GraphError::Node { node: node.clone(), message }),
+                other => stop = stop.or(Some((node.clone(), other))),
+            }
+        }
+        if let Some((node, ran)) = stop {
+            return Ok(Err(match ran {
+                Ran::Asked { payload, path } => Finish::Interrupted(Interruption {
+                    when: "ask".into(),
+                    path: std::iter::once(node).chain(path).collect(),
+                    payload,
+                }),
+                Ran::Stopped(reason) => Finish::Stopped { reason },
+                Ran::Limit(finish) => finish,
+                Ran::Update(_) | Ran::Failed(_) => Finish::Done,
+            }));
+        }
+        self.fold(cp, done, thread, scope).await.map(Ok)
+    }
+
+    /// Folds the step's updates in declaration order and writes the next checkpoint.
+    async fn fold(
+        &self,
+        cp: &Checkpoint,
+        mut done: BTreeMap<String, Update>,
+        thread: &Thread,
+        scope: &RunScope,
+    ) -> Result<Checkpoint, GraphError> {
+        let mut state = cp.state.clone();
+        let mut visits = cp.visits.clone();
+        for node in &cp.next {
+            let update = done.remove(node).unwrap_or_default();
+            self.schema
+                .apply(&mut state, &update)
+                .map_err(|e: StateError| GraphError::Node { node: node.clone(), message: e.to_string() })?;
+            *visits.entry(node.clone()).or_insert(0) += 1;
+        }
+        let next = self.route(&cp.next, &state);
+        let mut new = branch(cp, Source::Step, state);
+        new.step = cp.step + 1;
+        new.pause = self.pause(&cp.next, &next);
+        new.next = next;
+        new.visits = visits;
+        thread.store.put(&new).await?;
+        scope.emit(
+            new.step as u32,
+            event(GraphEvent::GraphCheckpoint { checkpoint: new.id.clone(), step: new.step, next: new.next.clone() }),
+        );
+        Ok(new)
+    }
+
+    /// The pause of a checkpoint after `ran`, before `next`.
+    fn pause(&self, ran: &[String], next: &[String]) -> Option<Pause> {
+        let after: Vec<String> = ran.iter().filter(|n| self.interrupt_after.contains(*n)).cloned().collect();
+        if !after.is_empty() && !next.is_empty() {
+            return Some(Pause { when: "after".into(), nodes: after });
+        }
+        let before: Vec<String> = next.iter().filter(|n| self.interrupt_before.contains(*n)).cloned().collect();
+        (!before.is_empty()).then(|| Pause { when: "before".into(), nodes: before })
+    }
+
+    /// Runs one node in a child run and stores its pending write as soon as it has one.
+    async fn run_node(
+        &self,
+        name: &str,
+        cp: &Checkpoint,
+        resume: Option<&Value>,
+        thread: &Thread,
+        scope: &RunScope,
+    ) -> Result<Ran, GraphError> {
+        let step = cp.step as u32;
+        let Some(node) = self.node(name) else {
+            return Ok(Ran::Failed(format!("the graph has no node `{name}`")));
+        };
+        let child = match scope.child(name) {
+            Ok(child) => child,
+            Err(e) => return Ok(Ran::Limit(Finish::DepthLimit { node: name.to_string(), max: e.max_depth })),
+        };
+        child.emit(step, event(GraphEvent::GraphNodeStarted { node: name.into(), kind: node.kind().into() }));
+        let sep = if thread.ns.is_empty() { "" } else { "/" };
+        let nested = Nested {
+            store: thread.store.clone(),
+            thread: thread.id.clone(),
+            ns: format!("{}{sep}{name}:{}", thread.ns, cp.step),
+        };
+        let ctx = NodeContext { node: name, state: &cp.state, scope: &child, resume, nested };
+        let result = tokio::select! {
+            biased;
+            _ = child.cancel_token().cancelled() => Err(NodeError::Stopped(FinishReason::Cancelled)),
+            r = node.run(ctx) => r,
+        };
+        let (ran, write) = match result {
+            Ok(update) => match self.schema.check(&update) {
+                Ok(()) => (Ran::Update(update.clone()), Some(Write::Update { update })),
+                Err(e) => (Ran::Failed(e.to_string()), None),
+            },
+            Err(NodeError::Interrupt { payload, path }) => {
+                (Ran::Asked { payload: payload.clone(), path }, Some(Write::Interrupt { payload }))
+            }
+            Err(NodeError::Stopped(reason)) => (Ran::Stopped(reason), None),
+            Err(NodeError::Limit(finish)) => (Ran::Limit(finish), None),
+            Err(NodeError::Failed(message)) => (Ran::Failed(message), None),
+        };
+        if let Some(write) = write {
+            let pending = PendingWrite { node: name.to_string(), write };
+            thread.store.put_write(&thread.id, &thread.ns, &cp.id, &pending).await?;
+        }
+        child.emit(step, event(finished(name, &ran)));
+        Ok(ran)
+    }
+}
+
+fn finished(node: &str, ran: &Ran) -> GraphEvent {
+    let (outcome, detail) = match ran {
+        Ran::Update(u) => ("ok", json!(u.keys().collect::<Vec<_>>())),
+        Ran::Asked { payload, .. } => ("interrupt", payload.clone()),
+        Ran::Stopped(r) => ("stopped", json!(r.as_str())),
+        Ran::Limit(f) => ("stopped", json!(f.to_string())),
+        Ran::Failed(m) => ("failed", json!(m)),
+    };
+    GraphEvent::GraphNodeFinished { node: node.into(), outcome: outcome.into(), detail }
+}
+
+/// A new checkpoint that follows `from` with `state` (same step, next and visits).
+fn branch(from: &Checkpoint, source: Source, state: State) -> Checkpoint {
+    Checkpoint {
+        id: Checkpoint::new_id(),
+        parent: Some(from.id.clone()),
+        state,
+        source,
+        pause: None,
+        created_at: Utc::now(),
+        ..from.clone()
+    }
+}
+
+/// Writes a copy of checkpoint `id` of `thread` with `edits` (channel → value, replacing) to
+/// thread `into` (the same thread, or a new one): a fork of the history that `resume`
+/// continues from. Returns the new checkpoint.
+pub async fn fork(
+    schema: &crate::state::Schema,
+    store: &Arc<dyn Checkpointer>,
+    thread: &str,
+    id: &str,
+    edits: &Update,
+    into: &str,
+) -> Result<Checkpoint, GraphError> {
+    let from = store
+        .get(thread, id)
+        .await?
+        .ok_or_else(|| GraphError::NoCheckpoint { thread: thread.into(), checkpoint: id.into() })?;
+    let mut state = from.state.clone();
+    for (name, value) in edits {
+        let channel = schema.channel(name).ok_or_else(|| GraphError::Input(format!("no channel `{name}`")))?;
+        if !channel.kind.accepts(value) {
+            return Err(GraphError::Input(format!(
+                "channel `{name}` holds a {}, not {}",
+                channel.kind.as_str(),
+                crate::state::type_of(value)
+            )));
+        }
+        state.insert(name.clone(), value.clone());
+    }
+    let mut fork = branch(&from, Source::Fork, state);
+    fork.thread = into.to_string();
+    fork.ns = String::new();
+    store.put(&fork).await?;
+    Ok(fork)
+}
+
+fn event(e: GraphEvent) -> recursive_core::EventKind {
+    recursive_core::EventKind::Extension(Extension::new(e))
+}

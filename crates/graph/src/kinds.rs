@@ -1,0 +1,290 @@
+//! The node kinds: a model call, an agent run (the tool loop), a tool call, an RLM, a goal
+//! pursuit, a question for a person, and a sub-graph. Each does its work through the spine —
+//! the guarded model call, the tool executor, the budget tree — in the node's child run; none
+//! brings its own copy of those.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use recursive_core::{
+    Agent, ChatOptions, ChatProvider, ChatRequest, Message, ModelCall, ModelCallError, ToolCall, ToolInvoker,
+};
+use recursive_goal::GoalPursuer;
+use recursive_rlm::{Inputs, Rlm};
+use serde_json::{Map, Value, json};
+
+use crate::exec::{Finish, Start, Thread};
+use crate::graph::Graph;
+use crate::node::{Node, NodeContext, NodeError};
+use crate::state::Update;
+use crate::template::{Template, render_json};
+
+fn one(channel: &str, value: Value) -> Update {
+    let mut m = Map::new();
+    m.insert(channel.to_string(), value);
+    m
+}
+
+fn stopped(e: ModelCallError) -> NodeError {
+    match e {
+        ModelCallError::Stopped(reason) => NodeError::Stopped(reason),
+        ModelCallError::Provider(p) => NodeError::Failed(p.to_string()),
+    }
+}
+
+/// One model call: the rendered prompt (and optional system text) in, the answer's text out.
+pub struct ModelNode {
+    /// The model.
+    pub provider: Arc<dyn ChatProvider>,
+    /// Call options (the model name, temperature...).
+    pub options: ChatOptions,
+    /// System text.
+    pub system: Option<Template>,
+    /// The prompt.
+    pub prompt: Template,
+    /// The channel the answer goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for ModelNode {
+    fn kind(&self) -> &'static str {
+        "model"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let mut messages = Vec::new();
+        if let Some(system) = &self.system {
+            messages.push(Message::system(system.render(ctx.state)));
+        }
+        messages.push(Message::user(self.prompt.render(ctx.state)));
+        let request = ChatRequest { messages, tools: Vec::new(), options: self.options.clone() };
+        let response =
+            ctx.scope.call_model(self.provider.as_ref(), request, ModelCall::at(0)).await.map_err(stopped)?;
+        Ok(one(&self.output, Value::String(response.message.content)))
+    }
+}
+
+/// An agent run (model ↔ tools until it answers): the rendered input in, the final answer out.
+pub struct AgentNode {
+    /// The agent.
+    pub agent: Arc<Agent>,
+    /// Its input.
+    pub input: Template,
+    /// The channel the answer goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for AgentNode {
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let result =
+            self.agent.run_in(&self.input.render(ctx.state), ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
+        if result.finish_reason.is_tree_stop() {
+            return Err(NodeError::Stopped(result.finish_reason));
+        }
+        if !result.finish_reason.is_success() {
+            return Err(NodeError::Failed(format!("the agent ended with {}", result.finish_reason)));
+        }
+        Ok(one(&self.output, Value::String(result.output)))
+    }
+}
+
+/// One tool call through the tool executor (permission gate, timeout, output cap, events).
+pub struct ToolNode {
+    /// The executor holding the tool.
+    pub invoker: ToolInvoker,
+    /// The tool's name.
+    pub tool: String,
+    /// Its arguments; every string inside is a template.
+    pub args: Value,
+    /// The channel the result goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for ToolNode {
+    fn kind(&self) -> &'static str {
+        "tool"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let arguments = render_json(&self.args, ctx.state).map_err(|e| NodeError::Failed(e.to_string()))?;
+        let call = ToolCall { id: format!("{}-call", ctx.node), name: self.tool.clone(), arguments };
+        let outcome = self.invoker.invoke(call, ctx.scope, 0, None).await;
+        if let Some(reason) = outcome.stop {
+            return Err(NodeError::Stopped(reason));
+        }
+        if outcome.is_error {
+            return Err(NodeError::Failed(format!("tool `{}`: {}", self.tool, outcome.output)));
+        }
+        Ok(one(&self.output, Value::String(outcome.output)))
+    }
+}
+
+/// An RLM over channels of the state (each becomes an input variable of the REPL).
+pub struct RlmNode {
+    /// The RLM.
+    pub rlm: Arc<Rlm>,
+    /// The question.
+    pub question: Template,
+    /// The channels given as inputs.
+    pub inputs: Vec<String>,
+    /// The channel the answer goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for RlmNode {
+    fn kind(&self) -> &'static str {
+        "rlm"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let mut inputs = Inputs::new();
+        for name in &self.inputs {
+            inputs.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
+        }
+        let result = self
+            .rlm
+            .run(&self.question.render(ctx.state), inputs, ctx.scope)
+            .await
+            .map_err(|e| NodeError::Failed(e.error.to_string()))?;
+        let finish = result.outcome.finish_reason();
+        if finish.is_tree_stop() {
+            return Err(NodeError::Stopped(finish));
+        }
+        if !result.outcome.has_output() {
+            return Err(NodeError::Failed(format!("the RLM gave no valid answer ({})", result.outcome.as_str())));
+        }
+        let answer = match result.output {
+            Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(Value::is_string) => {
+                m.get("answer").cloned().unwrap_or(Value::Null)
+            }
+            other => other,
+        };
+        Ok(one(&self.output, answer))
+    }
+}
+
+/// A goal pursuit: the rendered objective in, the pursuit's result summary out.
+pub struct GoalNode {
+    /// The pursuer.
+    pub pursuer: Arc<GoalPursuer>,
+    /// The objective.
+    pub objective: Template,
+    /// The channel the result goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for GoalNode {
+    fn kind(&self) -> &'static str {
+        "goal"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let outcome = self
+            .pursuer
+            .pursue(&self.objective.render(ctx.state), ctx.scope)
+            .await
+            .map_err(|e| NodeError::Failed(e.to_string()))?;
+        let finish = outcome.finish_reason();
+        if finish.is_tree_stop() {
+            return Err(NodeError::Stopped(finish));
+        }
+        if !outcome.status.is_success() {
+            return Err(NodeError::Failed(format!("the goal ended {}: {}", outcome.status, outcome.result.summary)));
+        }
+        Ok(one(&self.output, Value::String(outcome.result.summary)))
+    }
+}
+
+/// Asks a person for a value: the run stops until the thread is resumed with one, which
+/// goes to the output channel.
+pub struct AskNode {
+    /// The question.
+    pub question: Template,
+    /// The channel the answer goes to.
+    pub output: String,
+}
+
+#[async_trait]
+impl Node for AskNode {
+    fn kind(&self) -> &'static str {
+        "ask"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        match ctx.resume {
+            Some(value) => Ok(one(&self.output, value.clone())),
+            None => Err(NodeError::ask(json!({ "question": self.question.render(ctx.state) }))),
+        }
+    }
+}
+
+/// Runs a compiled graph as one node. Without mappings the two graphs share the channels
+/// they both have; with them, `inputs` maps child channel ← parent channel and `outputs`
+/// parent channel ← child channel. Its checkpoints live in the embedding thread under this
+/// node's namespace, so a crash or an interrupt inside it resumes into it.
+pub struct SubgraphNode {
+    /// The graph.
+    pub graph: Arc<Graph>,
+    /// Child channel ← parent channel (`None`: shared names).
+    pub inputs: Option<BTreeMap<String, String>>,
+    /// Parent channel ← child channel (`None`: shared names).
+    pub outputs: Option<BTreeMap<String, String>>,
+}
+
+impl SubgraphNode {
+    fn input(&self, ctx: &NodeContext<'_>) -> Update {
+        let pairs: Vec<(String, String)> = match &self.inputs {
+            Some(map) => map.iter().map(|(c, p)| (c.clone(), p.clone())).collect(),
+            None => self.graph.schema().channels().map(|(n, _)| (n.to_string(), n.to_string())).collect(),
+        };
+        pairs.into_iter().filter_map(|(c, p)| ctx.state.get(&p).map(|v| (c, v.clone()))).collect()
+    }
+
+    fn output(&self, child: &crate::state::State, parent_has: impl Fn(&str) -> bool) -> Update {
+        match &self.outputs {
+            Some(map) => map.iter().filter_map(|(p, c)| child.get(c).map(|v| (p.clone(), v.clone()))).collect(),
+            None => child.iter().filter(|(n, _)| parent_has(n)).map(|(n, v)| (n.clone(), v.clone())).collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl Node for SubgraphNode {
+    fn kind(&self) -> &'static str {
+        "graph"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        let thread = Thread { store: ctx.nested.store.clone(), id: ctx.nested.thread.clone(), ns: ctx.nested.ns.clone() };
+        let started = thread
+            .store
+            .latest(&thread.id, &thread.ns)
+            .await
+            .map_err(|e| NodeError::Failed(e.to_string()))?
+            .is_some();
+        let parent_keys: Vec<String> = ctx.state.keys().cloned().collect();
+        let start = if started {
+            Start::Resume(ctx.resume.cloned())
+        } else {
+            Start::Input(Value::Object(self.input(&ctx)))
+        };
+        let outcome =
+            self.graph.run(start, &thread, ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
+        match outcome.finish {
+            Finish::Done => Ok(self.output(&outcome.state, |n| parent_keys.iter().any(|k| k == n))),
+            Finish::Interrupted(i) => Err(NodeError::Interrupt { payload: i.payload, path: i.path }),
+            Finish::Stopped { reason } => Err(NodeError::Stopped(reason)),
+            limit => Err(NodeError::Limit(limit)),
+        }
+    }
+}

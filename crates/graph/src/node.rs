@@ -1,0 +1,117 @@
+//! The node contract: a node reads a snapshot of the state and returns an update; it runs as
+//! a child run of the graph's run (its own events, usage and cost, the tree's budget and
+//! cancellation). A node may also stop the run to ask for a value ([`NodeError::Interrupt`]),
+//! and is given that value when the thread is resumed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use recursive_core::{FinishReason, RunScope};
+use serde_json::Value;
+
+use crate::checkpoint::Checkpointer;
+use crate::exec::Finish;
+use crate::state::{State, Update};
+
+/// Where a node that runs a graph keeps that graph's checkpoints: the embedding thread, under
+/// a namespace of its own.
+#[derive(Clone)]
+pub struct Nested {
+    /// The store.
+    pub store: Arc<dyn Checkpointer>,
+    /// The thread.
+    pub thread: String,
+    /// The namespace for this invocation (unique per node and superstep).
+    pub ns: String,
+}
+
+/// What a node is given.
+pub struct NodeContext<'a> {
+    /// The node's name.
+    pub node: &'a str,
+    /// The state as it was when the superstep began.
+    pub state: &'a State,
+    /// The node's run (a child of the graph's run).
+    pub scope: &'a RunScope,
+    /// The value the thread was resumed with, when this node had asked for one.
+    pub resume: Option<&'a Value>,
+    /// Where a nested graph run keeps its checkpoints.
+    pub nested: Nested,
+}
+
+/// Why a node produced no update.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The node asks for a value; the run stops until the thread is resumed with one.
+    #[error("waiting for input: {payload}")]
+    Interrupt {
+        /// What is asked (shown to the person).
+        payload: Value,
+        /// The nodes of nested graphs the question comes from, outermost first.
+        path: Vec<String>,
+    },
+    /// The run tree must stop (cancellation, a budget, the wall clock).
+    #[error("stopped: {0}")]
+    Stopped(FinishReason),
+    /// A nested graph ended at a limit of its recursion policy.
+    #[error("a nested graph stopped: {0}")]
+    Limit(Finish),
+    /// The node failed; the thread can be resumed to try it again.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl NodeError {
+    /// A question for the person running the graph.
+    pub fn ask(payload: Value) -> Self {
+        NodeError::Interrupt { payload, path: Vec::new() }
+    }
+}
+
+/// A node of a graph.
+#[async_trait]
+pub trait Node: Send + Sync {
+    /// Its kind, for events and diagrams (`model`, `agent`, `tool`, `function`...).
+    fn kind(&self) -> &'static str;
+
+    /// Runs on the state snapshot and returns an update.
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError>;
+}
+
+/// A node made of a library function of the state.
+pub struct FnNode<F> {
+    f: F,
+}
+
+impl<F> FnNode<F>
+where
+    F: Fn(&State) -> Result<Update, String> + Send + Sync + 'static,
+{
+    /// Wraps `f`.
+    pub fn new(f: F) -> Self {
+        Self { f }
+    }
+}
+
+#[async_trait]
+impl<F> Node for FnNode<F>
+where
+    F: Fn(&State) -> Result<Update, String> + Send + Sync + 'static,
+{
+    fn kind(&self) -> &'static str {
+        "function"
+    }
+
+    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
+        (self.f)(ctx.state).map_err(NodeError::Failed)
+    }
+}
+
+/// A node from a function of the state.
+pub fn func<F>(f: F) -> Arc<dyn Node>
+where
+    F: Fn(&State) -> Result<Update, String> + Send + Sync + 'static,
+{
+    Arc::new(FnNode::new(f))
+}

@@ -1,0 +1,222 @@
+//! The SQLite checkpointer: the embedded default (a file under the workspace's
+//! `.recursive/`). WAL journal: a write is durable when its call returns, also when the
+//! process is killed right after. Calls run on tokio's blocking pool.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::checkpoint::{Checkpoint, Checkpointer, PendingWrite, StoreError, ThreadInfo};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS graph_threads (
+    thread TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS graph_checkpoints (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread TEXT NOT NULL,
+    ns TEXT NOT NULL,
+    id TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS graph_checkpoints_thread ON graph_checkpoints (thread, ns, seq);
+CREATE TABLE IF NOT EXISTS graph_writes (
+    thread TEXT NOT NULL,
+    checkpoint TEXT NOT NULL,
+    node TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (thread, checkpoint, node)
+);
+";
+
+/// Checkpoints in a SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteCheckpointer {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteCheckpointer {
+    /// Opens (creating when missing) the store at `path`; its directory is created too.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| backend(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let conn = Connection::open(path).map_err(|e| backend(format!("cannot open {}: {e}", path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(backend)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(backend)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
+        conn.execute_batch(SCHEMA).map_err(backend)?;
+        Ok(Self { conn: Arc::new(Mutex::new(conn)) })
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let guard = conn.lock().map_err(|_| backend("the connection's lock is poisoned"))?;
+            f(&guard)
+        })
+        .await
+        .map_err(backend)?
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: String) -> Result<T, StoreError> {
+    Ok(serde_json::from_str(&body)?)
+}
+
+#[async_trait]
+impl Checkpointer for SqliteCheckpointer {
+    async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
+        let (thread, body) = (info.thread.clone(), serde_json::to_string(info)?);
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO graph_threads (thread, body) VALUES (?1, ?2)
+                 ON CONFLICT (thread) DO UPDATE SET body = excluded.body",
+                params![thread, body],
+            )
+            .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadInfo>, StoreError> {
+        let thread = thread.to_string();
+        self.with(move |c| {
+            let body: Option<String> = c
+                .query_row("SELECT body FROM graph_threads WHERE thread = ?1", params![thread], |r| r.get(0))
+                .optional()
+                .map_err(backend)?;
+            body.map(parse).transpose()
+        })
+        .await
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT body FROM graph_threads ORDER BY rowid").map_err(backend)?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(backend)?;
+            rows.map(|r| r.map_err(backend).and_then(parse)).collect()
+        })
+        .await
+    }
+
+    async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        let (thread, ns, id) = (checkpoint.thread.clone(), checkpoint.ns.clone(), checkpoint.id.clone());
+        let body = serde_json::to_string(checkpoint)?;
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO graph_checkpoints (thread, ns, id, body) VALUES (?1, ?2, ?3, ?4)",
+                params![thread, ns, id, body],
+            )
+            .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_write(
+        &self,
+        thread: &str,
+        _ns: &str,
+        checkpoint: &str,
+        write: &PendingWrite,
+    ) -> Result<(), StoreError> {
+        let (thread, checkpoint, node) = (thread.to_string(), checkpoint.to_string(), write.node.clone());
+        let body = serde_json::to_string(write)?;
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO graph_writes (thread, checkpoint, node, body) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (thread, checkpoint, node) DO UPDATE SET body = excluded.body",
+                params![thread, checkpoint, node, body],
+            )
+            .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+        let (thread, checkpoint) = (thread.to_string(), checkpoint.to_string());
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare("SELECT body FROM graph_writes WHERE thread = ?1 AND checkpoint = ?2 ORDER BY rowid")
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![thread, checkpoint], |r| r.get::<_, String>(0)).map_err(backend)?;
+            rows.map(|r| r.map_err(backend).and_then(parse)).collect()
+        })
+        .await
+    }
+
+    async fn latest(&self, thread: &str, ns: &str) -> Result<Option<Checkpoint>, StoreError> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        self.with(move |c| {
+            let body: Option<String> = c
+                .query_row(
+                    "SELECT body FROM graph_checkpoints WHERE thread = ?1 AND ns = ?2 ORDER BY seq DESC LIMIT 1",
+                    params![thread, ns],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(backend)?;
+            body.map(parse).transpose()
+        })
+        .await
+    }
+
+    async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError> {
+        let (thread, id) = (thread.to_string(), id.to_string());
+        self.with(move |c| {
+            let body: Option<String> = c
+                .query_row(
+                    "SELECT body FROM graph_checkpoints WHERE thread = ?1 AND id = ?2",
+                    params![thread, id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(backend)?;
+            body.map(parse).transpose()
+        })
+        .await
+    }
+
+    async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare("SELECT body FROM graph_checkpoints WHERE thread = ?1 AND ns = ?2 ORDER BY seq DESC")
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![thread, ns], |r| r.get::<_, String>(0)).map_err(backend)?;
+            rows.map(|r| r.map_err(backend).and_then(parse)).collect()
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_sqlite_store_keeps_the_contract_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".recursive/graphs.db");
+        let store = SqliteCheckpointer::open(&path).unwrap();
+        crate::checkpoint::contract::keeps_the_contract(&store, "t1").await;
+        let latest = store.latest("t1", "").await.unwrap().unwrap();
+        drop(store);
+        let reopened = SqliteCheckpointer::open(&path).unwrap();
+        assert_eq!(reopened.latest("t1", "").await.unwrap().unwrap(), latest);
+    }
+}

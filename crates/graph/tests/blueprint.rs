@@ -1,0 +1,259 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Blueprints: compile diagnostics (several at once, each with line, column and caret),
+//! binding against an allowlist before anything runs, the JSON Schema accepting what the
+//! parser accepts, canonical formatting that round-trips, the Mermaid diagram, and a bound
+//! blueprint running a model node through the run tree.
+
+use std::sync::Arc;
+
+use recursive_core::{ChatOptions, MockProvider, MockReply, RunScope};
+use recursive_graph::blueprint::{self, Allowlist, Source};
+use recursive_graph::{Finish, MemoryCheckpointer, Start, Thread};
+use serde_json::json;
+
+const REVIEW: &str = r#"
+name = "review"
+description = "Draft, then ask a person, then publish or revise"
+
+[limits]
+max_supersteps = 12
+max_visits = 3
+
+[state]
+topic = "string"
+draft = "string"
+answer = "string"
+notes = { type = "list", reducer = "append" }
+
+[[nodes]]
+name = "draft"
+model = "default"
+prompt = "Write one sentence about {topic}. Notes so far: {notes}"
+output = "draft"
+
+[[nodes]]
+name = "approve"
+ask = "Publish this? {draft}"
+output = "answer"
+
+[[nodes]]
+name = "note"
+model = "default"
+prompt = "Say what to improve in: {draft}"
+output = "notes"
+
+[[edges]]
+from = "START"
+to = "draft"
+
+[[edges]]
+from = "draft"
+to = "approve"
+
+[[edges]]
+from = "approve"
+to = "END"
+when = { channel = "answer", equals = "yes" }
+
+[[edges]]
+from = "approve"
+to = "note"
+otherwise = true
+
+[[edges]]
+from = "note"
+to = "draft"
+"#;
+
+fn source(text: &str) -> Source {
+    Source { origin: "review.toml".into(), text: text.into() }
+}
+
+fn allow(provider: Arc<MockProvider>) -> Allowlist {
+    Allowlist::new().model("default", provider, ChatOptions::default())
+}
+
+#[test]
+fn a_good_blueprint_compiles() {
+    let bp = blueprint::compile(REVIEW, "review.toml").unwrap();
+    assert_eq!(bp.nodes.len(), 3);
+}
+
+#[test]
+fn several_problems_are_reported_at_once_with_positions_and_carets() {
+    let bad = REVIEW
+        .replace("to = \"approve\"", "to = \"aprove\"")
+        .replace("Notes so far: {notes}", "Notes so far: {nots}")
+        .replace("notes = { type = \"list\", reducer = \"append\" }", "notes = { type = \"list\", reducer = \"append\" }\ncount = \"integer\"")
+        .replace("output = \"answer\"", "output = \"answer\"\n\n[[nodes]]\nname = \"orphan\"\nmodel = \"default\"\nprompt = \"x\"\noutput = \"count\"");
+    let err = blueprint::compile(&bad, "review.toml").unwrap_err();
+    let text = err.to_string();
+    let messages: Vec<&str> = err.items.iter().map(|d| d.message.as_str()).collect();
+    assert!(messages.iter().any(|m| m.contains("unknown node `aprove` in an edge")), "{text}");
+    assert!(messages.iter().any(|m| m.contains("`prompt` reads unknown channel `nots`")), "{text}");
+    assert!(messages.iter().any(|m| m.contains("a model node writes text, but channel `count` holds a integer")), "{text}");
+    assert!(text.contains("help: did you mean `approve`?"), "{text}");
+    // The template's unknown channel is pointed at exactly.
+    let line = bad.lines().position(|l| l.contains("{nots}")).unwrap() + 1;
+    let column = bad.lines().nth(line - 1).unwrap().find("{nots}").unwrap() + 1;
+    assert!(text.contains(&format!("review.toml:{line}:{column}")), "{text}");
+    assert!(text.contains("^^^^^^"), "{text}");
+}
+
+#[test]
+fn unreachable_nodes_and_endless_cycles_are_found() {
+    let bad = r#"
+name = "g"
+[state]
+x = "string"
+[[nodes]]
+name = "a"
+ask = "?"
+output = "x"
+[[nodes]]
+name = "b"
+ask = "?"
+output = "x"
+[[nodes]]
+name = "lost"
+ask = "?"
+output = "x"
+[[edges]]
+from = "START"
+to = "a"
+[[edges]]
+from = "a"
+to = "b"
+[[edges]]
+from = "b"
+to = "a"
+"#;
+    let err = blueprint::compile(bad, "g.toml").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("node `lost` is unreachable"), "{text}");
+    assert!(text.contains("the cycle a → b → a has no exit condition"), "{text}");
+    assert!(text.contains("g.toml:14:8"), "{text}");
+}
+
+#[test]
+fn a_condition_on_the_wrong_type_and_bad_node_shapes_are_errors() {
+    let bad = r#"
+name = "g"
+[state]
+ok = "boolean"
+[[nodes]]
+name = "a"
+model = "default"
+agent = "helper"
+[[nodes]]
+name = "b"
+tool = "read_file"
+prompt = "not for tools"
+output = "ok"
+[[edges]]
+from = "START"
+to = ["a", "b"]
+[[edges]]
+from = "b"
+to = "END"
+when = { channel = "ok", contains = "yes" }
+"#;
+    let err = blueprint::compile(bad, "g.toml").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("names more than one capability (also `agent`)"), "{text}");
+    assert!(text.contains("`prompt` does not apply to a tool node"), "{text}");
+    assert!(text.contains("does not work on channel `ok`, which holds a boolean"), "{text}");
+    assert!(text.contains("a tool node writes text, but channel `ok` holds a boolean"), "{text}");
+}
+
+#[test]
+fn a_toml_error_is_located() {
+    let err = blueprint::compile("name = \"g\"\n[[nodes]\nname = 1\n", "g.toml").unwrap_err();
+    assert_eq!(err.items.len(), 1);
+    assert!(err.to_string().contains("g.toml:2:"), "{err}");
+}
+
+#[test]
+fn binding_refuses_what_the_allowlist_does_not_name_before_anything_runs() {
+    let provider = Arc::new(MockProvider::new([]));
+    let text = REVIEW.replace("model = \"default\"\nprompt = \"Say", "model = \"gpt-9\"\nprompt = \"Say").replace(
+        "[[edges]]\nfrom = \"START\"",
+        "[[nodes]]\nname = \"shell\"\ntool = \"run_shell\"\nargs = { command = \"rm -rf {topic}\" }\noutput = \"draft\"\n\n[[edges]]\nfrom = \"draft\"\nto = \"shell\"\n\n[[edges]]\nfrom = \"START\"",
+    );
+    let err = blueprint::load(&source(&text), &allow(provider.clone())).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("model `gpt-9` is not allowed"), "{text}");
+    assert!(text.contains("allowed models: default"), "{text}");
+    assert!(text.contains("tool `run_shell` is not allowed"), "{text}");
+    assert_eq!(provider.request_count(), 0);
+}
+
+#[test]
+fn a_sub_graph_that_contains_itself_is_refused() {
+    let looped = r#"
+name = "outer"
+[[nodes]]
+name = "again"
+graph = "outer"
+[[edges]]
+from = "START"
+to = "again"
+"#;
+    let allow = Allowlist::new().graph("outer", Source { origin: "outer.toml".into(), text: looped.into() });
+    let err = blueprint::load(&Source { origin: "outer.toml".into(), text: looped.into() }, &allow).unwrap_err();
+    assert!(err.to_string().contains("graph `outer` contains itself"), "{err}");
+}
+
+#[test]
+fn formatting_is_canonical_and_round_trips() {
+    let once = blueprint::format(REVIEW, "review.toml").unwrap();
+    let twice = blueprint::format(&once, "review.toml").unwrap();
+    assert_eq!(once, twice);
+    let a = serde_json::to_value(blueprint::parse(REVIEW, "a").unwrap()).unwrap();
+    let b = serde_json::to_value(blueprint::parse(&once, "b").unwrap()).unwrap();
+    assert_eq!(a, b);
+    blueprint::compile(&once, "formatted").unwrap();
+}
+
+#[test]
+fn the_json_schema_accepts_the_example_and_rejects_an_unknown_field() {
+    let schema = blueprint::schema();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let as_json = serde_json::to_value(blueprint::parse(REVIEW, "r").unwrap()).unwrap();
+    assert!(validator.is_valid(&as_json), "{:?}", validator.iter_errors(&as_json).map(|e| e.to_string()).collect::<Vec<_>>());
+    let mut bad = as_json.clone();
+    bad["nodes"][0]["temperature"] = json!(0.2);
+    assert!(!validator.is_valid(&bad));
+    assert!(blueprint::parse(&REVIEW.replace("output = \"draft\"", "output = \"draft\"\ntemperature = 0.2"), "r").is_err());
+}
+
+#[test]
+fn the_mermaid_diagram_shows_nodes_conditions_and_otherwise_edges() {
+    let m = blueprint::mermaid(&blueprint::parse(REVIEW, "r").unwrap());
+    assert!(m.starts_with("flowchart TD\n"), "{m}");
+    assert!(m.contains("n_approve -- \"answer = \\\"yes\\\"\" --> END") || m.contains("n_approve -- \"answer = #quot;yes#quot;\" --> END"), "{m}");
+    assert!(m.contains("n_approve -. otherwise .-> n_note"), "{m}");
+    assert!(m.contains("START --> n_draft"), "{m}");
+}
+
+#[tokio::test]
+async fn a_bound_blueprint_runs_asks_and_loops_until_approved() {
+    let provider = Arc::new(MockProvider::new([
+        MockReply::text("Tides rise."),
+        MockReply::text("Say why."),
+        MockReply::text("Tides rise because the moon pulls."),
+    ]));
+    let graph = blueprint::load(&source(REVIEW), &allow(provider.clone())).unwrap();
+    let thread = Thread::new(Arc::new(MemoryCheckpointer::new()), "t");
+    let scope = RunScope::detached("graph");
+    let out = graph.run(Start::Input(json!({"topic": "tides"})), &thread, &scope).await.unwrap();
+    assert!(matches!(out.finish, Finish::Interrupted(_)));
+    let out = graph.run(Start::Resume(Some(json!("no"))), &thread, &scope).await.unwrap();
+    let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+    assert_eq!(i.payload["question"], "Publish this? Tides rise because the moon pulls.");
+    let out = graph.run(Start::Resume(Some(json!("yes"))), &thread, &scope).await.unwrap();
+    assert_eq!(out.finish, Finish::Done);
+    assert_eq!(out.state["notes"], json!(["Say why."]));
+    let second_prompt = provider.requests()[2].messages[0].content.clone();
+    assert_eq!(second_prompt, "Write one sentence about tides. Notes so far: [\"Say why.\"]");
+}

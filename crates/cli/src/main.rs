@@ -39,6 +39,8 @@ enum Command {
     Sessions(commands::sessions::SessionsArgs),
     /// Pursue an objective by recursive goal decomposition.
     Goal(commands::goal::GoalArgs),
+    /// Durable graphs from blueprints: check, run, resume, history, state, fork, show.
+    Graph(commands::graph::GraphArgs),
     /// Answer a question over long inputs with a Recursive Language Model (Python sandbox).
     Rlm(commands::rlm::RlmArgs),
     /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
@@ -117,6 +119,7 @@ async fn run() -> ExitCode {
         Command::Chat(args) => commands::chat::execute(args).await,
         Command::Sessions(args) => commands::sessions::execute(args),
         Command::Rlm(args) => commands::rlm::execute(args).await,
+        Command::Graph(args) => commands::graph::execute(args).await,
         Command::Serve(args) => commands::serve::execute(args).await,
         Command::Mcp(args) => commands::serve::execute_mcp(args).await,
         Command::Trace(args) => commands::trace::execute(args),

@@ -83,8 +83,11 @@ impl Node for AgentNode {
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        let result =
-            self.agent.run_in(&self.input.render(ctx.state), ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
+        let result = self
+            .agent
+            .run_in(&self.input.render(ctx.state), ctx.scope)
+            .await
+            .map_err(|e| NodeError::Failed(e.to_string()))?;
         if result.finish_reason.is_tree_stop() {
             return Err(NodeError::Stopped(result.finish_reason));
         }
@@ -265,21 +268,14 @@ impl Node for SubgraphNode {
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        let thread = Thread { store: ctx.nested.store.clone(), id: ctx.nested.thread.clone(), ns: ctx.nested.ns.clone() };
-        let started = thread
-            .store
-            .latest(&thread.id, &thread.ns)
-            .await
-            .map_err(|e| NodeError::Failed(e.to_string()))?
-            .is_some();
+        let thread =
+            Thread { store: ctx.nested.store.clone(), id: ctx.nested.thread.clone(), ns: ctx.nested.ns.clone() };
+        let started =
+            thread.store.latest(&thread.id, &thread.ns).await.map_err(|e| NodeError::Failed(e.to_string()))?.is_some();
         let parent_keys: Vec<String> = ctx.state.keys().cloned().collect();
-        let start = if started {
-            Start::Resume(ctx.resume.cloned())
-        } else {
-            Start::Input(Value::Object(self.input(&ctx)))
-        };
-        let outcome =
-            self.graph.run(start, &thread, ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
+        let start =
+            if started { Start::Resume(ctx.resume.cloned()) } else { Start::Input(Value::Object(self.input(&ctx))) };
+        let outcome = self.graph.run(start, &thread, ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
         match outcome.finish {
             Finish::Done => Ok(self.output(&outcome.state, |n| parent_keys.iter().any(|k| k == n))),
             Finish::Interrupted(i) => Err(NodeError::Interrupt { payload: i.payload, path: i.path }),

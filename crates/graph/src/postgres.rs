@@ -142,10 +142,10 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
-        self.bodies("SELECT body FROM graph_writes WHERE thread = $1 AND checkpoint = $2 ORDER BY seq", &[
-            &thread,
-            &checkpoint,
-        ])
+        self.bodies(
+            "SELECT body FROM graph_writes WHERE thread = $1 AND checkpoint = $2 ORDER BY seq",
+            &[&thread, &checkpoint],
+        )
         .await
     }
 
@@ -160,13 +160,17 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError> {
-        Ok(self.bodies("SELECT body FROM graph_checkpoints WHERE thread = $1 AND id = $2", &[&thread, &id]).await?.pop())
+        Ok(self
+            .bodies("SELECT body FROM graph_checkpoints WHERE thread = $1 AND id = $2", &[&thread, &id])
+            .await?
+            .pop())
     }
 
     async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError> {
-        self.bodies("SELECT body FROM graph_checkpoints WHERE thread = $1 AND ns = $2 ORDER BY seq DESC", &[
-            &thread, &ns,
-        ])
+        self.bodies(
+            "SELECT body FROM graph_checkpoints WHERE thread = $1 AND ns = $2 ORDER BY seq DESC",
+            &[&thread, &ns],
+        )
         .await
     }
 }

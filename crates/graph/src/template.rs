@@ -45,9 +45,10 @@ impl Template {
                     literal.push('}');
                 }
                 '{' => {
-                    let end = text[i + 1..]
-                        .find('}')
-                        .ok_or_else(|| TemplateError { message: "`{` is never closed (write `{{` for a brace)".into(), offset: i })?;
+                    let end = text[i + 1..].find('}').ok_or_else(|| TemplateError {
+                        message: "`{` is never closed (write `{{` for a brace)".into(),
+                        offset: i,
+                    })?;
                     let name = text[i + 1..i + 1 + end].trim();
                     if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
                         return Err(TemplateError {

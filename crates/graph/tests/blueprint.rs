@@ -91,7 +91,10 @@ fn several_problems_are_reported_at_once_with_positions_and_carets() {
     let messages: Vec<&str> = err.items.iter().map(|d| d.message.as_str()).collect();
     assert!(messages.iter().any(|m| m.contains("unknown node `aprove` in an edge")), "{text}");
     assert!(messages.iter().any(|m| m.contains("`prompt` reads unknown channel `nots`")), "{text}");
-    assert!(messages.iter().any(|m| m.contains("a model node writes text, but channel `count` holds a integer")), "{text}");
+    assert!(
+        messages.iter().any(|m| m.contains("a model node writes text, but channel `count` holds a integer")),
+        "{text}"
+    );
     assert!(text.contains("help: did you mean `approve`?"), "{text}");
     // The template's unknown channel is pointed at exactly.
     let line = bad.lines().position(|l| l.contains("{nots}")).unwrap() + 1;
@@ -220,18 +223,28 @@ fn the_json_schema_accepts_the_example_and_rejects_an_unknown_field() {
     let schema = blueprint::schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let as_json = serde_json::to_value(blueprint::parse(REVIEW, "r").unwrap()).unwrap();
-    assert!(validator.is_valid(&as_json), "{:?}", validator.iter_errors(&as_json).map(|e| e.to_string()).collect::<Vec<_>>());
+    assert!(
+        validator.is_valid(&as_json),
+        "{:?}",
+        validator.iter_errors(&as_json).map(|e| e.to_string()).collect::<Vec<_>>()
+    );
     let mut bad = as_json.clone();
     bad["nodes"][0]["temperature"] = json!(0.2);
     assert!(!validator.is_valid(&bad));
-    assert!(blueprint::parse(&REVIEW.replace("output = \"draft\"", "output = \"draft\"\ntemperature = 0.2"), "r").is_err());
+    assert!(
+        blueprint::parse(&REVIEW.replace("output = \"draft\"", "output = \"draft\"\ntemperature = 0.2"), "r").is_err()
+    );
 }
 
 #[test]
 fn the_mermaid_diagram_shows_nodes_conditions_and_otherwise_edges() {
     let m = blueprint::mermaid(&blueprint::parse(REVIEW, "r").unwrap());
     assert!(m.starts_with("flowchart TD\n"), "{m}");
-    assert!(m.contains("n_approve -- \"answer = \\\"yes\\\"\" --> END") || m.contains("n_approve -- \"answer = #quot;yes#quot;\" --> END"), "{m}");
+    assert!(
+        m.contains("n_approve -- \"answer = \\\"yes\\\"\" --> END")
+            || m.contains("n_approve -- \"answer = #quot;yes#quot;\" --> END"),
+        "{m}"
+    );
     assert!(m.contains("n_approve -. otherwise .-> n_note"), "{m}");
     assert!(m.contains("START --> n_draft"), "{m}");
 }

@@ -59,7 +59,8 @@ async fn a_fan_out_runs_in_one_superstep_and_joins_once_in_declaration_order() {
     for (store, _dir) in stores() {
         let runs = Arc::default();
         let g = diamond(&runs, &Arc::new(AtomicUsize::new(0)));
-        let out = g.run(Start::Input(json!({})), &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap();
+        let out =
+            g.run(Start::Input(json!({})), &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap();
         assert_eq!(out.finish, Finish::Done);
         assert_eq!(out.state["log"], json!(["a", "b", "c"]));
         assert_eq!(out.step, 2);
@@ -111,7 +112,14 @@ async fn new_input_on_an_unfinished_thread_is_refused() {
     assert!(matches!(out.finish, Finish::Interrupted(ref i) if i.when == "ask" && i.path == ["ask"]));
     let err = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap_err();
     assert!(matches!(err, GraphError::Unfinished(_)), "{err}");
-    let err = g.run(Start::Input(json!({"x": 3})), &Thread::new(Arc::new(MemoryCheckpointer::new()), "u"), &RunScope::detached("g")).await.unwrap_err();
+    let err = g
+        .run(
+            Start::Input(json!({"x": 3})),
+            &Thread::new(Arc::new(MemoryCheckpointer::new()), "u"),
+            &RunScope::detached("g"),
+        )
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("channel `x` holds a string"), "{err}");
 }
 
@@ -121,7 +129,10 @@ fn approval_graph(published: Arc<AtomicUsize>) -> Graph {
         .channel("answer", Channel::last(ValueType::String))
         .channel("status", Channel::last(ValueType::String))
         .node("write", func(|_| Ok(update(json!({"draft": "v1"})))))
-        .node("approve", Arc::new(AskNode { question: Template::parse("Publish {draft}?").unwrap(), output: "answer".into() }))
+        .node(
+            "approve",
+            Arc::new(AskNode { question: Template::parse("Publish {draft}?").unwrap(), output: "answer".into() }),
+        )
         .node(
             "publish",
             func(move |_| {
@@ -204,13 +215,15 @@ async fn a_fork_with_an_edited_state_runs_on_a_new_thread() {
     let g = approval_graph(Arc::new(AtomicUsize::new(0)));
     let out = g.run(Start::Input(json!({})), &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap();
     let asked = out.checkpoint;
-    let forked = recursive_graph::fork(g.schema(), &store, "t", &asked, &update(json!({"draft": "v2"})), "t2").await.unwrap();
+    let forked =
+        recursive_graph::fork(g.schema(), &store, "t", &asked, &update(json!({"draft": "v2"})), "t2").await.unwrap();
     assert_eq!(forked.state["draft"], "v2");
     let out = g.run(Start::Resume(None), &Thread::new(store.clone(), "t2"), &RunScope::detached("g")).await.unwrap();
     let Finish::Interrupted(i) = out.finish else { panic!() };
     assert_eq!(i.payload["question"], "Publish v2?");
     assert_eq!(store.latest("t", "").await.unwrap().unwrap().state["draft"], "v1", "the original thread is untouched");
-    let bad = recursive_graph::fork(g.schema(), &store, "t", &asked, &update(json!({"draft": 1})), "t3").await.unwrap_err();
+    let bad =
+        recursive_graph::fork(g.schema(), &store, "t", &asked, &update(json!({"draft": 1})), "t3").await.unwrap_err();
     assert!(bad.to_string().contains("holds a string"), "{bad}");
 }
 
@@ -394,7 +407,8 @@ async fn a_spent_call_budget_stops_the_graph_with_the_trees_reason() {
         .edge("first", "second")
         .build()
         .unwrap();
-    let out = g.run(Start::Input(json!({})), &Thread::new(Arc::new(MemoryCheckpointer::new()), "t"), &scope).await.unwrap();
+    let out =
+        g.run(Start::Input(json!({})), &Thread::new(Arc::new(MemoryCheckpointer::new()), "t"), &scope).await.unwrap();
     assert_eq!(out.finish, Finish::Stopped { reason: FinishReason::CallBudgetExceeded });
     assert_eq!(out.state["x"], "one");
     assert_eq!(provider.request_count(), 1);

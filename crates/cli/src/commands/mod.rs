@@ -4,6 +4,7 @@
 
 pub mod chat;
 pub mod goal;
+pub mod graph;
 pub mod patch;
 pub mod rlm;
 pub mod run;
@@ -302,6 +303,13 @@ pub struct ApprovalArgs {
     /// Deny every tool call that would ask, without prompting.
     #[arg(long)]
     pub no_ask: bool,
+}
+
+impl ApprovalArgs {
+    /// Deny whatever would ask (for commands that run nothing).
+    pub fn none() -> Self {
+        Self { yes: false, no_ask: true }
+    }
 }
 
 /// A cost cap in USD: finite and not negative; a usage error otherwise.

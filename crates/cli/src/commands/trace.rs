@@ -1,5 +1,5 @@
-//! `recursive trace`: rebuilds the tree of a run from its JSONL events (from `run`, `rlm` or
-//! `goal` with `--events`, or a goal execution log from `goal --log`) and prints nesting,
+//! `recursive trace`: rebuilds the tree of a run from its JSONL events (from `run`, `rlm`,
+//! `goal` or `graph` with `--events`, or a goal execution log from `goal --log`) and prints nesting,
 //! status, timing, tokens and cost per node.
 
 use std::collections::BTreeMap;
@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use recursive_core::{AgentEvent, EventKind, Usage};
 use recursive_goal::{GoalEvent, GoalRunEvent};
+use recursive_graph::GraphEvent;
 use recursive_rlm::RlmEvent;
 use serde_json::Value;
 
@@ -132,7 +133,26 @@ impl Tree {
                     let n = self.node(&id);
                     n.status = outcome.as_str().to_string();
                     n.settled = true;
+                } else if let Some(event) = ext.get::<GraphEvent>() {
+                    self.add_graph_event(&id, event);
                 }
+            }
+            _ => {}
+        }
+    }
+
+    /// A graph node's kind and outcome, a graph run's finish.
+    fn add_graph_event(&mut self, id: &str, event: GraphEvent) {
+        let n = self.node(id);
+        match event {
+            GraphEvent::GraphNodeStarted { node, kind } => n.goal = format!("{kind} node `{node}`"),
+            GraphEvent::GraphNodeFinished { outcome, .. } => {
+                n.status = if outcome == "ok" { "done".into() } else { outcome };
+                n.settled = true;
+            }
+            GraphEvent::GraphFinished { finish, .. } if n.parent.is_none() => {
+                n.status = finish.split(':').next().unwrap_or_default().to_string();
+                n.settled = true;
             }
             _ => {}
         }

@@ -79,7 +79,9 @@ impl Checker<'_> {
     fn check_limits(&mut self) {
         let Some(limits) = &self.bp.limits else { return };
         let l = limits.get();
-        for (name, v) in [("max_supersteps", l.max_supersteps), ("max_visits", l.max_visits), ("max_depth", l.max_depth)] {
+        for (name, v) in
+            [("max_supersteps", l.max_supersteps), ("max_visits", l.max_visits), ("max_depth", l.max_depth)]
+        {
             if v == Some(0) {
                 self.err(format!("`{name}` must be at least 1"), limits.span());
             }
@@ -130,7 +132,10 @@ impl Checker<'_> {
             }
             [(kind, _)] => *kind,
             [_, (second, at), ..] => {
-                self.err(format!("node `{name}` names more than one capability (also `{}`)", second.as_str()), at.span());
+                self.err(
+                    format!("node `{name}` names more than one capability (also `{}`)", second.as_str()),
+                    at.span(),
+                );
                 return;
             }
         };
@@ -227,8 +232,11 @@ impl Checker<'_> {
                     if !channels.contains_key(channel) {
                         let start = base + offset;
                         self.d.push(
-                            Diagnostic::new(format!("`{field}` reads unknown channel `{channel}`"), start..start + channel.len() + 2)
-                                .help(known(channels)),
+                            Diagnostic::new(
+                                format!("`{field}` reads unknown channel `{channel}`"),
+                                start..start + channel.len() + 2,
+                            )
+                            .help(known(channels)),
                         );
                     }
                 }
@@ -367,8 +375,11 @@ impl Checker<'_> {
                 if reported.insert(key) {
                     let path = cycle.join(" → ");
                     found.push(
-                        Diagnostic::new(format!("the cycle {path} has no exit condition: it would never end"), node.name.span())
-                            .help("guard one of its edges with `when` (and add an `otherwise` or exit edge)"),
+                        Diagnostic::new(
+                            format!("the cycle {path} has no exit condition: it would never end"),
+                            node.name.span(),
+                        )
+                        .help("guard one of its edges with `when` (and add an `otherwise` or exit edge)"),
                     );
                 }
             }

@@ -16,7 +16,13 @@ pub fn mermaid(bp: &Blueprint) -> String {
             None => "",
         };
         let kind = if kind.starts_with("ask ") { "ask".to_string() } else { kind };
-        out.push_str(&format!("    {}[\"{}<br/><small>{}{}</small>\"]\n", id(node.name.get()), node.name.get(), escape(&kind), pause));
+        out.push_str(&format!(
+            "    {}[\"{}<br/><small>{}{}</small>\"]\n",
+            id(node.name.get()),
+            node.name.get(),
+            escape(&kind),
+            pause
+        ));
     }
     for edge in &bp.edges {
         for to in edge.to.get().each() {

@@ -1,0 +1,591 @@
+//! `recursive graph`: check, run and resume durable graphs written as blueprints, and read,
+//! replay and fork a thread's checkpoint history. A blueprint binds only what this command
+//! allows: the configured model (`default`), the default agent and `--agent` sub-agents, the
+//! built-in tools (under the permission policy), the default RLM and goal pursuer, and the
+//! blueprints next to it or named with `--graph`. Threads live in a checkpoint store: by
+//! default `.recursive/graphs.db` in the workspace, or `--store postgres://…`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use recursive_core::{
+    Agent, AgentConfig, BudgetLimits, ChatOptions, ChatProvider, EventKind, MockProvider, ToolInvoker,
+};
+use recursive_graph::blueprint::{self, Allowlist, Source};
+use recursive_graph::{Checkpointer, Finish, GraphError, GraphOutcome, Schema, Start, Thread, ThreadInfo};
+use serde_json::{Value, json};
+
+use crate::ProviderArgs;
+use crate::config;
+use crate::provider::{self, ConfigError};
+
+/// Arguments of `graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    #[command(subcommand)]
+    pub command: GraphCommand,
+}
+
+/// What `graph` does.
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Compile a blueprint and bind it against what this command allows; print every problem.
+    Check(FileArgs),
+    /// Run a blueprint on a thread (new, or one whose run finished) with input.
+    Run(RunArgs),
+    /// Continue a thread: after a crash, a pause, or with the value a node asked for.
+    Resume(ResumeArgs),
+    /// List a thread's checkpoints, newest first.
+    History(ThreadArgs),
+    /// Print the state at a thread's latest (or a given) checkpoint.
+    State(StateArgs),
+    /// Copy a checkpoint, with channels edited, to a new thread (or the same one) to resume.
+    Fork(ForkArgs),
+    /// List the threads of the store.
+    Threads(StoreArgs),
+    /// Print a blueprint as a Mermaid flowchart.
+    Show(FileArgs),
+    /// Print a blueprint in canonical form (`--write` rewrites the file).
+    Format(FormatArgs),
+    /// Print the JSON Schema of the blueprint format.
+    Schema,
+}
+
+/// A blueprint file.
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    /// The blueprint (TOML).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub bind: BindArgs,
+}
+
+/// What blueprints may use beyond the defaults.
+#[derive(Debug, Clone, Args)]
+pub struct BindArgs {
+    /// A sub-agent nodes may run: NAME=FILE, a TOML definition as for `run --agent` (repeatable).
+    #[arg(long = "agent", value_name = "NAME=FILE")]
+    pub agents: Vec<String>,
+    /// A blueprint sub-graph nodes may run, by name: NAME=FILE (repeatable; blueprints next to
+    /// the main one are allowed by their file name).
+    #[arg(long = "graph", value_name = "NAME=FILE")]
+    pub graphs: Vec<String>,
+    /// Workspace of the tools and of the default store (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+}
+
+/// The checkpoint store.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Checkpoint store: a SQLite path (`sqlite:PATH` or a path) or `postgres://user:pw@host/db`
+    /// (default: .recursive/graphs.db in the workspace).
+    #[arg(long, value_name = "URL", env = "RECURSIVE_GRAPH_STORE")]
+    pub store: Option<String>,
+    /// Print JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A thread of the store.
+#[derive(Debug, Args)]
+pub struct ThreadArgs {
+    /// The thread.
+    #[arg(long)]
+    pub thread: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `graph state`.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// The thread.
+    #[arg(long)]
+    pub thread: String,
+    /// A checkpoint id (default: the latest).
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `graph fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The thread to fork from.
+    #[arg(long)]
+    pub thread: String,
+    /// The checkpoint to fork from (default: the latest).
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// Channel values to replace, as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub set: Option<String>,
+    /// The thread the fork goes to (default: a new one; the same id rewrites that thread's
+    /// future).
+    #[arg(long, value_name = "THREAD")]
+    pub into: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `graph format`.
+#[derive(Debug, Args)]
+pub struct FormatArgs {
+    /// The blueprint.
+    pub file: PathBuf,
+    /// Rewrite the file instead of printing.
+    #[arg(long)]
+    pub write: bool,
+}
+
+/// `graph run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The blueprint (TOML).
+    pub file: PathBuf,
+    /// The thread (default: a new id, printed).
+    #[arg(long)]
+    pub thread: Option<String>,
+    /// Input: a JSON object of channel values.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    pub input: String,
+    #[command(flatten)]
+    pub run: ExecArgs,
+}
+
+/// `graph resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The thread.
+    #[arg(long)]
+    pub thread: String,
+    /// The value a node asked for (JSON; plain text is taken as a string).
+    #[arg(long, value_name = "JSON")]
+    pub value: Option<String>,
+    /// Run again from this earlier checkpoint (time travel; the history branches).
+    #[arg(long, value_name = "ID")]
+    pub checkpoint: Option<String>,
+    #[command(flatten)]
+    pub run: ExecArgs,
+}
+
+/// What running a graph needs.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub bind: BindArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// USD budget for the whole run (refused when the model's price is unknown).
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// Wall clock for the whole run, in seconds.
+    #[arg(long, value_name = "SECS")]
+    pub max_time: Option<f64>,
+    #[command(flatten)]
+    pub approval: super::ApprovalArgs,
+}
+
+/// Runs the command.
+pub async fn execute(args: GraphArgs) -> anyhow::Result<u8> {
+    match args.command {
+        GraphCommand::Check(a) => check(a).await,
+        GraphCommand::Run(a) => run(a).await,
+        GraphCommand::Resume(a) => resume(a).await,
+        GraphCommand::History(a) => history(a).await,
+        GraphCommand::State(a) => state(a).await,
+        GraphCommand::Fork(a) => fork(a).await,
+        GraphCommand::Threads(a) => threads(a).await,
+        GraphCommand::Show(a) => {
+            let source = read_source(&a.file)?;
+            let bp = blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?;
+            print!("{}", blueprint::mermaid(&bp));
+            Ok(0)
+        }
+        GraphCommand::Format(a) => {
+            let source = read_source(&a.file)?;
+            let text = blueprint::format(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?;
+            if a.write {
+                std::fs::write(&a.file, text).with_context(|| format!("writing {}", a.file.display()))?;
+            } else {
+                print!("{text}");
+            }
+            Ok(0)
+        }
+        GraphCommand::Schema => {
+            println!("{}", serde_json::to_string_pretty(&blueprint::schema())?);
+            Ok(0)
+        }
+    }
+}
+
+fn read_source(path: &Path) -> anyhow::Result<Source> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read blueprint {}: {e}", path.display())))?;
+    Ok(Source { origin: path.display().to_string(), text })
+}
+
+/// The capabilities blueprints may bind, with `provider` as the `default` model.
+struct Capabilities<'a> {
+    provider: Arc<dyn ChatProvider>,
+    options: ChatOptions,
+    setup: &'a super::ToolSetup,
+    bind: &'a BindArgs,
+    /// The directory of the main blueprint (its siblings are allowed sub-graphs).
+    dir: Option<PathBuf>,
+}
+
+impl Capabilities<'_> {
+    fn allowlist(&self) -> anyhow::Result<Allowlist> {
+        let tools = self.setup.invoker(self.setup.builtin.clone());
+        let names = self.setup.builtin.names();
+        let agent = Agent::new(self.provider.clone())
+            .with_tools(self.setup.builtin.clone())
+            .with_gate(self.setup.gate.clone())
+            .with_config(AgentConfig {
+                name: "agent".into(),
+                system_prompt: Some(self.setup.system_prompt(&self.setup.builtin, None, None)),
+                options: self.options.clone(),
+                limits: self.setup.limits.clone(),
+                ..Default::default()
+            });
+        let rlm = recursive_rlm::Rlm::with_provider(
+            self.provider.clone(),
+            recursive_rlm::RlmConfig {
+                primary_options: self.options.clone(),
+                sub_options: self.options.clone(),
+                ..Default::default()
+            },
+        )?;
+        let goal_config = recursive_goal::GoalConfig { options: self.options.clone(), ..Default::default() };
+        let read_only: ToolInvoker = self.setup.invoker(self.setup.read_only.clone());
+        let pursuer = recursive_goal::GoalPursuer::new(self.provider.clone(), read_only, goal_config);
+        let mut allow = Allowlist::new()
+            .model("default", self.provider.clone(), self.options.clone())
+            .agent("default", Arc::new(agent))
+            .tools(tools, names)
+            .rlm("default", Arc::new(rlm))
+            .goal("default", Arc::new(pursuer));
+        let files = self.bind.agents.iter().map(|s| super::run::load_agent_file(s)).collect::<anyhow::Result<_>>()?;
+        for sub in super::run::sub_agents(files, self.setup, &self.provider, &self.options, &self.setup.limits)? {
+            let name = sub.name().to_string();
+            allow = allow.agent(name, Arc::new(sub.agent().clone()));
+        }
+        for (name, source) in self.graphs()? {
+            allow = allow.graph(name, source);
+        }
+        Ok(allow)
+    }
+
+    /// Sibling blueprints by file stem, then `--graph NAME=FILE`.
+    fn graphs(&self) -> anyhow::Result<Vec<(String, Source)>> {
+        let mut out = Vec::new();
+        if let Some(dir) = &self.dir
+            && let Ok(entries) = std::fs::read_dir(dir)
+        {
+            let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            paths.sort();
+            for path in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
+                let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    out.push((stem.to_string(), Source { origin: path.display().to_string(), text }));
+                }
+            }
+        }
+        for spec in &self.bind.graphs {
+            let (name, file) =
+                spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
+            out.push((name.to_string(), read_source(Path::new(file))?));
+        }
+        Ok(out)
+    }
+}
+
+async fn check(args: FileArgs) -> anyhow::Result<u8> {
+    let source = read_source(&args.file)?;
+    let config = config::load(None, false)?;
+    let setup = super::ToolSetup::load(&config, args.bind.workspace.as_deref(), super::ApprovalArgs::none(), 0)?;
+    // Binding checks names only: the placeholder model is never called.
+    let caps = Capabilities {
+        provider: Arc::new(MockProvider::new([])),
+        options: ChatOptions::default(),
+        setup: &setup,
+        bind: &args.bind,
+        dir: args.file.parent().map(Path::to_path_buf),
+    };
+    match blueprint::load(&source, &caps.allowlist()?) {
+        Ok(graph) => {
+            println!("{}: ok ({} nodes)", source.origin, graph.node_names().count());
+            Ok(0)
+        }
+        Err(d) => {
+            eprintln!("{d}");
+            Ok(crate::EXIT_CONFIG)
+        }
+    }
+}
+
+fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
+    let dir = match workspace {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    Ok(dir.join(".recursive").join("graphs.db").display().to_string())
+}
+
+async fn open_store(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<Arc<dyn Checkpointer>> {
+    let address = match &args.store {
+        Some(s) => s.clone(),
+        None => default_store(workspace)?,
+    };
+    recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn parse_json(flag: &str, text: &str) -> Result<Value, ConfigError> {
+    serde_json::from_str(text).map_err(|e| ConfigError(format!("{flag}: not JSON: {e}")))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let source = read_source(&args.file)?;
+    let input = parse_json("--input", &args.input)?;
+    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
+    let thread = args.thread.clone().unwrap_or_else(crate::sessions::new_id);
+    let origin = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
+    let dir = origin.parent().map(Path::to_path_buf);
+    let info = ThreadInfo {
+        thread: thread.clone(),
+        graph: String::new(),
+        blueprint: Some(source.text.clone()),
+        origin: Some(origin.display().to_string()),
+        created_at: chrono::Utc::now(),
+    };
+    execute_graph(&args.run, source, dir, store, Some(info), &thread, Start::Input(input)).await
+}
+
+async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
+    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
+    let info = store
+        .thread(&args.thread)
+        .await?
+        .ok_or_else(|| ConfigError(format!("no thread `{}` in the store", args.thread)))?;
+    let text = info.blueprint.clone().ok_or_else(|| ConfigError("the thread has no stored blueprint".into()))?;
+    let origin = info.origin.clone().unwrap_or_else(|| info.graph.clone());
+    let dir = Path::new(&origin).parent().map(Path::to_path_buf);
+    let value = args.value.as_deref().map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())));
+    let start = match args.checkpoint {
+        Some(checkpoint) => Start::From { checkpoint, value },
+        None => Start::Resume(value),
+    };
+    execute_graph(&args.run, Source { origin, text }, dir, store, None, &args.thread, start).await
+}
+
+async fn execute_graph(
+    args: &ExecArgs,
+    source: Source,
+    dir: Option<PathBuf>,
+    store: Arc<dyn Checkpointer>,
+    new_thread: Option<ThreadInfo>,
+    thread: &str,
+    start: Start,
+) -> anyhow::Result<u8> {
+    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
+    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let mut limits = BudgetLimits::default();
+    if let Some(usd) = args.max_cost {
+        limits.max_cost_usd = Some(super::usd("--max-cost", usd)?);
+        provider::require_price("--max-cost")?;
+    }
+    limits.wall_clock = args.max_time.map(|s| super::seconds("--max-time", s)).transpose()?;
+    let setup = super::ToolSetup::load(&config, args.bind.workspace.as_deref(), args.approval, 50)?;
+    let options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
+    let caps = Capabilities { provider, options, setup: &setup, bind: &args.bind, dir };
+    let graph = blueprint::load(&source, &caps.allowlist()?).map_err(|d| ConfigError(d.to_string()))?;
+    if let Some(mut info) = new_thread {
+        info.graph = graph.name().to_string();
+        if let Some(old) = store.thread(thread).await? {
+            info.created_at = old.created_at;
+        }
+        store.put_thread(&info).await?;
+    }
+    let scope =
+        super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(graph.policy().max_depth);
+    scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {thread}", graph.name()) });
+    if !args.provider.quiet {
+        eprintln!("thread {thread} (store: {})", args.store.store.as_deref().unwrap_or(".recursive/graphs.db"));
+    }
+    let outcome = graph.run(start, &Thread::new(store, thread), &scope).await;
+    let (finish_reason, error) = match &outcome {
+        Ok(o) => (o.finish.finish_reason(), None),
+        Err(e) => (recursive_core::FinishReason::Fault, Some(e.to_string())),
+    };
+    scope.emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
+    match outcome {
+        Ok(o) => report(&o, args.store.json),
+        Err(GraphError::Input(e)) => Err(ConfigError(format!("input: {e}")).into()),
+        Err(GraphError::Unfinished(t)) => Err(ConfigError(format!(
+            "thread `{t}` has an unfinished run: continue it with `recursive graph resume --thread {t}`, or start a \
+             new thread"
+        ))
+        .into()),
+        Err(GraphError::NothingAsks(t)) => {
+            Err(ConfigError(format!("thread `{t}` does not wait for a value: resume it without --value")).into())
+        }
+        Err(e) => Err(anyhow::anyhow!(
+            "{e} (the thread keeps what finished: resume it with `recursive graph resume --thread {thread}`)"
+        )),
+    }
+}
+
+fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
+    let code = u8::try_from(o.finish.finish_reason().exit_code()).unwrap_or(1);
+    if json_out {
+        let out = json!({
+            "thread": o.thread,
+            "finish": o.finish.as_str(),
+            "detail": o.finish,
+            "state": o.state,
+            "checkpoint": o.checkpoint,
+            "step": o.step,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(code);
+    }
+    println!("{}", serde_json::to_string_pretty(&Value::Object(o.state.clone()))?);
+    match &o.finish {
+        Finish::Done => eprintln!("thread {}: done after {} supersteps", o.thread, o.step),
+        Finish::Interrupted(i) => {
+            let hint = if i.when == "ask" { " --value JSON" } else { "" };
+            eprintln!(
+                "thread {}: waiting {} {}: {}\ncontinue it with: recursive graph resume --thread {}{hint}",
+                o.thread,
+                i.when,
+                i.at(),
+                i.payload.get("question").cloned().unwrap_or_else(|| i.payload.clone()),
+                o.thread
+            );
+        }
+        other => eprintln!("thread {}: {other}", o.thread),
+    }
+    Ok(code)
+}
+
+async fn history(args: ThreadArgs) -> anyhow::Result<u8> {
+    let store = open_store(&args.store, None).await?;
+    let list = store.list(&args.thread, "").await?;
+    if list.is_empty() {
+        return Err(ConfigError(format!("no thread `{}` in the store", args.thread)).into());
+    }
+    if args.store.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(0);
+    }
+    for c in &list {
+        let pause = c.pause.as_ref().map(|p| format!("  (pause {} {})", p.when, p.nodes.join(","))).unwrap_or_default();
+        let next = if c.next.is_empty() { "END".to_string() } else { c.next.join(",") };
+        println!(
+            "{}  step {:>3}  {:<6}  next: {next}{pause}  {}",
+            c.id,
+            c.step,
+            format!("{:?}", c.source).to_lowercase(),
+            c.created_at.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+    Ok(0)
+}
+
+async fn state(args: StateArgs) -> anyhow::Result<u8> {
+    let store = open_store(&args.store, None).await?;
+    let cp = match &args.checkpoint {
+        Some(id) => store.get(&args.thread, id).await?,
+        None => store.latest(&args.thread, "").await?,
+    }
+    .ok_or_else(|| ConfigError(format!("no such checkpoint on thread `{}`", args.thread)))?;
+    let pending = store.writes(&args.thread, "", &cp.id).await?;
+    let out = json!({
+        "thread": cp.thread,
+        "checkpoint": cp.id,
+        "step": cp.step,
+        "next": cp.next,
+        "pause": cp.pause,
+        "state": cp.state,
+        "pending_writes": pending,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(0)
+}
+
+async fn fork(args: ForkArgs) -> anyhow::Result<u8> {
+    let store = open_store(&args.store, None).await?;
+    let info = store
+        .thread(&args.thread)
+        .await?
+        .ok_or_else(|| ConfigError(format!("no thread `{}` in the store", args.thread)))?;
+    let text = info.blueprint.clone().unwrap_or_default();
+    let origin = info.origin.clone().unwrap_or_default();
+    let bp = blueprint::compile(&text, &origin).map_err(|d| ConfigError(d.to_string()))?;
+    let mut schema = Schema::new();
+    for (name, channel) in blueprint::compile::channels(&bp) {
+        schema = schema.with(name, channel);
+    }
+    let edits = match &args.set {
+        Some(text) => match parse_json("--set", text)? {
+            Value::Object(m) => m,
+            other => return Err(ConfigError(format!("--set: expected a JSON object, got {other}")).into()),
+        },
+        None => Default::default(),
+    };
+    let from = match &args.checkpoint {
+        Some(id) => id.clone(),
+        None => store.latest(&args.thread, "").await?.map(|c| c.id).unwrap_or_default(),
+    };
+    let into = args.into.clone().unwrap_or_else(crate::sessions::new_id);
+    let forked = recursive_graph::fork(&schema, &store, &args.thread, &from, &edits, &into)
+        .await
+        .map_err(|e| ConfigError(e.to_string()))?;
+    store.put_thread(&ThreadInfo { thread: into.clone(), created_at: chrono::Utc::now(), ..info }).await?;
+    if args.store.json {
+        println!("{}", json!({"thread": into, "checkpoint": forked.id}));
+    } else {
+        println!("forked to thread {into} at checkpoint {}", forked.id);
+        eprintln!("continue it with: recursive graph resume --thread {into}");
+    }
+    Ok(0)
+}
+
+async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
+    let store = open_store(&args, None).await?;
+    let list = store.threads().await?;
+    if args.json {
+        let brief: Vec<Value> = list
+            .iter()
+            .map(|t| json!({"thread": t.thread, "graph": t.graph, "origin": t.origin, "created_at": t.created_at}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&brief)?);
+        return Ok(0);
+    }
+    for t in &list {
+        let status = match store.latest(&t.thread, "").await? {
+            Some(c) if c.is_done() => "done".to_string(),
+            Some(c)
+                if store
+                    .writes(&t.thread, "", &c.id)
+                    .await?
+                    .iter()
+                    .any(|w| matches!(w.write, recursive_graph::Write::Interrupt { .. }))
+                    || c.pause.is_some() =>
+            {
+                "waiting".to_string()
+            }
+            Some(c) => format!("at step {}", c.step),
+            None => "empty".to_string(),
+        };
+        println!("{}  {}  {status}  {}", t.thread, t.graph, t.created_at.format("%Y-%m-%d %H:%M:%S"));
+    }
+    Ok(0)
+}

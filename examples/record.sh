@@ -16,4 +16,20 @@ rm -f examples/rlm/station-log.cassette.jsonl
 "$bin" rlm "Which access code opens the east server room now, and who issued it?" \
   --input examples/rlm/station-log.txt --mock-script examples/rlm/model-turns.json \
   --record examples/rlm/station-log.cassette.jsonl -q >/dev/null
-echo "recorded examples/run/inventory.cassette.jsonl and examples/rlm/station-log.cassette.jsonl"
+# The graph examples: one model turn per process (the approval example stops to ask twice).
+turns=$(mktemp -d)
+python3 - examples/graph/model-turns.json "$turns" <<'PY'
+import json, sys
+for i, turn in enumerate(json.load(open(sys.argv[1]))):
+    json.dump([turn], open(f"{sys.argv[2]}/notes-{i}.json", "w"))
+PY
+store="$turns/graphs.db"
+rm -f examples/graph/release-notes.cassette.jsonl examples/graph/brief.cassette.jsonl
+notes=(--store "$store" --record examples/graph/release-notes.cassette.jsonl --append -q)
+"$bin" graph run examples/graph/release-notes.toml --thread rec --input "$(cat examples/graph/changes.json)" \
+  --mock-script "$turns/notes-0.json" "${notes[@]}" >/dev/null || [ $? = 16 ]
+"$bin" graph resume --thread rec --value '"Put the fix first."' --mock-script "$turns/notes-1.json" "${notes[@]}" >/dev/null || [ $? = 16 ]
+"$bin" graph run examples/graph/brief.toml --workspace examples/graph --input '{"file": "incident.md"}' \
+  --mock-script examples/graph/brief-turns.json --store "$store" --record examples/graph/brief.cassette.jsonl -q >/dev/null
+rm -rf "$turns"
+echo "recorded the cassettes of examples/run, examples/rlm and examples/graph"

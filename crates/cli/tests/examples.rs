@@ -69,3 +69,53 @@ fn run_example_replays_a_multi_step_tool_run() {
     assert_eq!(tools, ["list_dir", "read_file", "read_file", "search_files"]);
     assert!(v["output"].as_str().unwrap().contains("| D-900 | diesel filter cartridges | 4 | 6 | 20 |"));
 }
+
+#[test]
+fn graph_example_asks_for_approval_revises_with_feedback_and_finishes_on_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("graphs.db");
+    let store = store.to_str().unwrap();
+    let replay = ["--replay", "examples/graph/release-notes.cassette.jsonl", "--store", store];
+    let changes = std::fs::read_to_string(repo().join("examples/graph/changes.json")).unwrap();
+    let mut args = vec!["graph", "run", "examples/graph/release-notes.toml", "--thread", "ex", "--input", &changes];
+    args.extend(replay);
+    let (code, _, err) = recursive(&args);
+    assert_eq!(code, 16, "{err}");
+    assert!(err.contains("Publish these release notes?"), "{err}");
+    let mut args = vec!["graph", "resume", "--thread", "ex", "--value", "\"Put the fix first.\""];
+    args.extend(replay);
+    let (code, _, err) = recursive(&args);
+    assert_eq!(code, 16, "{err}");
+    assert!(err.contains("- Fixed: CSV exports"), "the revised draft is asked about: {err}");
+    let mut args = vec!["graph", "resume", "--thread", "ex", "--value", "yes", "--json"];
+    args.extend(replay);
+    let (code, out, err) = recursive(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["state"]["feedback"], serde_json::json!(["Put the fix first.", "yes"]));
+    assert!(v["state"]["notes"].as_str().unwrap().starts_with("- Fixed: CSV exports"));
+}
+
+#[test]
+fn graph_example_reads_summarises_in_a_sub_graph_and_writes_a_headline() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("graphs.db");
+    let (code, out, err) = recursive(&[
+        "graph",
+        "run",
+        "examples/graph/brief.toml",
+        "--workspace",
+        "examples/graph",
+        "--input",
+        r#"{"file": "incident.md"}"#,
+        "--replay",
+        "examples/graph/brief.cassette.jsonl",
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["state"]["headline"], "Dropped index slowed checkout for 38 minutes; 412 orders timed out");
+    assert!(v["state"]["report"].as_str().unwrap().contains("412 timed-out orders"));
+}

@@ -154,11 +154,11 @@ pub trait Checkpointer: Send + Sync {
     /// Stores a checkpoint (ids are unique; it becomes its namespace's latest).
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
     /// Stores a node's pending write for the step that starts at `checkpoint` (replacing an
-    /// earlier write of the same node there).
-    async fn put_write(&self, thread: &str, ns: &str, checkpoint: &str, write: &PendingWrite)
-    -> Result<(), StoreError>;
+    /// earlier write of the same node there). Checkpoint ids are unique, so they place the
+    /// write in its namespace too.
+    async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError>;
     /// The pending writes of the step that starts at `checkpoint`.
-    async fn writes(&self, thread: &str, ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError>;
+    async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError>;
     /// The latest checkpoint of a namespace of a thread.
     async fn latest(&self, thread: &str, ns: &str) -> Result<Option<Checkpoint>, StoreError>;
     /// A checkpoint by id.
@@ -213,13 +213,7 @@ impl Checkpointer for MemoryCheckpointer {
         self.with(|m| m.checkpoints.push(checkpoint.clone()))
     }
 
-    async fn put_write(
-        &self,
-        thread: &str,
-        _ns: &str,
-        checkpoint: &str,
-        write: &PendingWrite,
-    ) -> Result<(), StoreError> {
+    async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         self.with(|m| {
             let list = m.writes.entry((thread.to_string(), checkpoint.to_string())).or_default();
             list.retain(|w| w.node != write.node);
@@ -227,7 +221,7 @@ impl Checkpointer for MemoryCheckpointer {
         })
     }
 
-    async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+    async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
         self.with(|m| m.writes.get(&(thread.to_string(), checkpoint.to_string())).cloned().unwrap_or_default())
     }
 
@@ -311,13 +305,13 @@ pub(crate) mod contract {
             node: node.into(),
             write: Write::Update { update: json!({"n": n}).as_object().cloned().unwrap_or_default() },
         };
-        store.put_write(thread, "", &c1.id, &w("a", 1)).await.unwrap();
-        store.put_write(thread, "", &c1.id, &w("b", 2)).await.unwrap();
-        store.put_write(thread, "", &c1.id, &w("a", 3)).await.unwrap();
-        let mut writes = store.writes(thread, "", &c1.id).await.unwrap();
+        store.put_write(thread, &c1.id, &w("a", 1)).await.unwrap();
+        store.put_write(thread, &c1.id, &w("b", 2)).await.unwrap();
+        store.put_write(thread, &c1.id, &w("a", 3)).await.unwrap();
+        let mut writes = store.writes(thread, &c1.id).await.unwrap();
         writes.sort_by(|x, y| x.node.cmp(&y.node));
         assert_eq!(writes, [w("a", 3), w("b", 2)]);
-        assert!(store.writes(thread, "", &c0.id).await.unwrap().is_empty());
+        assert!(store.writes(thread, &c0.id).await.unwrap().is_empty());
     }
 }
 

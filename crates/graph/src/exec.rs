@@ -298,9 +298,9 @@ impl Graph {
                 let replay = branch(&from, Source::Replay, from.state.clone());
                 store.put(&replay).await?;
                 // What nodes asked at the original checkpoint, they ask again at the copy.
-                for w in store.writes(&thread.id, &thread.ns, &from.id).await? {
+                for w in store.writes(&thread.id, &from.id).await? {
                     if matches!(w.write, Write::Interrupt { .. }) {
-                        store.put_write(&thread.id, &thread.ns, &replay.id, &w).await?;
+                        store.put_write(&thread.id, &replay.id, &w).await?;
                     }
                 }
                 Ok((replay, value, true))
@@ -346,7 +346,7 @@ impl Graph {
         scope: &RunScope,
     ) -> Result<Result<Checkpoint, Finish>, GraphError> {
         let store = &thread.store;
-        let writes = store.writes(&thread.id, &thread.ns, &cp.id).await?;
+        let writes = store.writes(&thread.id, &cp.id).await?;
         let mut done: BTreeMap<String, Update> = BTreeMap::new();
         let mut asked = Vec::new();
         for w in writes {
@@ -381,29 +381,29 @@ impl Graph {
             self.run_node(node, cp, given, thread, scope)
         });
         let results = join_all(runs).await;
+        // The first node (in declaration order) that stopped decides how the run ends.
         let mut stop = None;
         for (node, ran) in to_run.into_iter().zip(results) {
-            match ran? {
+            let finish = match ran? {
                 Ran::Update(update) => {
                     done.insert(node.clone(), update);
+                    continue;
                 }
                 Ran::Failed(message) => return Err(GraphError::Node { node: node.clone(), message }),
-                other => stop = stop.or(Some((node.clone(), other))),
-            }
-        }
-        if let Some((node, ran)) = stop {
-            return Ok(Err(match ran {
                 Ran::Asked { payload, path } => Finish::Interrupted(Interruption {
                     when: "ask".into(),
-                    path: std::iter::once(node).chain(path).collect(),
+                    path: std::iter::once(node.clone()).chain(path).collect(),
                     payload,
                 }),
                 Ran::Stopped(reason) => Finish::Stopped { reason },
                 Ran::Limit(finish) => finish,
-                Ran::Update(_) | Ran::Failed(_) => Finish::Done,
-            }));
+            };
+            stop = stop.or(Some(finish));
         }
-        self.fold(cp, done, thread, scope).await.map(Ok)
+        match stop {
+            Some(finish) => Ok(Err(finish)),
+            None => self.fold(cp, done, thread, scope).await.map(Ok),
+        }
     }
 
     /// Folds the step's updates in declaration order and writes the next checkpoint.
@@ -491,7 +491,7 @@ impl Graph {
         };
         if let Some(write) = write {
             let pending = PendingWrite { node: name.to_string(), write };
-            thread.store.put_write(&thread.id, &thread.ns, &cp.id, &pending).await?;
+            thread.store.put_write(&thread.id, &cp.id, &pending).await?;
         }
         child.emit(step, event(finished(name, &ran)));
         Ok(ran)

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{
-    Agent, ChatOptions, ChatProvider, ChatRequest, Message, ModelCall, ModelCallError, ToolCall, ToolInvoker,
+    Agent, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, ToolCall,
+    ToolInvoker,
 };
 use recursive_goal::GoalPursuer;
 use recursive_rlm::{Inputs, Rlm};
@@ -24,6 +25,18 @@ fn one(channel: &str, value: Value) -> Update {
     let mut m = Map::new();
     m.insert(channel.to_string(), value);
     m
+}
+
+/// How a node's child run ended: a stop of the run tree stops the graph too; any other
+/// unsuccessful end fails the node with `failure`.
+fn settle(finish: FinishReason, succeeded: bool, failure: impl FnOnce() -> String) -> Result<(), NodeError> {
+    if finish.is_tree_stop() {
+        return Err(NodeError::Stopped(finish));
+    }
+    if !succeeded {
+        return Err(NodeError::Failed(failure()));
+    }
+    Ok(())
 }
 
 fn stopped(e: ModelCallError) -> NodeError {
@@ -88,12 +101,8 @@ impl Node for AgentNode {
             .run_in(&self.input.render(ctx.state), ctx.scope)
             .await
             .map_err(|e| NodeError::Failed(e.to_string()))?;
-        if result.finish_reason.is_tree_stop() {
-            return Err(NodeError::Stopped(result.finish_reason));
-        }
-        if !result.finish_reason.is_success() {
-            return Err(NodeError::Failed(format!("the agent ended with {}", result.finish_reason)));
-        }
+        let finish = result.finish_reason;
+        settle(finish.clone(), finish.is_success(), || format!("the agent ended with {finish}"))?;
         Ok(one(&self.output, Value::String(result.output)))
     }
 }
@@ -158,13 +167,9 @@ impl Node for RlmNode {
             .run(&self.question.render(ctx.state), inputs, ctx.scope)
             .await
             .map_err(|e| NodeError::Failed(e.error.to_string()))?;
-        let finish = result.outcome.finish_reason();
-        if finish.is_tree_stop() {
-            return Err(NodeError::Stopped(finish));
-        }
-        if !result.outcome.has_output() {
-            return Err(NodeError::Failed(format!("the RLM gave no valid answer ({})", result.outcome.as_str())));
-        }
+        settle(result.outcome.finish_reason(), result.outcome.has_output(), || {
+            format!("the RLM gave no valid answer ({})", result.outcome.as_str())
+        })?;
         let answer = match result.output {
             Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(Value::is_string) => {
                 m.get("answer").cloned().unwrap_or(Value::Null)
@@ -197,13 +202,9 @@ impl Node for GoalNode {
             .pursue(&self.objective.render(ctx.state), ctx.scope)
             .await
             .map_err(|e| NodeError::Failed(e.to_string()))?;
-        let finish = outcome.finish_reason();
-        if finish.is_tree_stop() {
-            return Err(NodeError::Stopped(finish));
-        }
-        if !outcome.status.is_success() {
-            return Err(NodeError::Failed(format!("the goal ended {}: {}", outcome.status, outcome.result.summary)));
-        }
+        settle(outcome.finish_reason(), outcome.status.is_success(), || {
+            format!("the goal ended {}: {}", outcome.status, outcome.result.summary)
+        })?;
         Ok(one(&self.output, Value::String(outcome.result.summary)))
     }
 }

@@ -122,13 +122,7 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(())
     }
 
-    async fn put_write(
-        &self,
-        thread: &str,
-        _ns: &str,
-        checkpoint: &str,
-        write: &PendingWrite,
-    ) -> Result<(), StoreError> {
+    async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let body = serde_json::to_string(write)?;
         self.client
             .execute(
@@ -141,7 +135,7 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(())
     }
 
-    async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+    async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
         self.bodies(
             "SELECT body FROM graph_writes WHERE thread = $1 AND checkpoint = $2 ORDER BY seq",
             &[&thread, &checkpoint],

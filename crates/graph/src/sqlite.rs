@@ -126,13 +126,7 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
-    async fn put_write(
-        &self,
-        thread: &str,
-        _ns: &str,
-        checkpoint: &str,
-        write: &PendingWrite,
-    ) -> Result<(), StoreError> {
+    async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let (thread, checkpoint, node) = (thread.to_string(), checkpoint.to_string(), write.node.clone());
         let body = serde_json::to_string(write)?;
         self.with(move |c| {
@@ -147,7 +141,7 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
-    async fn writes(&self, thread: &str, _ns: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+    async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
         let (thread, checkpoint) = (thread.to_string(), checkpoint.to_string());
         self.with(move |c| {
             let mut stmt = c

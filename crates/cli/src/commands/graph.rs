@@ -340,11 +340,23 @@ fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
 }
 
 async fn open_store(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<Arc<dyn Checkpointer>> {
-    let address = match &args.store {
-        Some(s) => s.clone(),
-        None => default_store(workspace)?,
-    };
+    let address = store_address(args, workspace)?;
     recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn store_address(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<String> {
+    match &args.store {
+        Some(s) => Ok(s.clone()),
+        None => default_store(workspace),
+    }
+}
+
+/// The store's address as shown to people: a database URL without its credentials.
+fn shown_address(address: &str) -> String {
+    match address.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.rsplit_once('@').map_or(rest, |(_, host)| host)),
+        None => address.to_string(),
+    }
 }
 
 fn parse_json(flag: &str, text: &str) -> Result<Value, ConfigError> {
@@ -417,7 +429,8 @@ async fn execute_graph(
         super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(graph.policy().max_depth);
     scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {thread}", graph.name()) });
     if !args.provider.quiet {
-        eprintln!("thread {thread} (store: {})", args.store.store.as_deref().unwrap_or(".recursive/graphs.db"));
+        let address = store_address(&args.store, args.bind.workspace.as_deref())?;
+        eprintln!("thread {thread} (store: {})", shown_address(&address));
     }
     let outcome = graph.run(start, &Thread::new(store, thread), &scope).await;
     let (finish_reason, error) = match &outcome {
@@ -506,7 +519,7 @@ async fn state(args: StateArgs) -> anyhow::Result<u8> {
         None => store.latest(&args.thread, "").await?,
     }
     .ok_or_else(|| ConfigError(format!("no such checkpoint on thread `{}`", args.thread)))?;
-    let pending = store.writes(&args.thread, "", &cp.id).await?;
+    let pending = store.writes(&args.thread, &cp.id).await?;
     let out = json!({
         "thread": cp.thread,
         "checkpoint": cp.id,
@@ -574,7 +587,7 @@ async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
             Some(c) if c.is_done() => "done".to_string(),
             Some(c)
                 if store
-                    .writes(&t.thread, "", &c.id)
+                    .writes(&t.thread, &c.id)
                     .await?
                     .iter()
                     .any(|w| matches!(w.write, recursive_graph::Write::Interrupt { .. }))
@@ -588,4 +601,15 @@ async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
         println!("{}  {}  {status}  {}", t.thread, t.graph, t.created_at.format("%Y-%m-%d %H:%M:%S"));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_address;
+
+    #[test]
+    fn a_shown_store_address_has_no_credentials() {
+        assert_eq!(shown_address("postgres://u:secret@127.0.0.1:5432/db"), "postgres://127.0.0.1:5432/db");
+        assert_eq!(shown_address("/w/.recursive/graphs.db"), "/w/.recursive/graphs.db");
+    }
 }

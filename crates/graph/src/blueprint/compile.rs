@@ -71,7 +71,7 @@ impl Checker<'_> {
         self.check_edges(&channels, &names);
         self.check_limits();
         if !self.d.items.iter().any(|d| d.message.contains("unknown node")) {
-            self.check_reachable(&names);
+            self.check_reachable();
             self.check_cycles();
         }
     }
@@ -336,7 +336,7 @@ impl Checker<'_> {
         out
     }
 
-    fn check_reachable(&mut self, _names: &BTreeSet<String>) {
+    fn check_reachable(&mut self) {
         let succ = self.successors();
         let mut seen = BTreeSet::from([START]);
         let mut stack = vec![START];

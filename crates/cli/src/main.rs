@@ -2,13 +2,11 @@
 //! library crates, runs, prints, and maps the outcome to an exit status.
 
 mod commands;
-mod config;
 mod output;
-mod provider;
 mod secrets;
 mod sessions;
-mod system_prompt;
-mod trust;
+
+pub use recursive_harness::ConfigError;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +43,7 @@ enum Command {
     Rlm(commands::rlm::RlmArgs),
     /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
     Serve(commands::serve::ServeArgs),
-    /// Serve `run`, `rlm` and `goal` as MCP tools on stdin/stdout (for MCP hosts).
+    /// Serve `run`, `rlm`, `goal` and the `--agent` runnables as MCP tools on stdin/stdout.
     Mcp(commands::serve::McpArgs),
     /// Print the tree of a run from its JSONL events (`--events`) or a goal log (`--log`).
     Trace(commands::trace::TraceArgs),
@@ -97,6 +95,41 @@ pub struct ProviderArgs {
     pub trust: bool,
 }
 
+impl ProviderArgs {
+    /// The mock provider and the default configuration, for commands that bind names but call
+    /// no model (`graph check`).
+    pub fn placeholder() -> Self {
+        Self {
+            provider: Some("mock".into()),
+            model: None,
+            base_url: None,
+            request_timeout: None,
+            record: None,
+            replay: None,
+            mock_script: None,
+            config: None,
+            events: None,
+            append: false,
+            quiet: true,
+            trust: false,
+        }
+    }
+
+    /// How the harness chooses the provider.
+    pub fn options(&self) -> recursive_harness::ProviderOptions {
+        recursive_harness::ProviderOptions {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            base_url: self.base_url.clone(),
+            request_timeout: self.request_timeout,
+            record: self.record.clone(),
+            replay: self.replay.clone(),
+            mock_script: self.mock_script.clone(),
+            append: self.append,
+        }
+    }
+}
+
 /// Counts every allocation so that a sandbox worker (this binary started with
 /// [`recursive_rlm::WORKER_ARG`]) can hold its memory ceiling; without a ceiling it only counts.
 #[global_allocator]
@@ -136,7 +169,7 @@ async fn run() -> ExitCode {
         },
         Err(err) => {
             eprintln!("error: {err:#}");
-            let code = if err.downcast_ref::<provider::ConfigError>().is_some() { EXIT_CONFIG } else { EXIT_ERROR };
+            let code = if err.downcast_ref::<ConfigError>().is_some() { EXIT_CONFIG } else { EXIT_ERROR };
             ExitCode::from(code)
         }
     }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use recursive_core::{Message, RunResult, TranscriptLog};
 use serde::{Deserialize, Serialize};
 
-use crate::provider::ConfigError;
+use crate::ConfigError;
 
 /// What a session is and what it has cost so far.
 #[derive(Debug, Clone, Serialize, Deserialize)]

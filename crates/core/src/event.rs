@@ -139,19 +139,25 @@ pub enum EventKind {
         /// The message.
         message: String,
     },
-    /// A sub-agent run began.
+    /// A child run of a runnable (agent, RLM, goal, graph) began.
     SubAgentStarted {
-        /// The sub-agent's name.
+        /// The runnable's name.
         agent: String,
+        /// What kind of runnable it is.
+        #[serde(default)]
+        kind: crate::runnable::RunnableKind,
         /// Its input.
         input: String,
         /// The child run's id.
         child_run_id: String,
     },
-    /// A sub-agent run ended.
+    /// A child run of a runnable ended.
     SubAgentCompleted {
-        /// The sub-agent's name.
+        /// The runnable's name.
         agent: String,
+        /// What kind of runnable it is.
+        #[serde(default)]
+        kind: crate::runnable::RunnableKind,
         /// The child run's id.
         child_run_id: String,
         /// Its finish reason.
@@ -426,9 +432,11 @@ impl StderrSink {
                 format!("retry #{attempt} in {delay_ms} ms: {}", clip(reason, 160))
             }
             EventKind::Error { message } => format!("error: {message}"),
-            EventKind::SubAgentStarted { agent, input, .. } => format!("⇒ sub-agent {agent}: {}", clip(input, 120)),
-            EventKind::SubAgentCompleted { agent, finish_reason, .. } => {
-                format!("⇐ sub-agent {agent}: {finish_reason}")
+            EventKind::SubAgentStarted { agent, kind, input, .. } => {
+                format!("⇒ {} {agent}: {}", child_label(*kind), clip(input, 120))
+            }
+            EventKind::SubAgentCompleted { agent, kind, finish_reason, .. } => {
+                format!("⇐ {} {agent}: {finish_reason}", child_label(*kind))
             }
             EventKind::SubAgentReused { agent, turn, .. } => format!("↻ sub-agent {agent} turn {turn}"),
             EventKind::Compacted { method, before_tokens, after_tokens, .. } => {
@@ -448,6 +456,14 @@ impl EventSink for StderrSink {
         if let Some(line) = self.format(event) {
             eprintln!("{line}");
         }
+    }
+}
+
+/// How a child run is named when rendered: `sub-agent` for agents (as before), else its kind.
+fn child_label(kind: crate::runnable::RunnableKind) -> &'static str {
+    match kind {
+        crate::runnable::RunnableKind::Agent => "sub-agent",
+        other => other.as_str(),
     }
 }
 

@@ -119,8 +119,9 @@ impl ToolInvoker {
     }
 
     /// Runs the calls of one model message: emits a `ToolCall` event for each, asks the gate
-    /// about each in order, runs the allowed ones concurrently (at most
-    /// [`ToolLimits::concurrency`] at once) under the timeout, the deadline and cancellation,
+    /// about each in order, runs the allowed ones under the timeout, the deadline and
+    /// cancellation — read-only calls concurrently (at most [`ToolLimits::concurrency`] at once),
+    /// every other call alone and in call order —
     /// and returns exactly one outcome per call, in call order, each also emitted as a
     /// `ToolResult` event.
     pub async fn invoke_all(
@@ -138,12 +139,24 @@ impl ToolInvoker {
             denials.push(self.check(c, scope, step).await);
         }
         let deadline = earliest(deadline, scope.budget().deadline());
+        // Read-only calls share the lock; any other call holds it alone. The lock is fair and
+        // taken in call order, so writers run one at a time, in order, and a read after a
+        // write sees it.
+        let order = tokio::sync::RwLock::new(());
+        let order = &order;
         let runs = calls.iter().cloned().zip(denials).map(|(call, denial)| async move {
             match denial {
                 Some(reason) => {
                     ToolOutcome { denied: true, ..synthetic(&call, format!("permission denied: {reason}")) }
                 }
-                None => self.run_one(call, scope, step, deadline).await,
+                None if self.tools.get(&call.name).is_some_and(|t| t.read_only()) => {
+                    let _shared = order.read().await;
+                    self.run_one(call, scope, step, deadline).await
+                }
+                None => {
+                    let _alone = order.write().await;
+                    self.run_one(call, scope, step, deadline).await
+                }
             }
         });
         let outcomes: Vec<ToolOutcome> =
@@ -358,5 +371,60 @@ mod tests {
         assert!(o.output.starts_with("aaaa") && o.output.ends_with("zzzz"), "{}", o.output);
         assert!(o.output.contains("chars truncated"), "{}", o.output);
         assert!(o.output.chars().count() < 200);
+    }
+
+    /// Logs when each call starts and ends; `read_only` says which kind it is.
+    struct Logged {
+        name: &'static str,
+        reads: bool,
+        log: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Tool for Logged {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec { name: self.name.into(), description: String::new(), parameters: json!({"type": "object"}) }
+        }
+        async fn call(&self, a: Value, _c: &ToolContext) -> Result<String, ToolError> {
+            let id = a["id"].as_str().unwrap_or_default().to_string();
+            self.log.lock().unwrap().push(format!("start {id}"));
+            tokio::time::sleep(Duration::from_millis(a["ms"].as_u64().unwrap_or(0))).await;
+            self.log.lock().unwrap().push(format!("end {id}"));
+            Ok(id)
+        }
+        fn read_only(&self) -> bool {
+            self.reads
+        }
+    }
+
+    fn logged(log: &Arc<std::sync::Mutex<Vec<String>>>) -> ToolInvoker {
+        let mut tools = ToolRegistry::new();
+        tools.register(Arc::new(Logged { name: "read", reads: true, log: log.clone() }));
+        tools.register(Arc::new(Logged { name: "write", reads: false, log: log.clone() }));
+        ToolInvoker::new(tools)
+    }
+
+    fn named(name: &str, id: &str, ms: u64) -> ToolCall {
+        ToolCall { id: id.into(), name: name.into(), arguments: json!({"id": id, "ms": ms}) }
+    }
+
+    #[tokio::test]
+    async fn writing_calls_of_one_message_run_one_at_a_time_in_order() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let calls = [named("write", "w1", 60), named("write", "w2", 0)];
+        logged(&log).invoke_all(&calls, &RunScope::detached("t"), 1, None).await;
+        assert_eq!(*log.lock().unwrap(), ["start w1", "end w1", "start w2", "end w2"]);
+    }
+
+    #[tokio::test]
+    async fn read_only_calls_run_together_and_wait_for_an_earlier_write() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let calls = [named("read", "r1", 60), named("read", "r2", 0), named("write", "w", 0), named("read", "r3", 0)];
+        logged(&log).invoke_all(&calls, &RunScope::detached("t"), 1, None).await;
+        let log = log.lock().unwrap().clone();
+        let at = |e: &str| log.iter().position(|l| l == e).unwrap();
+        assert!(at("start r2") < at("end r1"), "reads overlap: {log:?}");
+        assert!(at("end r1") < at("start w") && at("end r2") < at("start w"), "the write waits: {log:?}");
+        assert!(at("end w") < at("start r3"), "a later read sees the write: {log:?}");
     }
 }

@@ -18,6 +18,7 @@ pub mod mock;
 pub mod provider;
 pub mod reply;
 pub mod run;
+pub mod runnable;
 pub mod runtime;
 pub mod serde_secs;
 pub mod subagent;
@@ -38,9 +39,10 @@ pub use provider::{
     ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat, StopReason,
     StreamEvent,
 };
-pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope};
+pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope, StopToken};
+pub use runnable::{Outcome, RunInput, Runnable, RunnableKind, RunnableTool, Runnables, WithData, run_as, run_child};
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, LateTools, RunError, RunLimits, RunResult};
-pub use subagent::{SubAgent, SubAgentArgs, SubAgentError, SubAgentOutcome, SubAgentSession, SubAgentTool};
+pub use subagent::{SubAgent, SubAgentSession, agent_outcome};
 pub use tool::{
     GateVerdict, PathScreen, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool,
     call_arguments, path_arguments, schema_for, typed,

@@ -402,6 +402,25 @@ impl RunScope {
         }
     }
 
+    /// A token that fires when this node is cancelled *or* when the tree's deadline passes:
+    /// for work that only understands cancellation (a sandboxed snippet, a graph function
+    /// node), so the wall clock ends it too. The run then learns why from
+    /// [`RunScope::stop_reason`]. The timer stops when the token is dropped.
+    pub fn stop_token(&self) -> StopToken {
+        let token = self.cancel.child_token();
+        let timer = self.budget.deadline().map(|deadline| {
+            let fire = token.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = fire.cancelled() => {}
+                    _ = tokio::time::sleep_until(deadline.into()) => fire.cancel(),
+                }
+            })
+            .abort_handle()
+        });
+        StopToken { token, timer }
+    }
+
     /// Usage of this node including descendants.
     pub fn usage(&self) -> Usage {
         self.totals.usage()
@@ -418,6 +437,29 @@ impl RunScope {
             return Some(FinishReason::Cancelled);
         }
         self.budget.exhausted()
+    }
+}
+
+/// A cancellation token that also fires at the tree's deadline (see [`RunScope::stop_token`]).
+#[derive(Debug)]
+pub struct StopToken {
+    token: CancellationToken,
+    timer: Option<tokio::task::AbortHandle>,
+}
+
+impl std::ops::Deref for StopToken {
+    type Target = CancellationToken;
+
+    fn deref(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl Drop for StopToken {
+    fn drop(&mut self) {
+        if let Some(timer) = &self.timer {
+            timer.abort();
+        }
     }
 }
 
@@ -511,6 +553,16 @@ mod tests {
             let v = serde_json::to_value(&r).unwrap();
             assert_eq!(v["kind"], r.as_str());
         }
+    }
+
+    #[tokio::test]
+    async fn the_stop_token_fires_at_the_trees_deadline() {
+        let limits = BudgetLimits { wall_clock: Some(std::time::Duration::from_millis(50)), ..Default::default() };
+        let root = RunScope::root("m", Arc::new(NullSink), Arc::new(Budget::new(limits)));
+        let token = root.stop_token();
+        tokio::time::timeout(std::time::Duration::from_secs(5), token.cancelled()).await.unwrap();
+        assert!(!root.cancel_token().is_cancelled(), "the run itself is not cancelled");
+        assert_eq!(root.stop_reason(), Some(FinishReason::WallClockExceeded));
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! Agents calling agents: a [`SubAgent`] is a named [`Agent`] that runs as a child node of the
-//! caller's run tree; [`SubAgentTool`] offers it to a parent model as one tool; and
-//! [`SubAgentSession`] keeps a sub-agent's transcript across invocations so a follow-up turn
-//! sees the earlier ones.
+//! Agents as runnables: an [`Agent`] is a [`Runnable`] (the tool loop run in the scope it is
+//! given), a [`SubAgent`] is an agent under a name and a description written for a parent
+//! model, and a [`SubAgentSession`] keeps a sub-agent's transcript across invocations so a
+//! follow-up turn sees the earlier ones. Offered to a parent model through the one generic
+//! adapter, [`crate::runnable::RunnableTool`].
 //!
 //! Depth is checked before anything runs (a refused call makes no model request), the child's
 //! own events reach the tree's sink tagged with its ids, usage and cost roll up to every
@@ -10,92 +11,67 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::event::EventKind;
-use crate::message::{Message, ToolSpec, Usage};
-use crate::run::{DepthError, FinishReason, RunScope};
+use crate::message::Message;
+use crate::run::{DepthError, RunScope};
+use crate::runnable::{Outcome, RunInput, Runnable, RunnableKind, run_as, run_child};
 use crate::runtime::{Agent, RunError, RunResult};
-use crate::tool::{Tool, ToolContext, ToolError, ToolOrigin, schema_for};
 
-/// Why a sub-agent invocation produced no outcome.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SubAgentError {
-    /// The call would nest deeper than the tree allows; nothing ran.
-    #[error(transparent)]
-    Depth(#[from] DepthError),
-    /// The sub-agent's run failed with a fault (provider, transcript log).
-    #[error("sub-agent `{agent}` failed: {source}")]
-    Agent {
-        /// The sub-agent's name.
-        agent: String,
-        /// The fault, with the child's partial result.
-        source: RunError,
-    },
+/// The outcome of an agent run, or of a fault with its partial result.
+pub fn agent_outcome(result: Result<RunResult, RunError>) -> Outcome {
+    let (run, error) = match result {
+        Ok(r) => (r, None),
+        Err(e) => {
+            let message = e.to_string();
+            (*e.partial, Some(message))
+        }
+    };
+    Outcome {
+        finish_reason: if error.is_some() { crate::run::FinishReason::Fault } else { run.finish_reason },
+        text: run.output,
+        output: serde_json::Value::Null,
+        usage: run.usage,
+        cost_usd: run.cost_usd,
+        steps: run.steps,
+        run_id: run.run_id,
+        error,
+        messages: run.messages,
+    }
 }
 
-/// What one sub-agent invocation produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SubAgentOutcome {
-    /// The sub-agent's name.
-    pub agent: String,
-    /// The final assistant text (partial when the run stopped early).
-    pub output: String,
-    /// Why the run ended.
-    pub finish_reason: FinishReason,
-    /// Usage of the child run including its descendants.
-    pub usage: Usage,
-    /// USD cost of the child run including its descendants.
-    pub cost_usd: f64,
-    /// Model turns the child took.
-    pub steps: u32,
-    /// The child run's id.
-    pub run_id: String,
-    /// The child's depth in the run tree.
-    pub depth: u32,
-    /// The child's transcript.
-    pub messages: Vec<Message>,
+/// Whether every tool of `agent` only reads.
+fn reads_only(agent: &Agent) -> bool {
+    let tools = agent.tools();
+    tools.names().iter().all(|n| tools.get(n).is_some_and(|t| t.read_only()))
 }
 
-impl SubAgentOutcome {
-    /// Whether the sub-agent finished normally (answered without asking for more tools).
-    pub fn is_complete(&self) -> bool {
-        self.finish_reason == FinishReason::NoMoreToolCalls
+#[async_trait]
+impl Runnable for Agent {
+    fn name(&self) -> &str {
+        &self.config().name
     }
 
-    /// The text a parent model sees as the tool result: the output when the run finished
-    /// normally, otherwise what stopped it followed by the partial output.
-    pub fn to_tool_text(&self) -> String {
-        if self.is_complete() {
-            return self.output.clone();
-        }
-        let partial = if self.output.is_empty() { "(none)" } else { self.output.as_str() };
-        format!(
-            "sub-agent `{}` stopped early: {} after {} step(s). Partial result:\n{}",
-            self.agent, self.finish_reason, self.steps, partial
-        )
+    fn kind(&self) -> RunnableKind {
+        RunnableKind::Agent
     }
 
-    fn from_run(agent: &str, depth: u32, r: RunResult) -> Self {
-        Self {
-            agent: agent.to_string(),
-            output: r.output,
-            finish_reason: r.finish_reason,
-            usage: r.usage,
-            cost_usd: r.cost_usd,
-            steps: r.steps,
-            run_id: r.run_id,
-            depth,
-            messages: r.messages,
-        }
+    fn description(&self) -> String {
+        format!("The agent `{}`: give it a task; it works with its tools and answers.", self.config().name)
+    }
+
+    /// An agent only reads when every tool it can call only reads.
+    fn read_only(&self) -> bool {
+        reads_only(self)
+    }
+
+    async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
+        agent_outcome(self.continue_in(input.history, &input.text, scope).await)
     }
 }
 
 /// A named agent (its own provider, model, system prompt and tools) that a parent can invoke
-/// with a goal.
+/// with a task.
 #[derive(Clone)]
 pub struct SubAgent {
     name: String,
@@ -118,16 +94,6 @@ impl SubAgent {
         Self { name, description: description.into(), agent }
     }
 
-    /// The sub-agent's name (also the tool name a parent model calls).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// What the sub-agent does, for the parent model.
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
     /// The wrapped agent.
     pub fn agent(&self) -> &Agent {
         &self.agent
@@ -135,52 +101,10 @@ impl SubAgent {
 
     /// Runs the sub-agent on `input` as a child of `parent` (named `{name}-d{depth}`).
     ///
-    /// The depth cap is checked first: a refused call returns [`SubAgentError::Depth`] without
-    /// any model call. `SubAgentStarted`/`SubAgentCompleted` are emitted on the parent scope;
-    /// a run stopped by a limit is an `Ok` outcome carrying its finish reason.
-    pub async fn invoke(&self, input: &str, parent: &RunScope) -> Result<SubAgentOutcome, SubAgentError> {
-        self.invoke_at(input, parent, 0).await
-    }
-
-    async fn invoke_at(&self, input: &str, parent: &RunScope, step: u32) -> Result<SubAgentOutcome, SubAgentError> {
-        let child = parent.child(&self.name)?;
-        self.run_child(Vec::new(), input, parent, &child, step).await
-    }
-
-    async fn run_child(
-        &self,
-        history: Vec<Message>,
-        input: &str,
-        parent: &RunScope,
-        child: &RunScope,
-        step: u32,
-    ) -> Result<SubAgentOutcome, SubAgentError> {
-        parent.emit(
-            step,
-            EventKind::SubAgentStarted {
-                agent: self.name.clone(),
-                input: input.to_string(),
-                child_run_id: child.ids().run_id.clone(),
-            },
-        );
-        let result = self.agent.continue_in(history, input, child).await;
-        let (finish_reason, error) = match &result {
-            Ok(r) => (r.finish_reason.clone(), None),
-            Err(e) => (e.partial.finish_reason.clone(), Some(e.to_string())),
-        };
-        parent.emit(
-            step,
-            EventKind::SubAgentCompleted {
-                agent: self.name.clone(),
-                child_run_id: child.ids().run_id.clone(),
-                finish_reason,
-                error,
-                usage: child.usage(),
-                cost_usd: child.cost_usd(),
-            },
-        );
-        let run = result.map_err(|source| SubAgentError::Agent { agent: self.name.clone(), source })?;
-        Ok(SubAgentOutcome::from_run(&self.name, child.depth(), run))
+    /// The depth cap is checked first: a refused call returns the [`DepthError`] without any
+    /// model call. A run stopped by a limit or a fault is an outcome carrying its reason.
+    pub async fn invoke(&self, input: &str, parent: &RunScope) -> Result<Outcome, DepthError> {
+        run_child(self, RunInput::text(input), parent, 0).await
     }
 
     /// A session over this sub-agent: each turn continues the previous transcript.
@@ -189,8 +113,32 @@ impl SubAgent {
     }
 }
 
+#[async_trait]
+impl Runnable for SubAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> RunnableKind {
+        RunnableKind::Agent
+    }
+
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    fn read_only(&self) -> bool {
+        reads_only(&self.agent)
+    }
+
+    async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
+        Runnable::run(&self.agent, input, scope).await
+    }
+}
+
 /// Keeps one sub-agent's transcript across several invocations (human-in-the-loop follow-ups):
-/// turn 2 sees turn 1. Turns run one at a time.
+/// turn 2 sees turn 1. Turns run one at a time. As a [`Runnable`] (e.g. offered as a tool),
+/// every run is the session's next turn.
 pub struct SubAgentSession {
     agent: Arc<SubAgent>,
     state: tokio::sync::Mutex<SessionState>,
@@ -223,25 +171,11 @@ impl SubAgentSession {
     /// transcript of every earlier turn. From turn 2 on, `SubAgentReused` is emitted on the
     /// parent scope. The transcript is kept whatever the finish reason; a refused depth or a
     /// fault leaves it unchanged.
-    pub async fn send(&self, input: &str, parent: &RunScope) -> Result<SubAgentOutcome, SubAgentError> {
-        self.send_at(input, parent, 0).await
-    }
-
-    async fn send_at(&self, input: &str, parent: &RunScope, step: u32) -> Result<SubAgentOutcome, SubAgentError> {
-        let mut state = self.state.lock().await;
-        let turn = state.turns + 1;
+    pub async fn send(&self, input: &str, parent: &RunScope) -> Result<Outcome, DepthError> {
+        let turn = self.state.lock().await.turns + 1;
         let depth = parent.depth() + 1;
         let child = parent.child_named(format!("{}-t{turn}-d{depth}", self.agent.name))?;
-        if turn > 1 {
-            parent.emit(
-                step,
-                EventKind::SubAgentReused { agent: self.agent.name.clone(), turn, messages: state.history.len() },
-            );
-        }
-        let outcome = self.agent.run_child(state.history.clone(), input, parent, &child, step).await?;
-        state.history = outcome.messages.clone();
-        state.turns = turn;
-        Ok(outcome)
+        Ok(run_as(self, RunInput::text(input), parent, &child, 0).await)
     }
 
     /// Turns completed so far.
@@ -260,92 +194,60 @@ impl SubAgentSession {
     }
 }
 
-/// Arguments of a [`SubAgentTool`] call.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct SubAgentArgs {
-    /// The task or question for the sub-agent, with everything it needs to know.
-    pub input: String,
-}
-
-enum Target {
-    Fresh(Arc<SubAgent>),
-    Session(Arc<SubAgentSession>),
-}
-
-/// Exposes a whole sub-agent to a parent model as one tool named after it, taking `input`.
-///
-/// A refused depth comes back to the parent model as a `denied` error result; a run stopped by
-/// a limit comes back as an error result naming the finish reason, with the partial output.
-pub struct SubAgentTool {
-    target: Target,
-}
-
-impl SubAgentTool {
-    /// Each call starts a fresh run of the sub-agent.
-    pub fn new(agent: Arc<SubAgent>) -> Self {
-        Self { target: Target::Fresh(agent) }
-    }
-
-    /// Each call continues the session's transcript.
-    pub fn with_session(session: Arc<SubAgentSession>) -> Self {
-        Self { target: Target::Session(session) }
-    }
-
-    fn agent(&self) -> &SubAgent {
-        match &self.target {
-            Target::Fresh(a) => a,
-            Target::Session(s) => &s.agent,
-        }
-    }
-}
-
 #[async_trait]
-impl Tool for SubAgentTool {
-    fn spec(&self) -> ToolSpec {
-        let agent = self.agent();
-        ToolSpec {
-            name: agent.name.clone(),
-            description: agent.description.clone(),
-            parameters: schema_for::<SubAgentArgs>(),
-        }
+impl Runnable for SubAgentSession {
+    fn name(&self) -> &str {
+        &self.agent.name
     }
 
-    fn origin(&self) -> ToolOrigin {
-        ToolOrigin::Agent
+    fn kind(&self) -> RunnableKind {
+        RunnableKind::Agent
     }
 
-    async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let name = self.agent().name.clone();
-        let args: SubAgentArgs = serde_json::from_value(arguments)
-            .map_err(|e| ToolError::InvalidArguments { tool: name.clone(), message: e.to_string() })?;
-        let outcome = match &self.target {
-            Target::Fresh(a) => a.invoke_at(&args.input, &ctx.scope, ctx.step).await,
-            Target::Session(s) => s.send_at(&args.input, &ctx.scope, ctx.step).await,
-        };
-        match outcome {
-            Ok(o) if o.is_complete() => Ok(o.output),
-            Ok(o) => Err(ToolError::Failed(o.to_tool_text())),
-            Err(SubAgentError::Depth(e)) => Err(ToolError::Denied(e.to_string())),
-            Err(e) => Err(ToolError::Failed(e.to_string())),
-        }
+    fn description(&self) -> String {
+        self.agent.description.clone()
     }
 
-    /// A sub-agent only reads when every tool it can call only reads.
     fn read_only(&self) -> bool {
-        let tools = self.agent().agent.tools();
-        tools.names().iter().all(|n| tools.get(n).is_some_and(|t| t.read_only()))
+        self.agent.read_only()
+    }
+
+    /// The next turn of the session, run in `scope`; from turn 2 on, `SubAgentReused` is
+    /// emitted first.
+    async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
+        let mut state = self.state.lock().await;
+        let turn = state.turns + 1;
+        if turn > 1 {
+            scope.emit(
+                0,
+                EventKind::SubAgentReused { agent: self.agent.name.clone(), turn, messages: state.history.len() },
+            );
+        }
+        let mut input = input;
+        input.history = state.history.clone();
+        let outcome = Runnable::run(self.agent.as_ref(), input, scope).await;
+        if outcome.error.is_none() {
+            state.history = outcome.messages.clone();
+            state.turns = turn;
+        }
+        outcome
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::ToolSpec;
     use crate::mock::{MockProvider, MockReply};
+    use crate::run::FinishReason;
+    use crate::runnable::RunnableTool;
+    use crate::tool::{Tool, ToolContext, ToolError};
+    use serde_json::Value;
 
     #[test]
     fn tool_spec_is_named_after_the_sub_agent_and_takes_input() {
         let agent = Agent::new(Arc::new(MockProvider::default()));
-        let tool = SubAgentTool::new(Arc::new(SubAgent::new("researcher", "Finds facts.", agent)));
+        let tool = RunnableTool::new(Arc::new(SubAgent::new("researcher", "Finds facts.", agent)));
         let spec = tool.spec();
         assert_eq!(spec.name, "researcher");
         assert_eq!(spec.description, "Finds facts.");
@@ -355,7 +257,7 @@ mod tests {
     struct Writer;
 
     #[async_trait]
-    impl crate::tool::Tool for Writer {
+    impl Tool for Writer {
         fn spec(&self) -> ToolSpec {
             ToolSpec {
                 name: "write".into(),
@@ -371,30 +273,12 @@ mod tests {
     #[test]
     fn sub_agent_is_read_only_only_when_all_its_tools_are() {
         let reader =
-            SubAgentTool::new(Arc::new(SubAgent::new("r", "d", Agent::new(Arc::new(MockProvider::default())))));
+            RunnableTool::new(Arc::new(SubAgent::new("r", "d", Agent::new(Arc::new(MockProvider::default())))));
         assert!(reader.read_only(), "no tools: nothing to write with");
         let mut tools = crate::tool::ToolRegistry::new();
         tools.register(Arc::new(Writer));
         let writer = SubAgent::new("w", "d", Agent::new(Arc::new(MockProvider::default())).with_tools(tools));
-        assert!(!SubAgentTool::new(Arc::new(writer)).read_only());
-    }
-
-    #[test]
-    fn stopped_outcome_names_the_reason_and_keeps_the_partial_output() {
-        let o = SubAgentOutcome {
-            agent: "a".into(),
-            output: "half done".into(),
-            finish_reason: FinishReason::TokenBudgetExceeded,
-            usage: Usage::default(),
-            cost_usd: 0.0,
-            steps: 2,
-            run_id: "r".into(),
-            depth: 1,
-            messages: Vec::new(),
-        };
-        let text = o.to_tool_text();
-        assert!(text.contains("token_budget_exceeded"), "{text}");
-        assert!(text.contains("half done"), "{text}");
+        assert!(!RunnableTool::new(Arc::new(writer)).read_only());
     }
 
     #[tokio::test]
@@ -403,8 +287,8 @@ mod tests {
         let sub = SubAgent::new("helper", "helps", Agent::new(Arc::new(provider)));
         let root = RunScope::detached("main");
         let out = sub.invoke("go", &root).await.unwrap();
-        assert_eq!(out.output, "done");
-        assert_eq!(out.depth, 1);
+        assert_eq!(out.text, "done");
         assert_eq!(out.finish_reason, FinishReason::NoMoreToolCalls);
+        assert_ne!(out.run_id, root.ids().run_id);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use recursive_core::{
     Agent, AgentConfig, AgentEvent, Budget, BudgetLimits, ChatResponse, EventKind, FinishReason, MemorySink, Message,
-    MockProvider, MockReply, Role, RunLimits, RunScope, StopReason, SubAgent, SubAgentSession, SubAgentTool, ToolCall,
+    MockProvider, MockReply, Role, RunLimits, RunScope, RunnableTool, StopReason, SubAgent, SubAgentSession, ToolCall,
     ToolRegistry, Usage,
 };
 use serde_json::json;
@@ -22,7 +22,7 @@ fn agent(provider: &MockProvider, tools: ToolRegistry) -> Agent {
 
 fn tools_with(sub: SubAgent) -> ToolRegistry {
     let mut t = ToolRegistry::new();
-    t.register(Arc::new(SubAgentTool::new(Arc::new(sub))));
+    t.register(Arc::new(RunnableTool::new(Arc::new(sub))));
     t
 }
 
@@ -68,8 +68,7 @@ async fn depth_cap_of_the_scope_applies_to_nested_levels() {
 
     let out = child.invoke("work", &root).await.unwrap();
 
-    assert_eq!(out.depth, 1);
-    assert_eq!(out.output, "child done");
+    assert_eq!(out.text, "child done");
     assert_eq!(grandchild_provider.request_count(), 0);
     let refusal = tool_results(&out.messages)[0];
     assert!(refusal.content.contains("`gc-d2` would run at depth 2, beyond max_depth 1"), "{}", refusal.content);
@@ -87,8 +86,8 @@ async fn session_second_turn_sees_the_first() {
     let first = session.send("first question", &root).await.unwrap();
     let second = session.send("follow-up", &root).await.unwrap();
 
-    assert_eq!(first.output, "answer one");
-    assert_eq!(second.output, "answer two");
+    assert_eq!(first.text, "answer one");
+    assert_eq!(second.text, "answer two");
     assert_eq!(session.turns().await, 2);
     let sent = &provider.requests()[1].messages;
     let seen: Vec<(Role, &str)> = sent.iter().map(|m| (m.role, m.content.as_str())).collect();
@@ -119,7 +118,7 @@ async fn session_tool_lets_the_parent_model_follow_up() {
         agent(&child_provider, ToolRegistry::new()),
     ))));
     let mut tools = ToolRegistry::new();
-    tools.register(Arc::new(SubAgentTool::with_session(session.clone())));
+    tools.register(Arc::new(RunnableTool::new(session.clone())));
     let parent_provider = MockProvider::new([
         MockReply::tool("writer", json!({"input": "write it"})),
         MockReply::tool("writer", json!({"input": "shorter please"})),
@@ -195,7 +194,7 @@ async fn three_nested_levels_report_on_one_sink_with_rolled_up_usage() {
 
     // Started/Completed land on the caller's scope and point at the child run.
     let started_on_main = main_ev.iter().find_map(|e| match &e.kind {
-        EventKind::SubAgentStarted { agent, input, child_run_id } => {
+        EventKind::SubAgentStarted { agent, input, child_run_id, .. } => {
             Some((agent.clone(), input.clone(), child_run_id.clone()))
         }
         _ => None,
@@ -253,7 +252,7 @@ async fn run_budget_tree(
         response("never reached", vec![], child_usage, child_cost),
     ]);
     let mut child_tools = ToolRegistry::new();
-    child_tools.register(Arc::new(SubAgentTool::new(Arc::new(SubAgent::new(
+    child_tools.register(Arc::new(RunnableTool::new(Arc::new(SubAgent::new(
         "echo_twice",
         "A sub-agent the child calls; it must never run because the budget is spent.",
         agent(&MockProvider::new([MockReply::text("unused")]), ToolRegistry::new()),

@@ -2,8 +2,8 @@
 //! by name in an [`ActionRegistry`], so new types plug in without touching the pursuit loop.
 //! Built in: `tool` (one call through the run tree's [`ToolInvoker`], so permission rules,
 //! timeouts and output caps apply as in the agent loop), `analyze` and `synthesize` (a guarded
-//! model call over the evidence) and `delegate` (a task handed to a named [`Delegate`], e.g. a
-//! [`SubAgent`]; other crates add their own delegates, such as an RLM).
+//! model call over the evidence) and `delegate` (a task handed to any named [`Runnable`] — an
+//! agent, an RLM, another goal pursuit, a graph — run as a child of the goal's run).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use recursive_core::{
-    ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, RunScope, SubAgent,
-    SubAgentError, ToolCall, ToolInvoker, ToolSpec,
+    ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, Outcome, RunInput,
+    RunScope, Runnable, ToolCall, ToolInvoker, ToolSpec, run_child,
 };
 use serde_json::Value;
 
@@ -336,42 +336,24 @@ impl ActionExecutor for ModelAction {
     }
 }
 
-/// Something a goal's task can be handed to whole (a sub-agent, an RLM...).
-#[async_trait]
-pub trait Delegate: Send + Sync {
-    /// What it is good at, for the model.
-    fn description(&self) -> String;
-
-    /// Runs the task as a child of `scope` and returns its answer.
-    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError>;
-}
-
-#[async_trait]
-impl Delegate for SubAgent {
-    fn description(&self) -> String {
-        SubAgent::description(self).to_string()
+/// What a delegated run's outcome means for the goal: its text when it succeeded; a stop of
+/// the run tree makes the goal `constrained`, a fault is a fault, anything else a failure.
+fn delegated(name: &str, runnable: &dyn Runnable, outcome: Outcome) -> Result<String, ActionError> {
+    if outcome.is_success() {
+        return Ok(outcome.text);
     }
-
-    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError> {
-        match self.invoke(task, scope).await {
-            Ok(o) if o.is_complete() => Ok(o.output),
-            Ok(o) => match o.finish_reason {
-                FinishReason::TokenBudgetExceeded
-                | FinishReason::CostBudgetExceeded
-                | FinishReason::WallClockExceeded
-                | FinishReason::Cancelled => Err(ActionError::Constrained(o.to_tool_text())),
-                _ => Err(ActionError::Failed(o.to_tool_text())),
-            },
-            Err(SubAgentError::Depth(e)) => Err(ActionError::Constrained(e.to_string())),
-            Err(e) => Err(ActionError::Failed(e.to_string())),
-        }
+    let report = outcome.report(name, runnable.kind());
+    match outcome.finish_reason {
+        FinishReason::Fault => Err(ActionError::Fault(report)),
+        reason if reason.is_tree_stop() => Err(ActionError::Constrained(report)),
+        _ => Err(ActionError::Failed(report)),
     }
 }
 
 /// `delegate`: hands the task in `input` to the delegate named in `target`.
 #[derive(Default, Clone)]
 pub struct DelegateAction {
-    delegates: BTreeMap<String, Arc<dyn Delegate>>,
+    delegates: BTreeMap<String, Arc<dyn Runnable>>,
 }
 
 impl DelegateAction {
@@ -380,16 +362,10 @@ impl DelegateAction {
         Self::default()
     }
 
-    /// Adds a delegate under a name.
-    pub fn with(mut self, name: impl Into<String>, delegate: Arc<dyn Delegate>) -> Self {
-        self.delegates.insert(name.into(), delegate);
+    /// Adds a runnable under its own name.
+    pub fn with(mut self, runnable: Arc<dyn Runnable>) -> Self {
+        self.delegates.insert(runnable.name().to_string(), runnable);
         self
-    }
-
-    /// Adds a sub-agent under its own name.
-    pub fn with_sub_agent(self, agent: Arc<SubAgent>) -> Self {
-        let name = agent.name().to_string();
-        self.with(name, agent)
     }
 
     /// Delegate names, sorted.
@@ -397,7 +373,7 @@ impl DelegateAction {
         self.delegates.keys().cloned().collect()
     }
 
-    fn pick(&self, target: &str) -> Result<(&String, &Arc<dyn Delegate>), String> {
+    fn pick(&self, target: &str) -> Result<(&String, &Arc<dyn Runnable>), String> {
         if target.trim().is_empty() && self.delegates.len() == 1 {
             return self.delegates.iter().next().ok_or_else(|| "no delegates".to_string());
         }
@@ -432,9 +408,12 @@ impl ActionExecutor for DelegateAction {
     }
 
     async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
-        let (_, delegate) = self.pick(&request.plan.target).map_err(ActionError::Failed)?;
+        let (name, delegate) = self.pick(&request.plan.target).map_err(ActionError::Failed)?;
         let task = if request.plan.input.trim().is_empty() { request.goal } else { request.plan.input.as_str() };
-        delegate.run(task, request.scope).await.map(ActionOutput::text)
+        let outcome = run_child(delegate.as_ref(), RunInput::text(task), request.scope, 0)
+            .await
+            .map_err(|e| ActionError::Constrained(e.to_string()))?;
+        delegated(name, delegate.as_ref(), outcome).map(ActionOutput::text)
     }
 }
 

@@ -20,13 +20,14 @@ pub mod outcome;
 pub mod prompts;
 pub mod pursuer;
 pub mod resume;
+pub mod runnable;
 pub mod similarity;
 pub mod structured;
 mod tree;
 
 pub use actions::{
-    ActionError, ActionExecutor, ActionOutput, ActionRegistry, ActionRequest, Delegate, DelegateAction, ModelAction,
-    ToolAction, compact_tool,
+    ActionError, ActionExecutor, ActionOutput, ActionRegistry, ActionRequest, DelegateAction, ModelAction, ToolAction,
+    compact_tool,
 };
 pub use assemble::Prompt;
 pub use config::{Constraints, GoalConfig, SimilarityMetric};

@@ -74,6 +74,8 @@ pub struct GoalPursuer {
     observer: Option<GoalObserver>,
     pursuits: AtomicU64,
     embeddings: Mutex<HashMap<String, Vec<f32>>>,
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
 }
 
 impl std::fmt::Debug for GoalPursuer {
@@ -153,7 +155,17 @@ impl GoalPursuer {
             observer: None,
             pursuits: AtomicU64::new(0),
             embeddings: Mutex::new(HashMap::new()),
+            name: "goal".into(),
+            description: None,
         }
+    }
+
+    /// Names this pursuer as a runnable (its tool, delegate or node name; default `goal`) and
+    /// says what it is for.
+    pub fn with_identity(mut self, name: impl Into<String>, description: Option<String>) -> Self {
+        self.name = name.into();
+        self.description = description;
+        self
     }
 
     /// Replaces the action types (start from [`ActionRegistry::standard`] to keep the

@@ -306,7 +306,7 @@ async fn delegate_action_runs_a_sub_agent_in_the_goal_node() {
         .action("Find the answer", json!({ "type": "delegate", "target": "researcher", "input": "find the answer" }))
         .provider();
     let actions = ActionRegistry::standard(Arc::new(provider.clone()), ToolInvoker::default(), Default::default())
-        .with(Arc::new(DelegateAction::new().with_sub_agent(researcher)));
+        .with(Arc::new(DelegateAction::new().with(researcher)));
     let sink = MemorySink::new();
     let p = pursuer(&provider, GoalConfig::default()).with_actions(actions);
 

@@ -359,7 +359,7 @@ impl Graph {
         }
         // The value goes to the first node (in declaration order) that asked; replaying from
         // an earlier checkpoint, to the first that can ask.
-        let can_ask = |n: &&String| self.node(n).is_some_and(|node| matches!(node.kind(), "ask" | "graph"));
+        let can_ask = |n: &&String| self.node(n).is_some_and(|node| node.resumable());
         let answered = cp
             .next
             .iter()
@@ -472,9 +472,11 @@ impl Graph {
             ns: format!("{}{sep}{name}:{}", thread.ns, cp.step),
         };
         let ctx = NodeContext { node: name, state: &cp.state, scope: &child, resume, nested };
+        // Cancellation and the tree's deadline end any node, also one that only computes.
+        let stop = child.stop_token();
         let result = tokio::select! {
             biased;
-            _ = child.cancel_token().cancelled() => Err(NodeError::Stopped(FinishReason::Cancelled)),
+            _ = stop.cancelled() => Err(NodeError::Stopped(child.stop_reason().unwrap_or(FinishReason::Cancelled))),
             r = node.run(ctx) => r,
         };
         let (ran, write) = match result {

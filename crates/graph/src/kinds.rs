@@ -1,5 +1,5 @@
-//! The node kinds: a model call, an agent run (the tool loop), a tool call, an RLM, a goal
-//! pursuit, a question for a person, and a sub-graph. Each does its work through the spine —
+//! The node kinds: a model call, a tool call, any registered runnable (an agent run, an RLM,
+//! a goal pursuit, a graph), a question for a person, and a sub-graph. Each does its work through the spine —
 //! the guarded model call, the tool executor, the budget tree — in the node's child run; none
 //! brings its own copy of those.
 
@@ -8,11 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{
-    Agent, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, ToolCall,
-    ToolInvoker,
+    ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ModelCall, ModelCallError, RunInput, Runnable,
+    ToolCall, ToolInvoker,
 };
-use recursive_goal::GoalPursuer;
-use recursive_rlm::{Inputs, Rlm};
 use serde_json::{Map, Value, json};
 
 use crate::exec::{Finish, Start, Thread};
@@ -79,31 +77,35 @@ impl Node for ModelNode {
     }
 }
 
-/// An agent run (model ↔ tools until it answers): the rendered input in, the final answer out.
-pub struct AgentNode {
-    /// The agent.
-    pub agent: Arc<Agent>,
-    /// Its input.
+/// Any registered [`Runnable`] (an agent, an RLM, a goal pursuit, a graph) run as the node:
+/// the rendered input is its text, the named channels are its data (an RLM's input
+/// variables), and its result goes to the output channel.
+pub struct RunnableNode {
+    /// What runs.
+    pub runnable: Arc<dyn Runnable>,
+    /// Its input text.
     pub input: Template,
-    /// The channel the answer goes to.
+    /// Channels given as named data.
+    pub data: Vec<String>,
+    /// The channel the result goes to.
     pub output: String,
 }
 
 #[async_trait]
-impl Node for AgentNode {
+impl Node for RunnableNode {
     fn kind(&self) -> &'static str {
-        "agent"
+        self.runnable.kind().as_str()
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        let result = self
-            .agent
-            .run_in(&self.input.render(ctx.state), ctx.scope)
-            .await
-            .map_err(|e| NodeError::Failed(e.to_string()))?;
-        let finish = result.finish_reason;
-        settle(finish.clone(), finish.is_success(), || format!("the agent ended with {finish}"))?;
-        Ok(one(&self.output, Value::String(result.output)))
+        let mut input = RunInput::text(self.input.render(ctx.state));
+        for name in &self.data {
+            input.data.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
+        }
+        let outcome = self.runnable.run(input, ctx.scope).await;
+        let finish = outcome.finish_reason.clone();
+        settle(finish.clone(), outcome.is_success(), || outcome.report(self.runnable.name(), self.runnable.kind()))?;
+        Ok(one(&self.output, outcome.value(self.runnable.kind())))
     }
 }
 
@@ -139,76 +141,6 @@ impl Node for ToolNode {
     }
 }
 
-/// An RLM over channels of the state (each becomes an input variable of the REPL).
-pub struct RlmNode {
-    /// The RLM.
-    pub rlm: Arc<Rlm>,
-    /// The question.
-    pub question: Template,
-    /// The channels given as inputs.
-    pub inputs: Vec<String>,
-    /// The channel the answer goes to.
-    pub output: String,
-}
-
-#[async_trait]
-impl Node for RlmNode {
-    fn kind(&self) -> &'static str {
-        "rlm"
-    }
-
-    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        let mut inputs = Inputs::new();
-        for name in &self.inputs {
-            inputs.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
-        }
-        let result = self
-            .rlm
-            .run(&self.question.render(ctx.state), inputs, ctx.scope)
-            .await
-            .map_err(|e| NodeError::Failed(e.error.to_string()))?;
-        settle(result.outcome.finish_reason(), result.outcome.has_output(), || {
-            format!("the RLM gave no valid answer ({})", result.outcome.as_str())
-        })?;
-        let answer = match result.output {
-            Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(Value::is_string) => {
-                m.get("answer").cloned().unwrap_or(Value::Null)
-            }
-            other => other,
-        };
-        Ok(one(&self.output, answer))
-    }
-}
-
-/// A goal pursuit: the rendered objective in, the pursuit's result summary out.
-pub struct GoalNode {
-    /// The pursuer.
-    pub pursuer: Arc<GoalPursuer>,
-    /// The objective.
-    pub objective: Template,
-    /// The channel the result goes to.
-    pub output: String,
-}
-
-#[async_trait]
-impl Node for GoalNode {
-    fn kind(&self) -> &'static str {
-        "goal"
-    }
-
-    async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        let outcome = self
-            .pursuer
-            .pursue(&self.objective.render(ctx.state), ctx.scope)
-            .await
-            .map_err(|e| NodeError::Failed(e.to_string()))?;
-        settle(outcome.finish_reason(), outcome.status.is_success(), || {
-            format!("the goal ended {}: {}", outcome.status, outcome.result.summary)
-        })?;
-        Ok(one(&self.output, Value::String(outcome.result.summary)))
-    }
-}
-
 /// Asks a person for a value: the run stops until the thread is resumed with one, which
 /// goes to the output channel.
 pub struct AskNode {
@@ -222,6 +154,10 @@ pub struct AskNode {
 impl Node for AskNode {
     fn kind(&self) -> &'static str {
         "ask"
+    }
+
+    fn resumable(&self) -> bool {
+        true
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
@@ -266,6 +202,10 @@ impl SubgraphNode {
 impl Node for SubgraphNode {
     fn kind(&self) -> &'static str {
         "graph"
+    }
+
+    fn resumable(&self) -> bool {
+        true
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {

@@ -14,6 +14,7 @@ pub mod graph;
 pub mod kinds;
 pub mod node;
 pub mod postgres;
+pub mod runnable;
 pub mod sqlite;
 pub mod state;
 pub mod template;
@@ -24,6 +25,7 @@ pub use exec::{Finish, GraphError, GraphOutcome, Interruption, Start, Thread, fo
 pub use graph::{BuildError, END, Edge, Graph, GraphBuilder, Guard, Op, RecursionPolicy, START, Test};
 pub use node::{FnNode, Nested, Node, NodeContext, NodeError, func};
 pub use postgres::PostgresCheckpointer;
+pub use runnable::GraphRunnable;
 pub use sqlite::SqliteCheckpointer;
 pub use state::{Channel, Reducer, Schema, State, StateError, Update, ValueType};
 pub use template::Template;

@@ -75,13 +75,21 @@ pub trait Node: Send + Sync {
     /// Its kind, for events and diagrams (`model`, `agent`, `tool`, `function`...).
     fn kind(&self) -> &'static str;
 
+    /// Whether the node may ask for a value and be run again with it on resume (a question
+    /// for a person, a sub-graph that holds one).
+    fn resumable(&self) -> bool {
+        false
+    }
+
     /// Runs on the state snapshot and returns an update.
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError>;
 }
 
-/// A node made of a library function of the state.
+/// A node made of a library function of the state. It runs on a blocking thread, so the
+/// graph's run ends at cancellation or the tree's deadline even while the function runs (the
+/// function's result is then dropped).
 pub struct FnNode<F> {
-    f: F,
+    f: Arc<F>,
 }
 
 impl<F> FnNode<F>
@@ -90,7 +98,7 @@ where
 {
     /// Wraps `f`.
     pub fn new(f: F) -> Self {
-        Self { f }
+        Self { f: Arc::new(f) }
     }
 }
 
@@ -104,7 +112,12 @@ where
     }
 
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
-        (self.f)(ctx.state).map_err(NodeError::Failed)
+        let f = self.f.clone();
+        let state = ctx.state.clone();
+        match tokio::task::spawn_blocking(move || f(&state)).await {
+            Ok(result) => result.map_err(NodeError::Failed),
+            Err(e) => Err(NodeError::Failed(format!("the function failed: {e}"))),
+        }
     }
 }
 

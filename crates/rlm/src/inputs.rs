@@ -58,6 +58,16 @@ impl InputValue {
     }
 }
 
+impl InputValue {
+    /// The value as JSON (a text is a string).
+    pub fn to_json(&self) -> Value {
+        match self {
+            InputValue::Text(t) => Value::String(t.clone()),
+            InputValue::Json(v) => v.clone(),
+        }
+    }
+}
+
 impl From<String> for InputValue {
     fn from(s: String) -> Self {
         InputValue::Text(s)

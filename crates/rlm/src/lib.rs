@@ -64,6 +64,7 @@ pub mod prompt;
 pub mod repl;
 pub mod rewrite;
 pub mod rlm;
+pub mod runnable;
 pub mod sandbox;
 pub mod schema;
 pub mod trajectory;

@@ -248,6 +248,8 @@ pub struct Rlm {
     schema: Arc<OutputSchema>,
     child_schema: Arc<OutputSchema>,
     tools: ToolInvoker,
+    name: String,
+    description: Option<String>,
 }
 
 impl std::fmt::Debug for Rlm {
@@ -367,7 +369,16 @@ impl Rlm {
     ) -> Result<Self, RlmError> {
         let schema = Arc::new(OutputSchema::new(config.output_schema.clone())?);
         let child_schema = Arc::new(OutputSchema::new(default_output_schema())?);
-        Ok(Self { primary, sub, config, schema, child_schema, tools: ToolInvoker::default() })
+        Ok(Self {
+            primary,
+            sub,
+            config,
+            schema,
+            child_schema,
+            tools: ToolInvoker::default(),
+            name: "rlm".into(),
+            description: None,
+        })
     }
 
     /// An RLM that uses one provider for both the primary and the sub-model (the model names
@@ -386,6 +397,24 @@ impl Rlm {
         }
         self.tools = tools;
         Ok(self)
+    }
+
+    /// Names this RLM as a runnable (its tool, delegate or node name; default `rlm`) and says
+    /// what it is for.
+    pub fn with_identity(mut self, name: impl Into<String>, description: Option<String>) -> Self {
+        self.name = name.into();
+        self.description = description;
+        self
+    }
+
+    /// Its name as a runnable.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What it is for, when said.
+    pub fn described(&self) -> Option<&str> {
+        self.description.as_deref()
     }
 
     /// The configuration.
@@ -729,10 +758,12 @@ impl Rlm {
         let total = blocks.len();
         for (i, code) in blocks.iter().enumerate() {
             scope.emit(iteration, RlmEvent::RlmSnippet { iteration, block: i + 1, code: code.clone() }.into_kind());
-            let mut outcome = sandbox.execute(code, host.clone(), scope.cancel_token()).await;
+            // Cancellation and the tree's deadline both end a snippet.
+            let stop = scope.stop_token();
+            let mut outcome = sandbox.execute(code, host.clone(), &stop).await;
             if outcome.finished.is_none() && outcome.error.is_none() && code.contains("answer") {
                 // rlms' convention: `answer = {"content": ..., "ready": True}` finishes the run.
-                let check = sandbox.execute("__rlm_check_answer()", host.clone(), scope.cancel_token()).await;
+                let check = sandbox.execute("__rlm_check_answer()", host.clone(), &stop).await;
                 if check.finished.is_some() || check.error.is_some() {
                     outcome.finished = check.finished;
                     outcome.error = check.error;
@@ -1227,12 +1258,18 @@ impl RunHost {
 
 /// The question of a child run: its prompt, or a pointer to it when the prompt is long.
 fn child_question(prompt: &str) -> String {
-    let chars = prompt.chars().count();
+    task_question("prompt", prompt)
+}
+
+/// The question for a task given as the input `name`: the task itself, or a pointer to the
+/// input when the task is long.
+pub(crate) fn task_question(name: &str, task: &str) -> String {
+    let chars = task.chars().count();
     if chars <= CHILD_QUESTION_MAX_CHARS {
-        prompt.to_string()
+        task.to_string()
     } else {
-        let head: String = prompt.chars().take(1000).collect();
-        format!("The task is given in full in `inputs[\"prompt\"]` ({chars} chars); read it there. It begins:\n{head}…")
+        let head: String = task.chars().take(1000).collect();
+        format!("The task is given in full in `inputs[\"{name}\"]` ({chars} chars); read it there. It begins:\n{head}…")
     }
 }
 

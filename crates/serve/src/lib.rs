@@ -2,8 +2,9 @@
 //! their run tree as Server-Sent Events, and an OpenAI-compatible chat endpoint whose models are
 //! an agent and an RLM, so any OpenAI SDK can call them unchanged.
 //!
-//! - [`runs`]: the runs held by the server and the [`Runner`] that does the work (the CLI
-//!   supplies one wired from its config);
+//! - [`runs`]: the runs held by the server and the [`Runner`] that does the work;
+//! - [`served`]: [`Served`], the runner over registered runnables (the CLI builds them with the
+//!   harness);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
 //! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
@@ -11,7 +12,9 @@
 pub mod mcp;
 pub mod openai;
 pub mod runs;
+pub mod served;
 pub mod server;
 
 pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunStore, RunView, Runner};
+pub use served::Served;
 pub use server::{ServeConfig, ServeError, Server};

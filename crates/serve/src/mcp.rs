@@ -67,8 +67,24 @@ fn schema<T: JsonSchema>() -> Arc<Map<String, Value>> {
     Arc::new(object)
 }
 
-/// The tools offered.
-pub fn tools() -> Vec<Tool> {
+/// The tools offered: `run`, `rlm`, `goal`, and every runnable the server names (with its
+/// own input schema).
+pub fn tools(offered: &[recursive_core::ToolSpec]) -> Vec<Tool> {
+    let mut tools = builtin_tools();
+    for spec in offered.iter().filter(|s| !BUILTIN.contains(&s.name.as_str())) {
+        let schema = match &spec.parameters {
+            Value::Object(o) => o.clone(),
+            _ => Map::new(),
+        };
+        tools.push(Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema)));
+    }
+    tools
+}
+
+/// The tools every server has.
+const BUILTIN: &[&str] = &["run", "rlm", "goal"];
+
+fn builtin_tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "run",
@@ -89,8 +105,11 @@ pub fn tools() -> Vec<Tool> {
     ]
 }
 
-fn request(params: &CallToolRequestParams) -> Result<RunRequest, String> {
+fn request(params: &CallToolRequestParams, offered: &[String]) -> Result<RunRequest, String> {
     let args = Value::Object(params.arguments.clone().unwrap_or_default());
+    if !BUILTIN.contains(&params.name.as_ref()) && offered.iter().any(|n| n == params.name.as_ref()) {
+        return named_request(&params.name, args);
+    }
     let bad = |e: serde_json::Error| format!("invalid arguments for `{}`: {e}", params.name);
     Ok(match params.name.as_ref() {
         "run" => {
@@ -111,8 +130,25 @@ fn request(params: &CallToolRequestParams) -> Result<RunRequest, String> {
                 history: Vec::new(),
             }
         }
-        other => return Err(format!("no tool `{other}`; the tools are run, rlm and goal")),
+        other => {
+            let mut names: Vec<String> = BUILTIN.iter().map(|n| n.to_string()).collect();
+            names.extend(offered.iter().cloned());
+            return Err(format!("no tool `{other}`; the tools are {}", names.join(", ")));
+        }
     })
+}
+
+/// A call of a named runnable's tool: its `input` is the text, other string arguments its
+/// named inputs.
+fn named_request(name: &str, args: Value) -> Result<RunRequest, String> {
+    let Value::Object(mut args) = args else { return Err(format!("invalid arguments for `{name}`")) };
+    let input = match args.remove("input") {
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+        None => return Err(format!("invalid arguments for `{name}`: missing field `input`")),
+    };
+    let inputs = args.into_iter().map(|(k, v)| (k, if let Value::String(s) = v { s } else { v.to_string() })).collect();
+    Ok(RunRequest { kind: RunKind::Run, input, inputs, agent: Some(name.to_string()), history: Vec::new() })
 }
 
 /// A one-line description of an event, for a progress message.
@@ -161,7 +197,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+        Ok(ListToolsResult { tools: tools(&self.server.runner.offered()), ..Default::default() })
     }
 
     async fn call_tool(
@@ -171,7 +207,7 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, McpError> {
         let failed =
             |text: String| Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])));
-        let request = match request(&params) {
+        let request = match request(&params, &self.server.runner.agents()) {
             Ok(r) => r,
             Err(e) => return failed(e),
         };

@@ -24,6 +24,20 @@ pub enum RunKind {
     Rlm,
     /// Recursive goal pursuit.
     Goal,
+    /// A graph the server offers (named in `agent` when it offers several).
+    Graph,
+}
+
+impl RunKind {
+    /// Lowercase name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunKind::Run => "run",
+            RunKind::Rlm => "rlm",
+            RunKind::Goal => "goal",
+            RunKind::Graph => "graph",
+        }
+    }
 }
 
 /// A request to start a run.
@@ -36,8 +50,9 @@ pub struct RunRequest {
     /// For `rlm` (and `goal`): named inputs, as text.
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
-    /// For `run`: a named agent of the server instead of the default one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A runnable the server offers by name (a named agent for `run`, any kind's for its
+    /// kind) instead of the kind's default one.
+    #[serde(default, alias = "runnable", skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Earlier messages of a conversation (`run` only), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -94,6 +109,12 @@ pub trait Runner: Send + Sync {
     /// Named agents this runner offers besides the default one (each is also a model of the
     /// OpenAI-compatible endpoint).
     fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The named runnables as tool specs (name, description, input schema), for the MCP
+    /// server's tool list.
+    fn offered(&self) -> Vec<recursive_core::ToolSpec> {
         Vec::new()
     }
 }

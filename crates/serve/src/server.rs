@@ -114,8 +114,7 @@ impl Server {
             run.set_running();
             let name = match request.kind {
                 RunKind::Run => "main",
-                RunKind::Rlm => "rlm",
-                RunKind::Goal => "goal",
+                other => other.as_str(),
             };
             let scope = RunScope::root(name, Arc::new(RecordSink(run.clone())), Arc::new(Budget::unlimited()))
                 .with_cancel(run.cancel.clone());

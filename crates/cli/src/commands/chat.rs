@@ -7,10 +7,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, Message};
+use recursive_core::{Agent, BudgetLimits, Message};
+use recursive_harness::{Harness, RlmOptions};
 
+use crate::ProviderArgs;
 use crate::sessions::Session;
-use crate::{ProviderArgs, config, provider};
 
 /// Arguments of `chat`.
 #[derive(Debug, Args)]
@@ -28,6 +29,8 @@ pub struct ChatArgs {
     pub conversation: super::ConversationArgs,
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
+    #[command(flatten)]
+    pub runnables: super::RunnableArgs,
     #[command(flatten)]
     pub provider: ProviderArgs,
 }
@@ -96,34 +99,38 @@ impl Prompter {
 
 /// The agent of one turn: the chat's tools, policy, system prompt, model and session transcript.
 fn chat_agent(
-    provider: &std::sync::Arc<dyn recursive_core::ChatProvider>,
-    setup: &super::ToolSetup,
+    harness: &Harness,
     tools: &recursive_core::ToolRegistry,
     system: &str,
     model: &str,
     session: &Session,
     context_window: Option<usize>,
 ) -> anyhow::Result<Agent> {
-    Ok(Agent::new(provider.clone()).with_tools(tools.clone()).with_gate(setup.gate.clone()).with_config(AgentConfig {
-        name: "chat".into(),
-        system_prompt: Some(system.to_string()),
-        options: ChatOptions { model: model.to_string(), ..Default::default() },
-        limits: setup.limits.clone(),
-        transcript_path: Some(session.meta.transcript.clone()),
-        compaction: super::compaction(context_window, model)?,
-        ..Default::default()
-    }))
+    let mut agent = harness.agent_with("chat", tools.clone());
+    let config = agent.config_mut();
+    config.system_prompt = Some(system.to_string());
+    config.options.model = model.to_string();
+    config.transcript_path = Some(session.meta.transcript.clone());
+    config.compaction = super::compaction(context_window, model)?;
+    Ok(agent)
 }
 
 /// Runs the command.
 pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, args.max_steps)?;
+    let harness = super::harness(
+        &args.provider,
+        args.workspace.as_deref(),
+        args.approval.approver(),
+        args.max_steps,
+        &args.runnables.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let setup = &harness.setup;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let scope = super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?
         .with_max_depth(setup.limits.max_depth);
-    let mut model = settings.model.clone().unwrap_or_default();
+    let mut model = harness.provider.model();
     let (mut session, mut history): (Session, Vec<Message>) = match &args.resume {
         Some(id) => {
             let s = Session::open(id)?;
@@ -132,7 +139,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         }
         None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
     };
-    let tools = setup.builtin.clone();
+    let tools = harness.tools();
     let system =
         setup.system_prompt(&tools, args.conversation.system.as_deref(), args.conversation.append_system.as_deref());
     eprintln!(
@@ -170,8 +177,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
                 continue;
             }
             Some(Line::Compact) => {
-                let agent =
-                    chat_agent(&provider, &setup, &tools, &system, &model, &session, args.conversation.context_window)?;
+                let agent = chat_agent(&harness, &tools, &system, &model, &session, args.conversation.context_window)?;
                 let before = history.len();
                 match agent.compact_now(std::mem::take(&mut history), &scope).await {
                     Ok(compacted) => {
@@ -193,7 +199,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
             }
             Some(Line::Message(text)) => text,
         };
-        let agent = chat_agent(&provider, &setup, &tools, &system, &model, &session, args.conversation.context_window)?;
+        let agent = chat_agent(&harness, &tools, &system, &model, &session, args.conversation.context_window)?;
         let result = match agent.continue_in(std::mem::take(&mut history), &input, &scope).await {
             Ok(r) => r,
             Err(e) => {

@@ -6,16 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use clap::Args;
-use recursive_core::{BudgetLimits, ChatOptions, ChatProvider, RunScope};
-use recursive_core::{RunLimits, ToolInvoker};
-use recursive_goal::{ActionError, Delegate, DelegateAction, GoalConfig, GoalPursuer, ResumeLog};
+use recursive_core::{BudgetLimits, ChatOptions, Runnable, WithData};
+use recursive_goal::{GoalConfig, ResumeLog};
+use recursive_harness::{RlmOptions, load_inputs};
 use serde_json::json;
 
+use crate::ConfigError;
 use crate::ProviderArgs;
-use crate::config;
-use crate::provider::{self, ConfigError};
 
 /// Arguments of `goal`.
 #[derive(Debug, Args)]
@@ -33,7 +31,7 @@ pub struct GoalArgs {
     #[arg(long, default_value_t = 15)]
     pub max_depth: u32,
     /// Wall clock for the whole pursuit, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+    #[arg(long = "timeout", alias = "max-time", value_name = "SECS", default_value_t = 3600.0)]
     pub max_time: f64,
     /// USD budget for the whole pursuit (default 10; refused when the model's price is unknown).
     #[arg(long)]
@@ -73,10 +71,9 @@ pub struct GoalArgs {
     /// How many more times a goal judged not achieved is decomposed for its remaining gaps.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub gap_rounds: u32,
-    /// A sub-agent goals may be delegated to (the `delegate` action): NAME=FILE, a TOML
-    /// definition as for `run --agent` (repeatable).
-    #[arg(long = "agent", value_name = "NAME=FILE")]
-    pub agents: Vec<String>,
+    /// Runnables goals may be delegated to (the `delegate` action).
+    #[command(flatten)]
+    pub runnables: super::RunnableArgs,
     /// Print the outcome tree as one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -90,59 +87,28 @@ pub struct GoalArgs {
     pub approval: super::ApprovalArgs,
 }
 
-/// Delegates a goal to an RLM over the command's `--input` files.
-struct RlmDelegate {
-    rlm: recursive_rlm::Rlm,
-    inputs: recursive_rlm::Inputs,
-}
-
-#[async_trait]
-impl Delegate for RlmDelegate {
-    fn description(&self) -> String {
-        format!(
-            "A recursive language model that answers a question by writing Python over the long inputs ({}) and \
-             calling sub-models on the pieces. Use it for questions about those inputs.",
-            self.inputs.iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
-        )
-    }
-
-    async fn run(&self, task: &str, scope: &RunScope) -> Result<String, ActionError> {
-        let child = scope.child("rlm").map_err(|e| ActionError::Constrained(e.to_string()))?;
-        let result = self.rlm.run(task, self.inputs.clone(), &child).await.map_err(|e| match e.error {
-            recursive_rlm::RlmError::Provider(p) => ActionError::Fault(p.to_string()),
-            other => ActionError::Failed(other.to_string()),
-        })?;
-        let finish = result.outcome.finish_reason();
-        if finish.is_tree_stop() {
-            return Err(ActionError::Constrained(format!("the RLM stopped: {finish}")));
-        }
-        if !result.outcome.has_output() {
-            return Err(ActionError::Failed(format!("the RLM gave no valid answer ({})", result.outcome.as_str())));
-        }
-        Ok(match &result.output {
-            serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
-                m["answer"].as_str().unwrap_or_default().to_string()
-            }
-            other => other.to_string(),
-        })
-    }
-}
-
 /// The pursuit's USD budget when `--max-cost` is not given.
 const DEFAULT_MAX_COST: f64 = 10.0;
 
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let (provider, settings): (Arc<dyn ChatProvider>, _) = provider::build(&args.provider, &config).await?;
+    let harness = super::harness(
+        &args.provider,
+        args.workspace.as_deref(),
+        args.approval.approver(),
+        0,
+        &args.runnables.agents,
+        RlmOptions::default(),
+    )
+    .await?;
     let max_cost = match args.max_cost {
         Some(usd) => {
             super::usd("--max-cost", usd)?;
-            provider::require_price("--max-cost")?;
+            harness.provider.require_price("--max-cost")?;
             usd
         }
         None => {
-            if let Some(model) = provider::unpriced_model() {
+            if let Some(model) = &harness.provider.unpriced {
                 eprintln!(
                     "warning: the price of model `{model}` is unknown, so the pursuit's default $10 budget cannot \
                      hold; add [pricing.\"{model}\"] to recursive.toml"
@@ -151,10 +117,8 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
             DEFAULT_MAX_COST
         }
     };
-    let goal_config = goal_config(&args, max_cost, settings.model.clone().unwrap_or_default())?;
-    // Bad sub-agent files and a bad log to resume are reported before any model is called.
-    let agent_files =
-        args.agents.iter().map(String::as_str).map(super::run::load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
+    let goal_config = goal_config(&args, max_cost, harness.provider.model())?;
+    // A bad log to resume is reported before any model is called.
     let resume = args.resume.as_deref().map(resume_log).transpose()?;
     let log_path = match (&resume, &args.log) {
         (Some(r), _) => r.path().to_path_buf(),
@@ -163,16 +127,13 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     };
 
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
-    // level of the run tree, plus a level for the work a goal delegates.
-    let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?
-        .with_max_depth(goal_config.run_tree_depth());
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, 0)?;
-    let tools = setup.invoker(setup.read_only.clone());
-    let options = goal_config.options.clone();
-    let mut pursuer = GoalPursuer::new(provider.clone(), tools.clone(), goal_config);
-    let delegates = delegates(&args, agent_files, &setup, &provider, &options, tools)?;
-    if let Some(delegates) = delegates {
-        pursuer.actions_mut().register(Arc::new(delegates));
+    // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
+    // is `[limits] max_depth`, raised to what `--max-depth` goal levels need.
+    let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
+    let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?.with_max_depth(depth);
+    let mut pursuer = harness.pursuer(goal_config);
+    if !args.inputs.is_empty() {
+        pursuer = with_input_rlm(pursuer, &harness, &args.inputs)?;
     }
     if let Some(url) = &args.embeddings_url {
         let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
@@ -205,7 +166,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
 fn goal_config(args: &GoalArgs, max_cost: f64, model: String) -> anyhow::Result<GoalConfig> {
     let mut c = GoalConfig::default();
     c.constraints.max_depth = args.max_depth;
-    c.constraints.max_time = super::seconds("--max-time", args.max_time)?;
+    c.constraints.max_time = super::seconds("--timeout", args.max_time)?;
     c.constraints.max_cost_usd = max_cost;
     c.constraints.max_goals = args.max_goals as usize;
     if !(0.0..=1.0).contains(&args.similarity_threshold) {
@@ -267,31 +228,30 @@ fn resume_log(spec: &str) -> anyhow::Result<ResumeLog> {
     Ok(log)
 }
 
-/// The `delegate` action: the `--agent` sub-agents and, given `--input`, an RLM.
-fn delegates(
-    args: &GoalArgs,
-    agent_files: Vec<(String, super::run::AgentFile)>,
-    setup: &super::ToolSetup,
-    provider: &Arc<dyn ChatProvider>,
-    options: &ChatOptions,
-    tools: ToolInvoker,
-) -> anyhow::Result<Option<DelegateAction>> {
-    let mut action = DelegateAction::new();
-    let limits = RunLimits::default();
-    for sub in super::run::sub_agents(agent_files, setup, provider, options, &limits)? {
-        action = action.with_sub_agent(Arc::new(sub));
+/// Adds the configuration's RLM over the `--input` files as the delegate `rlm` (beside the
+/// `--agent` runnables).
+fn with_input_rlm(
+    pursuer: recursive_goal::GoalPursuer,
+    harness: &recursive_harness::Harness,
+    specs: &[String],
+) -> anyhow::Result<recursive_goal::GoalPursuer> {
+    let inputs = load_inputs(specs)?;
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| n).collect();
+    let description = format!(
+        "A recursive language model that answers a question by writing Python over the long inputs ({}) and \
+         calling sub-models on the pieces. Use it for questions about those inputs.",
+        names.join(", ")
+    );
+    let data = inputs.iter().map(|(n, v)| (n.to_string(), v.to_json())).collect();
+    let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
+    let rlm = Arc::new(WithData::new(rlm, data).described(description));
+    let mut delegates = recursive_goal::DelegateAction::new().with(rlm);
+    for runnable in harness.runnables().iter() {
+        delegates = delegates.with(runnable.clone());
     }
-    if !args.inputs.is_empty() {
-        let inputs = super::rlm::load_inputs(&args.inputs)?;
-        let rlm_config = recursive_rlm::RlmConfig {
-            primary_options: options.clone(),
-            sub_options: options.clone(),
-            ..Default::default()
-        };
-        let rlm = recursive_rlm::Rlm::new(provider.clone(), provider.clone(), rlm_config)?.with_host_tools(tools)?;
-        action = action.with("rlm", Arc::new(RlmDelegate { rlm, inputs }));
-    }
-    Ok((!action.names().is_empty()).then_some(action))
+    let mut pursuer = pursuer;
+    pursuer.actions_mut().register(Arc::new(delegates));
+    Ok(pursuer)
 }
 
 /// Prints the outcome: the result on stdout (or the tree as JSON), a summary line on stderr.

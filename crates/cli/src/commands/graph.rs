@@ -10,16 +10,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use recursive_core::{
-    Agent, AgentConfig, BudgetLimits, ChatOptions, ChatProvider, EventKind, MockProvider, ToolInvoker,
-};
+use recursive_core::{BudgetLimits, EventKind};
 use recursive_graph::blueprint::{self, Allowlist, Source};
 use recursive_graph::{Checkpointer, Finish, GraphError, GraphOutcome, Schema, Start, Thread, ThreadInfo};
+use recursive_harness::{Harness, RlmOptions};
 use serde_json::{Value, json};
 
+use crate::ConfigError;
 use crate::ProviderArgs;
-use crate::config;
-use crate::provider::{self, ConfigError};
 
 /// Arguments of `graph`.
 #[derive(Debug, Args)]
@@ -65,7 +63,8 @@ pub struct FileArgs {
 /// What blueprints may use beyond the defaults.
 #[derive(Debug, Clone, Args)]
 pub struct BindArgs {
-    /// A sub-agent nodes may run: NAME=FILE, a TOML definition as for `run --agent` (repeatable).
+    /// A runnable nodes may run: NAME=FILE, a TOML file declaring `kind = "agent"` (the
+    /// default), `"rlm"`, `"goal"` or `"graph"` (repeatable); a node names it by its kind.
     #[arg(long = "agent", value_name = "NAME=FILE")]
     pub agents: Vec<String>,
     /// A blueprint sub-graph nodes may run, by name: NAME=FILE (repeatable; blueprints next to
@@ -186,7 +185,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub max_cost: Option<f64>,
     /// Wall clock for the whole run, in seconds.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long = "timeout", alias = "max-time", value_name = "SECS")]
     pub max_time: Option<f64>,
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
@@ -231,95 +230,38 @@ fn read_source(path: &Path) -> anyhow::Result<Source> {
     Ok(Source { origin: path.display().to_string(), text })
 }
 
-/// The capabilities blueprints may bind, with `provider` as the `default` model.
-struct Capabilities<'a> {
-    provider: Arc<dyn ChatProvider>,
-    options: ChatOptions,
-    setup: &'a super::ToolSetup,
-    bind: &'a BindArgs,
-    /// The directory of the main blueprint (its siblings are allowed sub-graphs).
-    dir: Option<PathBuf>,
-}
-
-impl Capabilities<'_> {
-    fn allowlist(&self) -> anyhow::Result<Allowlist> {
-        let tools = self.setup.invoker(self.setup.builtin.clone());
-        let names = self.setup.builtin.names();
-        let agent = Agent::new(self.provider.clone())
-            .with_tools(self.setup.builtin.clone())
-            .with_gate(self.setup.gate.clone())
-            .with_config(AgentConfig {
-                name: "agent".into(),
-                system_prompt: Some(self.setup.system_prompt(&self.setup.builtin, None, None)),
-                options: self.options.clone(),
-                limits: self.setup.limits.clone(),
-                ..Default::default()
-            });
-        let rlm = recursive_rlm::Rlm::with_provider(
-            self.provider.clone(),
-            recursive_rlm::RlmConfig {
-                primary_options: self.options.clone(),
-                sub_options: self.options.clone(),
-                ..Default::default()
-            },
-        )?;
-        let goal_config = recursive_goal::GoalConfig { options: self.options.clone(), ..Default::default() };
-        let read_only: ToolInvoker = self.setup.invoker(self.setup.read_only.clone());
-        let pursuer = recursive_goal::GoalPursuer::new(self.provider.clone(), read_only, goal_config);
-        let mut allow = Allowlist::new()
-            .model("default", self.provider.clone(), self.options.clone())
-            .agent("default", Arc::new(agent))
-            .tools(tools, names)
-            .rlm("default", Arc::new(rlm))
-            .goal("default", Arc::new(pursuer));
-        let files = self.bind.agents.iter().map(|s| super::run::load_agent_file(s)).collect::<anyhow::Result<_>>()?;
-        for sub in super::run::sub_agents(files, self.setup, &self.provider, &self.options, &self.setup.limits)? {
-            let name = sub.name().to_string();
-            allow = allow.agent(name, Arc::new(sub.agent().clone()));
-        }
-        for (name, source) in self.graphs()? {
-            allow = allow.graph(name, source);
-        }
-        Ok(allow)
+/// What blueprints may bind: the harness's (its model, agent, RLM and goal pursuer as
+/// `default`, its tools, the `--agent` runnables), the blueprints next to the main one (by file
+/// stem) and `--graph NAME=FILE`.
+fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
+    let mut graphs = match dir {
+        Some(dir) => recursive_harness::sibling_graphs(&dir.join("_")),
+        None => Vec::new(),
+    };
+    for spec in &bind.graphs {
+        let (name, file) =
+            spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
+        graphs.push((name.to_string(), read_source(Path::new(file))?));
     }
-
-    /// Sibling blueprints by file stem, then `--graph NAME=FILE`.
-    fn graphs(&self) -> anyhow::Result<Vec<(String, Source)>> {
-        let mut out = Vec::new();
-        if let Some(dir) = &self.dir
-            && let Ok(entries) = std::fs::read_dir(dir)
-        {
-            let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            paths.sort();
-            for path in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
-                let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
-                if let Ok(text) = std::fs::read_to_string(&path) {
-                    out.push((stem.to_string(), Source { origin: path.display().to_string(), text }));
-                }
-            }
-        }
-        for spec in &self.bind.graphs {
-            let (name, file) =
-                spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
-            out.push((name.to_string(), read_source(Path::new(file))?));
-        }
-        Ok(out)
-    }
+    Ok(harness.allowlist(graphs)?)
 }
 
 async fn check(args: FileArgs) -> anyhow::Result<u8> {
     let source = read_source(&args.file)?;
-    let config = config::load(None, false)?;
-    let setup = super::ToolSetup::load(&config, args.bind.workspace.as_deref(), super::ApprovalArgs::none(), 0)?;
     // Binding checks names only: the placeholder model is never called.
-    let caps = Capabilities {
-        provider: Arc::new(MockProvider::new([])),
-        options: ChatOptions::default(),
-        setup: &setup,
-        bind: &args.bind,
-        dir: args.file.parent().map(Path::to_path_buf),
-    };
-    match blueprint::load(&source, &caps.allowlist()?) {
+    let provider = ProviderArgs::placeholder();
+    let approver = super::ApprovalArgs::none().approver();
+    let harness = super::harness(
+        &provider,
+        args.bind.workspace.as_deref(),
+        approver,
+        0,
+        &args.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let allow = allowlist(&harness, &args.bind, args.file.parent())?;
+    match blueprint::load(&source, &allow) {
         Ok(graph) => {
             println!("{}: ok ({} nodes)", source.origin, graph.node_names().count());
             Ok(0)
@@ -406,18 +348,23 @@ async fn execute_graph(
     thread: &str,
     start: Start,
 ) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let harness = super::harness(
+        &args.provider,
+        args.bind.workspace.as_deref(),
+        args.approval.approver(),
+        50,
+        &args.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
     let mut limits = BudgetLimits::default();
     if let Some(usd) = args.max_cost {
         limits.max_cost_usd = Some(super::usd("--max-cost", usd)?);
-        provider::require_price("--max-cost")?;
+        harness.provider.require_price("--max-cost")?;
     }
-    limits.wall_clock = args.max_time.map(|s| super::seconds("--max-time", s)).transpose()?;
-    let setup = super::ToolSetup::load(&config, args.bind.workspace.as_deref(), args.approval, 50)?;
-    let options = ChatOptions { model: settings.model.clone().unwrap_or_default(), ..Default::default() };
-    let caps = Capabilities { provider, options, setup: &setup, bind: &args.bind, dir };
-    let graph = blueprint::load(&source, &caps.allowlist()?).map_err(|d| ConfigError(d.to_string()))?;
+    limits.wall_clock = args.max_time.map(|s| super::seconds("--timeout", s)).transpose()?;
+    let allow = allowlist(&harness, &args.bind, dir.as_deref())?;
+    let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
     if let Some(mut info) = new_thread {
         info.graph = graph.name().to_string();
         if let Some(old) = store.thread(thread).await? {

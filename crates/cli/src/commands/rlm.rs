@@ -3,15 +3,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use recursive_core::{BudgetLimits, ChatOptions};
+use recursive_core::BudgetLimits;
+use recursive_harness::{RlmOptions, load_inputs};
 use serde_json::json;
 
+use crate::ConfigError;
 use crate::ProviderArgs;
-use crate::config;
 use crate::output;
-use crate::provider::{self, ConfigError};
 
 /// Arguments of `rlm`.
 #[derive(Debug, Args)]
@@ -37,9 +36,20 @@ pub struct RlmArgs {
     /// How deep `rlm_query` may nest (0: no child RLMs).
     #[arg(long, default_value_t = 1)]
     pub max_depth: u32,
-    /// Wall-clock limit for each snippet, in seconds (default 60).
+    /// Wall-clock limit of the whole run tree, in seconds: a snippet still running then is
+    /// stopped, and the run ends with `wall_clock_exceeded` (exit 10).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Wall-clock limit for each snippet, in seconds (default 60); past it the snippet gets a
+    /// `TimeoutError` and the run goes on.
+    #[arg(long, value_name = "SECS")]
+    pub snippet_timeout: Option<f64>,
+    /// Token budget of the whole run tree.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// USD budget of the whole run tree (refused when the model's price is unknown).
+    #[arg(long)]
+    pub max_cost: Option<f64>,
     /// Write the trajectory as JSONL to this file as the run goes: every reply, code block,
     /// observation, sub-call (with the heads of its prompt and answer) and submit.
     #[arg(long, value_name = "PATH")]
@@ -88,192 +98,69 @@ pub struct RlmArgs {
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
     #[command(flatten)]
+    pub runnables: super::RunnableArgs,
+    #[command(flatten)]
     pub provider: ProviderArgs,
 }
 
-fn load_input(spec: &str, index: usize, count: usize) -> anyhow::Result<(String, recursive_rlm::InputValue)> {
-    let (name, path) = match spec.split_once('=') {
-        Some((n, p)) if !n.is_empty() && !n.contains('/') => (n.to_string(), p.to_string()),
-        _ => {
-            let stem = if spec == "-" {
-                "stdin".to_string()
-            } else {
-                std::path::Path::new(spec).file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default()
-            };
-            let name = if stem.is_empty() || count == 1 { "context".to_string() } else { stem };
-            let name = if count > 1 && name == "context" { format!("input{index}") } else { name };
-            (name, spec.to_string())
+impl RlmArgs {
+    /// The RLM settings the flags give (the rest come from `[rlm]` and the defaults).
+    fn options(&self) -> RlmOptions {
+        RlmOptions {
+            model: None,
+            sub_model: self.sub_model.clone(),
+            max_iterations: Some(self.max_iterations),
+            max_llm_calls: Some(self.max_llm_calls),
+            max_depth: Some(self.max_depth),
+            snippet_timeout_secs: self.snippet_timeout,
+            memory_limit_mib: self.memory_limit,
+            recursion_limit: self.recursion_limit,
+            max_output_chars: self.max_output_chars,
+            dialect: self.dialect.clone(),
+            instructions: self.instructions.clone(),
+            tools: (!self.tools.is_empty()).then(|| self.tools.clone()),
+            concurrency: self.concurrency,
+            sandbox: self.sandbox.clone(),
+            python: self.python.clone(),
+            schema: self.schema.clone(),
         }
-    };
-    let value = if path == "-" {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading stdin")?;
-        recursive_rlm::InputValue::Text(String::from_utf8_lossy(&bytes).into_owned())
-    } else {
-        recursive_rlm::InputValue::from_file(&path).map_err(|e| ConfigError(format!("input: {e}")))?
-    };
-    Ok((name, value))
-}
-
-/// Loads every `--input` spec; two inputs with the same name are an error.
-pub fn load_inputs(specs: &[String]) -> anyhow::Result<recursive_rlm::Inputs> {
-    let mut inputs = recursive_rlm::Inputs::new();
-    for (i, spec) in specs.iter().enumerate() {
-        let (name, value) = load_input(spec, i + 1, specs.len())?;
-        if inputs.get(&name).is_some() {
-            return Err(ConfigError(format!("two inputs are named `{name}`; use NAME=PATH")).into());
-        }
-        inputs.insert(name, value);
-    }
-    Ok(inputs)
-}
-
-/// `[rlm]` in recursive.toml: defaults for `recursive rlm` (flags win).
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RlmFile {
-    dialect: Option<String>,
-    tools: Option<Vec<String>>,
-    concurrency: Option<usize>,
-    timeout_secs: Option<f64>,
-    memory_limit_mib: Option<u64>,
-    recursion_limit: Option<usize>,
-    max_output_chars: Option<usize>,
-    instructions: Option<PathBuf>,
-    sandbox: Option<String>,
-    python: Option<PathBuf>,
-    os_sandbox: Option<recursive_core::confine::SandboxMode>,
-}
-
-/// The RLM settings from the flags, then `[rlm]`, then the defaults; every value checked.
-fn rlm_config(args: &RlmArgs, file: &RlmFile) -> anyhow::Result<recursive_rlm::RlmConfig> {
-    let defaults = recursive_rlm::RlmConfig::default();
-    let dialect = match args.dialect.as_ref().or(file.dialect.as_ref()) {
-        Some(name) => recursive_rlm::Dialect::parse(name).map_err(ConfigError)?,
-        None => defaults.dialect,
-    };
-    let concurrency = args.concurrency.or(file.concurrency).unwrap_or(defaults.batch_concurrency);
-    if !(1..=1024).contains(&concurrency) {
-        return Err(ConfigError(format!("--concurrency must be between 1 and 1024, not {concurrency}")).into());
-    }
-    let timeout = match args.timeout.or(file.timeout_secs) {
-        Some(secs) => super::seconds("--timeout", secs)?,
-        None => defaults.snippet_timeout,
-    };
-    let memory_limit_bytes = match args.memory_limit.or(file.memory_limit_mib) {
-        Some(mib) => memory_limit(mib)?,
-        None => defaults.memory_limit_bytes,
-    };
-    let instructions = match args.instructions.as_ref().or(file.instructions.as_ref()) {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| ConfigError(format!("cannot read --instructions {}: {e}", path.display())))?,
-        ),
-        None => None,
-    };
-    let backend = backend(args, file)?;
-    Ok(recursive_rlm::RlmConfig {
-        backend,
-        max_iterations: args.max_iterations,
-        max_llm_calls: args.max_llm_calls,
-        max_depth: args.max_depth,
-        batch_concurrency: concurrency,
-        snippet_timeout: timeout,
-        memory_limit_bytes,
-        recursion_limit: recursion_limit(
-            args.recursion_limit.or(file.recursion_limit).unwrap_or(defaults.recursion_limit),
-        )?,
-        max_output_chars: args.max_output_chars.or(file.max_output_chars).unwrap_or(defaults.max_output_chars).max(1),
-        dialect,
-        instructions,
-        ..defaults
-    })
-}
-
-/// The REPL backend from `--sandbox`/`--python`, then `[rlm]`.
-fn backend(args: &RlmArgs, file: &RlmFile) -> Result<recursive_rlm::repl::Backend, ConfigError> {
-    let python = args.python.clone().or(file.python.clone());
-    match args.sandbox.as_deref().or(file.sandbox.as_deref()).unwrap_or("monty") {
-        "monty" if python.is_some() => Err(ConfigError("--python needs --sandbox cpython".into())),
-        "monty" => Ok(recursive_rlm::repl::Backend::Monty),
-        "cpython" => {
-            let defaults = recursive_rlm::cpython::CPythonConfig::default();
-            let sandbox = file.os_sandbox.unwrap_or(defaults.sandbox);
-            super::check_sandbox(sandbox, "CPython snippets", "[rlm] os_sandbox")?;
-            Ok(recursive_rlm::repl::Backend::CPython(recursive_rlm::cpython::CPythonConfig {
-                python: python.unwrap_or(defaults.python),
-                sandbox,
-            }))
-        }
-        other => Err(ConfigError(format!("--sandbox must be monty or cpython, not `{other}`"))),
     }
 }
 
-/// The sandbox's host tools: the read-only built-ins except `web_fetch`, unless tools are named;
-/// named ones come from the built-ins or the MCP servers (started only when a name needs them).
-async fn sandbox_tools(
-    names: &[String],
-    setup: &super::ToolSetup,
-    config: &config::LoadedConfig,
+/// The MCP servers the named host tools need (started only when a name is not a built-in
+/// tool or a runnable).
+async fn mcp_for(
+    names: Option<Vec<String>>,
+    harness: &recursive_harness::Harness,
     scope: &recursive_core::RunScope,
-) -> anyhow::Result<(recursive_core::ToolRegistry, Option<recursive_tools::McpTools>)> {
-    let mut tools = recursive_core::ToolRegistry::new();
-    if names.is_empty() {
-        for name in setup.read_only.names().into_iter().filter(|n| n != "web_fetch") {
-            if let Some(tool) = setup.read_only.get(&name) {
-                tools.register(tool.clone());
-            }
-        }
-        return Ok((tools, None));
+) -> anyhow::Result<Option<recursive_tools::McpTools>> {
+    let Some(names) = names else { return Ok(None) };
+    let known = |n: &String| harness.setup.builtin.get(n).is_some() || harness.runnables().get(n).is_some();
+    if names.iter().all(known) {
+        return Ok(None);
     }
-    let mut mcp = None;
-    if names.iter().any(|n| setup.builtin.get(n).is_none()) {
-        let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
-        mcp = Some(recursive_tools::start_servers(&mcp_config, scope).await);
-    }
-    let mcp_tools = mcp.as_ref().map(|m| m.registry().clone()).unwrap_or_default();
-    for name in names {
-        match setup.builtin.get(name).or_else(|| mcp_tools.get(name)) {
-            Some(tool) => {
-                tools.register(tool.clone());
-            }
-            None => {
-                let mut known: Vec<String> = setup.builtin.names().into_iter().chain(mcp_tools.names()).collect();
-                known.sort();
-                if let Some(m) = mcp {
-                    m.shutdown().await;
-                }
-                return Err(
-                    ConfigError(format!("--tool {name}: no such tool (available: {})", known.join(", "))).into()
-                );
-            }
-        }
-    }
-    Ok((tools, mcp))
+    let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
+    Ok(Some(recursive_tools::start_servers(&mcp_config, scope).await))
 }
 
 /// Runs the command.
 pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
-    let mut rlm_config = rlm_config(&args, &rlm_file)?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let harness = super::harness(
+        &args.provider,
+        args.workspace.as_deref(),
+        args.approval.approver(),
+        0,
+        &args.runnables.agents,
+        args.options(),
+    )
+    .await?;
+    if args.max_cost.is_some() {
+        harness.provider.require_price("--max-cost")?;
+    }
     let inputs = load_inputs(&args.inputs)?;
-    if let Some(path) = &args.schema {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading schema {}", path.display()))?;
-        rlm_config.output_schema = serde_json::from_str(&text)
-            .map_err(|e| ConfigError(format!("schema {} is not valid JSON: {e}", path.display())))?;
-    }
-    let model = settings.model.clone().unwrap_or_default();
-    rlm_config.primary_options = ChatOptions { model: model.clone(), ..Default::default() };
-    rlm_config.sub_options = ChatOptions { model: args.sub_model.clone().unwrap_or(model), ..Default::default() };
-    if let Some(window) = recursive_llm::models::context_window(&rlm_config.sub_options.model) {
-        rlm_config.sub_prompt_chars = recursive_rlm::sub_prompt_chars_for_window(window);
-    }
-
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, 0)?;
-    if args.tools.iter().any(|t| t == "run_shell") {
-        super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    let tool_names = harness.rlm_options.tool_names(&harness.rlm_file);
+    if tool_names.as_ref().is_some_and(|t| t.iter().any(|t| t == "run_shell")) {
+        super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     }
     let trajectory = match &args.trajectory {
         Some(path) => {
@@ -288,18 +175,22 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         None => None,
     };
     let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
-    let scope = super::root_scope("rlm", &args.provider, false, BudgetLimits::default(), extra)?;
-    let names = if args.tools.is_empty() { rlm_file.tools.clone().unwrap_or_default() } else { args.tools.clone() };
-    let (tools, mcp) = sandbox_tools(&names, &setup, &config, &scope).await?;
-    let built = recursive_rlm::Rlm::new(provider.clone(), provider, rlm_config)
-        .and_then(|rlm| rlm.with_host_tools(setup.invoker(tools)));
-    let rlm = match built {
+    let budget = BudgetLimits {
+        max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost.map(|c| super::usd("--max-cost", c)).transpose()?,
+        wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
+        ..Default::default()
+    };
+    let scope =
+        super::root_scope("rlm", &args.provider, false, budget, extra)?.with_max_depth(harness.limits().max_depth);
+    let mcp = mcp_for(tool_names, &harness, &scope).await?;
+    let rlm = match harness.rlm(mcp.as_ref().map(|m| m.registry())) {
         Ok(rlm) => rlm,
         Err(e) => {
             if let Some(m) = mcp {
                 m.shutdown().await;
             }
-            return Err(ConfigError(e.to_string()).into());
+            return Err(e.into());
         }
     };
     let ran = rlm.run(&args.question, inputs, &scope).await;
@@ -328,7 +219,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         });
         println!("{}", serde_json::to_string(&out)?);
     } else if result.outcome.has_output() {
-        println!("{}", answer_text(&result.output)?);
+        println!("{}", result.text());
     }
     if !args.json && !args.provider.quiet {
         let how = match &result.outcome {
@@ -351,33 +242,4 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         eprintln!("error: {e}");
     }
     Ok(finish.exit_code() as u8)
-}
-
-/// `--memory-limit` in bytes (`None` for 0).
-fn memory_limit(mib: u64) -> Result<Option<usize>, ConfigError> {
-    if mib == 0 {
-        return Ok(None);
-    }
-    mib.checked_mul(1 << 20)
-        .and_then(|b| usize::try_from(b).ok())
-        .map(Some)
-        .ok_or_else(|| ConfigError(format!("--memory-limit {mib} MiB is too large")))
-}
-
-fn recursion_limit(n: usize) -> Result<usize, ConfigError> {
-    let max = recursive_rlm::sandbox::MAX_RECURSION_LIMIT;
-    if n == 0 || n > max {
-        return Err(ConfigError(format!("--recursion-limit must be between 1 and {max}, not {n}")));
-    }
-    Ok(n)
-}
-
-/// The answer as printed: the text of a `{"answer": text}` result, pretty JSON otherwise.
-fn answer_text(output: &serde_json::Value) -> anyhow::Result<String> {
-    Ok(match output {
-        serde_json::Value::Object(m) if m.len() == 1 && m.get("answer").is_some_and(|a| a.is_string()) => {
-            m["answer"].as_str().unwrap_or_default().to_string()
-        }
-        other => serde_json::to_string_pretty(other)?,
-    })
 }

@@ -2,20 +2,16 @@
 //! workspace, permission rules, MCP servers and sub-agents.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use std::io::IsTerminal;
 
-use recursive_core::{Agent, AgentConfig, BudgetLimits, ChatOptions, FinishReason, RunLimits, ToolRegistry};
-use serde::Deserialize;
+use recursive_core::{BudgetLimits, FinishReason, ToolRegistry};
+use recursive_harness::RlmOptions;
 
 use crate::ProviderArgs;
-use crate::config;
 use crate::output;
-use crate::provider::{self, ConfigError};
 
 /// Arguments of `run`.
 #[derive(Debug, Args)]
@@ -63,9 +59,8 @@ pub struct RunArgs {
     /// the plan pending (exit 7).
     #[arg(long)]
     pub plan: bool,
-    /// Register a sub-agent from a TOML definition: NAME=FILE (repeatable).
-    #[arg(long = "agent", value_name = "NAME=FILE")]
-    pub agents: Vec<String>,
+    #[command(flatten)]
+    pub runnables: super::RunnableArgs,
     /// Temperature of model calls.
     #[arg(long)]
     pub temperature: Option<f32>,
@@ -75,64 +70,6 @@ pub struct RunArgs {
     /// How hard a reasoning model thinks (OpenAI's `reasoning_effort`).
     #[arg(long, value_parser = ["minimal", "low", "medium", "high"])]
     pub reasoning_effort: Option<String>,
-}
-
-/// A sub-agent definition file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentFile {
-    /// Name the parent model calls it by (defaults to NAME of `--agent NAME=FILE`).
-    pub name: Option<String>,
-    /// What it is for, shown to the parent model.
-    pub description: String,
-    /// Model (default: the parent's).
-    pub model: Option<String>,
-    /// Its system prompt.
-    pub system_prompt: Option<String>,
-    /// Built-in tools it may use, by name (default: none).
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// Its step limit.
-    pub max_steps: Option<u32>,
-}
-
-/// Parses `NAME=FILE` and reads the definition.
-pub fn load_agent_file(spec: &str) -> anyhow::Result<(String, AgentFile)> {
-    let (name, file) =
-        spec.split_once('=').ok_or_else(|| ConfigError(format!("--agent {spec}: expected NAME=FILE")))?;
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading sub-agent file {file}"))?;
-    let def: AgentFile = toml::from_str(&text).map_err(|e| ConfigError(format!("sub-agent file {file}: {e}")))?;
-    Ok((def.name.clone().unwrap_or_else(|| name.to_string()), def))
-}
-
-/// Sub-agents from their definitions, under the tree's one policy: they ask, allow and deny
-/// by the same rules as the agent that calls them.
-pub fn sub_agents(
-    files: Vec<(String, AgentFile)>,
-    setup: &super::ToolSetup,
-    provider: &Arc<dyn recursive_core::ChatProvider>,
-    options: &ChatOptions,
-    limits: &RunLimits,
-) -> anyhow::Result<Vec<recursive_core::SubAgent>> {
-    let mut out = Vec::new();
-    for (name, def) in files {
-        let sub_tools = setup.builtin.subset(&def.tools).map_err(|e| ConfigError(format!("sub-agent {name}: {e}")))?;
-        let mut sub_options = options.clone();
-        if let Some(m) = def.model {
-            sub_options.model = m;
-        }
-        let sub_limits = RunLimits { max_steps: def.max_steps.unwrap_or(limits.max_steps), ..limits.clone() };
-        let agent =
-            Agent::new(provider.clone()).with_tools(sub_tools).with_gate(setup.gate.clone()).with_config(AgentConfig {
-                name: name.clone(),
-                system_prompt: def.system_prompt,
-                options: sub_options,
-                limits: sub_limits,
-                ..Default::default()
-            });
-        out.push(recursive_core::SubAgent::new(name, def.description, agent));
-    }
-    Ok(out)
 }
 
 /// What the model is told when its plan is approved.
@@ -206,15 +143,20 @@ fn open_session(
 
 /// Runs the command.
 pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
-    let config = config::load(args.provider.config.as_deref(), args.provider.trust)?;
-    let (provider, settings) = provider::build(&args.provider, &config).await?;
+    let harness = super::harness(
+        &args.provider,
+        args.workspace.as_deref(),
+        args.approval.approver(),
+        args.max_steps,
+        &args.runnables.agents,
+        RlmOptions::default(),
+    )
+    .await?;
     if args.max_cost.is_some() {
-        provider::require_price("--max-cost")?;
+        harness.provider.require_price("--max-cost")?;
     }
-    let mcp_config: recursive_tools::McpConfig = config.section(&config.file.mcp, "mcp")?;
-    let setup = super::ToolSetup::load(&config, args.workspace.as_deref(), args.approval, args.max_steps)?;
-    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
-    let limits = setup.limits.clone();
+    let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
+    super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
 
     let budget = BudgetLimits {
         max_tokens: args.max_tokens,
@@ -222,12 +164,19 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
         ..Default::default()
     };
-    let scope = super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(limits.max_depth);
+    let scope =
+        super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(harness.limits().max_depth);
 
-    // Bad sub-agent files are reported before any server or model is started.
-    let agent_files =
-        args.agents.iter().map(String::as_str).map(load_agent_file).collect::<anyhow::Result<Vec<_>>>()?;
-    let mut tools = if args.no_tools { ToolRegistry::new() } else { setup.builtin.clone() };
+    // The built-in tools and every `--agent` runnable, as tools.
+    let tools = if args.no_tools {
+        let mut tools = ToolRegistry::new();
+        for tool in harness.runnables().tools() {
+            tools.register(tool);
+        }
+        tools
+    } else {
+        harness.tools()
+    };
     // MCP servers start in the background: the first model call does not wait for them, and
     // their tools join the run as they become ready.
     let late = recursive_core::LateTools::new();
@@ -246,32 +195,22 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         _ = scope.cancel_token().cancelled() => None,
     };
 
-    let options = ChatOptions {
-        model: settings.model.clone().unwrap_or_default(),
-        temperature: args.temperature,
-        max_tokens: args.max_output_tokens,
-        reasoning_effort: args.reasoning_effort.clone(),
-        ..Default::default()
-    };
-    for sub in sub_agents(agent_files, &setup, &provider, &options, &limits)? {
-        tools.register(Arc::new(recursive_core::SubAgentTool::new(Arc::new(sub))));
-    }
-
-    let model_name = settings.model.clone().unwrap_or_default();
-    let (mut session, history) = open_session(&args, setup.workspace.root(), &model_name)?;
-    let system_prompt =
-        setup.system_prompt(&tools, args.conversation.system.as_deref(), args.conversation.append_system.as_deref());
-    let agent = Agent::new(provider).with_tools(tools).with_late_tools(late).with_gate(setup.gate.clone()).with_config(
-        AgentConfig {
-            name: "main".into(),
-            system_prompt: Some(system_prompt),
-            options,
-            limits,
-            plan_mode: args.plan,
-            transcript_path: Some(session.meta.transcript.clone()),
-            compaction: super::compaction(args.conversation.context_window, &model_name)?,
-        },
+    let model_name = harness.provider.model();
+    let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
+    let system_prompt = harness.setup.system_prompt(
+        &tools,
+        args.conversation.system.as_deref(),
+        args.conversation.append_system.as_deref(),
     );
+    let mut agent = harness.agent_with("main", tools).with_late_tools(late);
+    let config = agent.config_mut();
+    config.system_prompt = Some(system_prompt);
+    config.options.temperature = args.temperature;
+    config.options.max_tokens = args.max_output_tokens;
+    config.options.reasoning_effort = args.reasoning_effort.clone();
+    config.plan_mode = args.plan;
+    config.transcript_path = Some(session.meta.transcript.clone());
+    config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     for _ in 0..MAX_PLAN_REVISIONS {
         let Ok(result) = &outcome else { break };
@@ -316,14 +255,14 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         let mut v = output::run_json(&result, error.as_deref());
         if let Some(o) = v.as_object_mut() {
             o.insert("session".into(), serde_json::Value::String(session.meta.id.clone()));
-            if provider::unpriced_model().is_some() {
+            if harness.provider.unpriced.is_some() {
                 // The model's price is unknown: its cost is not $0, it is not known.
                 o.insert("cost_usd".into(), serde_json::Value::Null);
             }
         }
         println!("{}", serde_json::to_string(&v)?);
     } else if !args.provider.quiet {
-        let cost = match provider::unpriced_model() {
+        let cost = match &harness.provider.unpriced {
             Some(model) => format!("cost unknown (no price for {model})"),
             None => format!("${:.4}", result.cost_usd),
         };
@@ -345,7 +284,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LoadedConfig;
+    use recursive_harness::LoadedConfig;
 
     #[test]
     fn a_plan_answer_is_yes_no_or_feedback() {
@@ -356,15 +295,9 @@ mod tests {
     }
 
     #[test]
-    fn agent_spec_without_equals_is_a_config_error() {
-        let err = load_agent_file("reviewer").unwrap_err();
-        assert!(err.downcast_ref::<ConfigError>().is_some());
-    }
-
-    #[test]
     fn loaded_config_defaults_when_table_absent() {
         let c = LoadedConfig::default();
-        let l: super::super::LimitsFile = c.section(&None, "limits").unwrap();
+        let l: recursive_harness::LimitsFile = c.section(&None, "limits").unwrap();
         assert_eq!(l.run_limits(5, 3).unwrap().max_steps, 5);
     }
 }

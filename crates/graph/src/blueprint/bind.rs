@@ -1,19 +1,17 @@
-//! Bind: every capability a compiled blueprint names — models, agents, tools, RLMs, goal
-//! pursuers, sub-graphs, functions — is looked up in an allowlist. Anything not on it fails
+//! Bind: every capability a compiled blueprint names — models, tools, runnables (agents,
+//! RLMs, goal pursuers, graphs), sub-graphs, functions — is looked up in an allowlist. Anything not on it fails
 //! here, with its position, before any node runs; what is on it becomes a runnable [`Graph`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use recursive_core::{Agent, ChatOptions, ChatProvider, ToolInvoker};
-use recursive_goal::GoalPursuer;
-use recursive_rlm::Rlm;
+use recursive_core::{ChatOptions, ChatProvider, Runnable, RunnableKind, ToolInvoker};
 
 use crate::blueprint::compile::{channels, compile};
 use crate::blueprint::diag::{Diagnostic, Diagnostics};
 use crate::blueprint::format::{At, Blueprint, Kind, NodeDecl, PauseAt};
 use crate::graph::{Graph, Guard, RecursionPolicy};
-use crate::kinds::{AgentNode, AskNode, GoalNode, ModelNode, RlmNode, SubgraphNode, ToolNode};
+use crate::kinds::{AskNode, ModelNode, RunnableNode, SubgraphNode, ToolNode};
 use crate::node::Node;
 use crate::template::Template;
 
@@ -30,10 +28,8 @@ pub struct Source {
 #[derive(Default, Clone)]
 pub struct Allowlist {
     models: BTreeMap<String, (Arc<dyn ChatProvider>, ChatOptions)>,
-    agents: BTreeMap<String, Arc<Agent>>,
     tools: Option<(ToolInvoker, Vec<String>)>,
-    rlms: BTreeMap<String, Arc<Rlm>>,
-    goals: BTreeMap<String, Arc<GoalPursuer>>,
+    runnables: BTreeMap<(RunnableKind, String), Arc<dyn Runnable>>,
     graphs: BTreeMap<String, Source>,
     functions: BTreeMap<String, Arc<dyn Node>>,
 }
@@ -42,7 +38,7 @@ impl std::fmt::Debug for Allowlist {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allowlist")
             .field("models", &self.models.keys().collect::<Vec<_>>())
-            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .field("runnables", &self.runnables.keys().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>())
             .field("tools", &self.tools.as_ref().map(|t| &t.1))
             .field("graphs", &self.graphs.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
@@ -61,27 +57,35 @@ impl Allowlist {
         self
     }
 
-    /// Allows an agent by name.
-    pub fn agent(mut self, name: impl Into<String>, agent: Arc<Agent>) -> Self {
-        self.agents.insert(name.into(), agent);
+    /// Allows a runnable (an agent, an RLM, a goal pursuer, a graph) under its name; a node
+    /// names it by its kind (`agent = "…"`, `rlm = "…"`, `goal = "…"`, `graph = "…"`).
+    pub fn runnable(self, runnable: Arc<dyn Runnable>) -> Self {
+        let name = runnable.name().to_string();
+        self.runnable_as(name, runnable)
+    }
+
+    /// Allows a runnable under another name (e.g. `default` for a command's own agent).
+    pub fn runnable_as(mut self, name: impl Into<String>, runnable: Arc<dyn Runnable>) -> Self {
+        self.runnables.insert((runnable.kind(), name.into()), runnable);
         self
+    }
+
+    /// Allows each of these runnables.
+    pub fn runnables(self, runnables: &recursive_core::Runnables) -> Self {
+        runnables.iter().fold(self, |allow, r| allow.runnable(r.clone()))
+    }
+
+    fn runnable_of(&self, kind: RunnableKind, name: &str) -> Option<&Arc<dyn Runnable>> {
+        self.runnables.get(&(kind, name.to_string()))
+    }
+
+    fn runnable_names(&self, kind: RunnableKind) -> Vec<String> {
+        self.runnables.keys().filter(|(k, _)| *k == kind).map(|(_, n)| n.clone()).collect()
     }
 
     /// Allows the named tools of this executor (its permission gate still applies to each call).
     pub fn tools(mut self, invoker: ToolInvoker, names: Vec<String>) -> Self {
         self.tools = Some((invoker, names));
-        self
-    }
-
-    /// Allows an RLM by name.
-    pub fn rlm(mut self, name: impl Into<String>, rlm: Arc<Rlm>) -> Self {
-        self.rlms.insert(name.into(), rlm);
-        self
-    }
-
-    /// Allows a goal pursuer by name.
-    pub fn goal(mut self, name: impl Into<String>, pursuer: Arc<GoalPursuer>) -> Self {
-        self.goals.insert(name.into(), pursuer);
         self
     }
 
@@ -101,11 +105,15 @@ impl Allowlist {
     pub fn names(&self, kind: Kind) -> Vec<String> {
         match kind {
             Kind::Model => self.models.keys().cloned().collect(),
-            Kind::Agent => self.agents.keys().cloned().collect(),
+            Kind::Agent => self.runnable_names(RunnableKind::Agent),
             Kind::Tool => self.tools.as_ref().map(|t| t.1.clone()).unwrap_or_default(),
-            Kind::Rlm => self.rlms.keys().cloned().collect(),
-            Kind::Goal => self.goals.keys().cloned().collect(),
-            Kind::Graph => self.graphs.keys().cloned().collect(),
+            Kind::Rlm => self.runnable_names(RunnableKind::Rlm),
+            Kind::Goal => self.runnable_names(RunnableKind::Goal),
+            Kind::Graph => {
+                let mut names: Vec<String> = self.graphs.keys().cloned().collect();
+                names.extend(self.runnable_names(RunnableKind::Graph));
+                names
+            }
             Kind::Function => self.functions.keys().cloned().collect(),
             Kind::Ask => Vec::new(),
         }
@@ -194,8 +202,13 @@ fn bind_node(node: &NodeDecl, allow: &Allowlist, stack: &mut Vec<String>) -> Res
             })
         }
         Kind::Agent => {
-            let agent = allow.agents.get(name.get()).ok_or_else(refuse)?;
-            Arc::new(AgentNode { agent: agent.clone(), input: template(&node.input), output })
+            let runnable = allow.runnable_of(RunnableKind::Agent, name.get()).ok_or_else(refuse)?;
+            Arc::new(RunnableNode {
+                runnable: runnable.clone(),
+                input: template(&node.input),
+                data: Vec::new(),
+                output,
+            })
         }
         Kind::Tool => {
             let (invoker, names) = allow.tools.as_ref().ok_or_else(refuse)?;
@@ -206,16 +219,30 @@ fn bind_node(node: &NodeDecl, allow: &Allowlist, stack: &mut Vec<String>) -> Res
             Arc::new(ToolNode { invoker: invoker.clone(), tool: name.get().clone(), args, output })
         }
         Kind::Rlm => {
-            let rlm = allow.rlms.get(name.get()).ok_or_else(refuse)?;
-            let inputs = node.inputs.iter().map(|i| i.get().clone()).collect();
-            Arc::new(RlmNode { rlm: rlm.clone(), question: template(&node.question), inputs, output })
+            let runnable = allow.runnable_of(RunnableKind::Rlm, name.get()).ok_or_else(refuse)?;
+            let data = node.inputs.iter().map(|i| i.get().clone()).collect();
+            Arc::new(RunnableNode { runnable: runnable.clone(), input: template(&node.question), data, output })
         }
         Kind::Goal => {
-            let pursuer = allow.goals.get(name.get()).ok_or_else(refuse)?;
-            Arc::new(GoalNode { pursuer: pursuer.clone(), objective: template(&node.objective), output })
+            let runnable = allow.runnable_of(RunnableKind::Goal, name.get()).ok_or_else(refuse)?;
+            Arc::new(RunnableNode {
+                runnable: runnable.clone(),
+                input: template(&node.objective),
+                data: Vec::new(),
+                output,
+            })
         }
         Kind::Function => allow.functions.get(name.get()).ok_or_else(refuse)?.clone(),
         Kind::Ask => Arc::new(AskNode { question: template(&node.ask), output }),
+        Kind::Graph if !allow.graphs.contains_key(name.get()) => {
+            let runnable = allow.runnable_of(RunnableKind::Graph, name.get()).ok_or_else(refuse)?;
+            Arc::new(RunnableNode {
+                runnable: runnable.clone(),
+                input: template(&node.input),
+                data: Vec::new(),
+                output,
+            })
+        }
         Kind::Graph => {
             let source = allow.graphs.get(name.get()).ok_or_else(refuse)?;
             if stack.contains(name.get()) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::provider::ConfigError;
+use crate::ConfigError;
 
 /// The whole configuration file. Unknown tables are rejected so typos are caught.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -44,12 +44,12 @@ impl LoadedConfig {
         &self,
         table: &Option<toml::Table>,
         name: &str,
-    ) -> anyhow::Result<T> {
+    ) -> Result<T, ConfigError> {
         match table {
             None => Ok(T::default()),
             Some(t) => t.clone().try_into().map_err(|e: toml::de::Error| {
                 let file = self.path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default();
-                ConfigError(format!("invalid [{name}] table in {file}: {}", e.message())).into()
+                ConfigError(format!("invalid [{name}] table in {file}: {}", e.message()))
             }),
         }
     }
@@ -70,11 +70,11 @@ pub fn candidate_paths(explicit: Option<&Path>) -> Vec<PathBuf> {
 /// Loads the first configuration file that exists (an explicit `--config` must exist). A file
 /// from the working directory keeps what needs trust only when `trust` (`--trust`), an earlier
 /// trust in the same contents, or a yes on the terminal says so.
-pub fn load(explicit: Option<&Path>, trust: bool) -> anyhow::Result<LoadedConfig> {
+pub fn load(explicit: Option<&Path>, trust: bool) -> Result<LoadedConfig, ConfigError> {
     for path in candidate_paths(explicit) {
         if !path.exists() {
             if explicit.is_some() {
-                return Err(ConfigError(format!("config file {} does not exist", path.display())).into());
+                return Err(ConfigError(format!("config file {} does not exist", path.display())));
             }
             continue;
         }
@@ -99,7 +99,7 @@ fn trusted_parts(path: &Path, text: &str, file: FileConfig, trust: bool) -> File
     }
     if trust || crate::trust::ask(path, &needs) {
         if let Err(e) = crate::trust::record(path, text) {
-            eprintln!("warning: trusted for this run only; could not record the trust: {e:#}");
+            eprintln!("warning: trusted for this run only; could not record the trust: {e}");
         }
         return file;
     }

@@ -53,17 +53,17 @@ pub fn is_trusted(path: &Path, text: &str) -> bool {
 }
 
 /// Records trust in these contents of this file (replacing trust in its earlier contents).
-pub fn record(path: &Path, text: &str) -> anyhow::Result<()> {
-    let Some(store_file) = store_path() else { anyhow::bail!("no user config directory to record trust in") };
+pub fn record(path: &Path, text: &str) -> Result<(), String> {
+    let Some(store_file) = store_path() else { return Err("no user config directory to record trust in".into()) };
     let mut store = load_store();
     let new = entry(path, text);
     store.trusted.retain(|e| e.path != new.path);
     store.trusted.push(new);
     if let Some(dir) = store_file.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
-    std::fs::write(&store_file, serde_json::to_string_pretty(&store)?)?;
-    Ok(())
+    let text = serde_json::to_string_pretty(&store).map_err(|e| e.to_string())?;
+    std::fs::write(&store_file, text).map_err(|e| e.to_string())
 }
 
 /// Asks on the terminal whether to trust the file; `false` without a terminal.

@@ -1,19 +1,47 @@
 //! Chooses the model provider: command-line flags first, then the `[provider]` table of the
 //! configuration file, then auto-detection from the environment.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use recursive_core::ChatProvider;
 use recursive_llm::config::{ProviderKind, ProviderSettings, build_provider, detect_from_env};
 use recursive_llm::pricing::PriceTable;
 
-use crate::ProviderArgs;
+use crate::ConfigError;
 use crate::config::LoadedConfig;
 
-/// A configuration problem: exit status 2 and a message saying how to fix it.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+/// How the model provider is chosen, beyond the configuration file (the command's flags).
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOptions {
+    /// The model API (`openai`, `anthropic`, `ollama`, `mock`, `replay`).
+    pub provider: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The API's base URL.
+    pub base_url: Option<String>,
+    /// Per-request timeout in seconds.
+    pub request_timeout: Option<f64>,
+    /// Record every model call to this cassette.
+    pub record: Option<PathBuf>,
+    /// Replay model calls from this cassette.
+    pub replay: Option<PathBuf>,
+    /// Scripted replies of the mock provider.
+    pub mock_script: Option<PathBuf>,
+    /// Add to an existing cassette instead of refusing it.
+    pub append: bool,
+}
+
+/// The provider a configuration gives, with its settings.
+#[derive(Clone)]
+pub struct BuiltProvider {
+    /// The provider (retries, pricing and recording as configured).
+    pub provider: Arc<dyn ChatProvider>,
+    /// Its settings.
+    pub settings: ProviderSettings,
+    /// The model whose price is unknown, when its calls cost money (its costs count as $0).
+    pub unpriced: Option<String>,
+}
 
 /// What to do when no provider is configured anywhere.
 pub const HOW_TO_CONFIGURE: &str = "no model provider configured. Do one of:
@@ -33,7 +61,7 @@ fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
 }
 
 /// The provider settings that apply, or a [`ConfigError`] explaining how to configure one.
-pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Result<ProviderSettings> {
+pub async fn settings(args: &ProviderOptions, config: &LoadedConfig) -> Result<ProviderSettings, ConfigError> {
     let from_file: Option<ProviderSettings> = match &config.file.provider {
         Some(_) => Some(config.section(&config.file.provider, "provider")?),
         None => None,
@@ -56,7 +84,7 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
     } else if let Some(d) = detect_from_env().await {
         d
     } else {
-        return Err(ConfigError(HOW_TO_CONFIGURE.into()).into());
+        return Err(ConfigError(HOW_TO_CONFIGURE.into()));
     };
     if let Some(m) = &args.model {
         settings.model = Some(m.clone());
@@ -72,12 +100,12 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
         settings.timeout = Some(timeout);
     }
     if let Some(r) = &args.record {
-        crate::commands::fresh_output("--record", r, args.append)?;
+        crate::fresh_output("--record", r, args.append)?;
         settings.record = Some(r.clone());
     }
     if let Some(s) = &args.mock_script {
         if settings.kind != ProviderKind::Mock {
-            return Err(ConfigError("--mock-script needs --provider mock".into()).into());
+            return Err(ConfigError("--mock-script needs --provider mock".into()));
         }
         settings.script = Some(s.clone());
     }
@@ -89,22 +117,16 @@ pub async fn settings(args: &ProviderArgs, config: &LoadedConfig) -> anyhow::Res
 }
 
 /// Builds the provider (with retries, pricing and recording as configured).
-pub async fn build(
-    args: &ProviderArgs,
-    config: &LoadedConfig,
-) -> anyhow::Result<(Arc<dyn ChatProvider>, ProviderSettings)> {
+pub async fn build(args: &ProviderOptions, config: &LoadedConfig) -> Result<BuiltProvider, ConfigError> {
     let settings = settings(args, config).await?;
     let mut prices = PriceTable::builtin();
     if let (Some(path), Some(_)) = (&config.path, &config.file.pricing) {
         prices.extend_from_toml_file(path).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
     }
     let provider = build_provider(&settings, &prices).map_err(|e| ConfigError(e.to_string()))?;
-    PRICED.get_or_init(|| priced(&settings, &prices));
-    Ok((provider, settings))
+    let unpriced = priced(&settings, &prices).err();
+    Ok(BuiltProvider { provider, settings, unpriced })
 }
-
-/// Whether the calls of the built provider have a known price (`None` before [`build`]).
-static PRICED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
 /// `Err(model)` when the model's calls cost money and its price is unknown. Mock and replay
 /// calls spend nothing; a local Ollama's are free.
@@ -116,19 +138,21 @@ fn priced(settings: &ProviderSettings, prices: &PriceTable) -> Result<(), String
     if prices.lookup(&model).is_some() { Ok(()) } else { Err(model) }
 }
 
-/// Refuses a cost budget (`flag`) that could not hold: the model's price is unknown, so its
-/// spending cannot be counted. The fix is a `[pricing."MODEL"]` entry.
-pub fn require_price(flag: &str) -> Result<(), ConfigError> {
-    match PRICED.get() {
-        Some(Err(model)) => Err(ConfigError(format!(
-            "{flag} cannot be enforced: the price of model `{model}` is unknown, so its cost cannot be counted; \
-             add it to recursive.toml as [pricing.\"{model}\"] with input and output USD per million tokens"
-        ))),
-        _ => Ok(()),
+impl BuiltProvider {
+    /// The model of every call (the settings' model; empty for the provider's default).
+    pub fn model(&self) -> String {
+        self.settings.model.clone().unwrap_or_default()
     }
-}
 
-/// Whether the model's price is unknown (its costs count as $0).
-pub fn unpriced_model() -> Option<String> {
-    PRICED.get().and_then(|p| p.clone().err())
+    /// Refuses a cost budget (`flag`) that could not hold: the model's price is unknown, so
+    /// its spending cannot be counted. The fix is a `[pricing."MODEL"]` entry.
+    pub fn require_price(&self, flag: &str) -> Result<(), ConfigError> {
+        match &self.unpriced {
+            Some(model) => Err(ConfigError(format!(
+                "{flag} cannot be enforced: the price of model `{model}` is unknown, so its cost cannot be counted; \
+                 add it to recursive.toml as [pricing.\"{model}\"] with input and output USD per million tokens"
+            ))),
+            None => Ok(()),
+        }
+    }
 }

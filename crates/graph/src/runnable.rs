@@ -1,0 +1,89 @@
+//! A bound graph as a [`Runnable`]: the input's data (and its text, into an `input` channel
+//! when the graph has one) are the initial state; the final state is the structured result and
+//! the `output` channel (when the graph has one) its text. Each run is a thread of its own in
+//! the given store, named after the run, so its checkpoints can be read back (`graph history`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use recursive_core::{Outcome, RunInput, RunScope, Runnable, RunnableKind};
+use serde_json::Value;
+
+use crate::checkpoint::{Checkpointer, MemoryCheckpointer};
+use crate::exec::{Finish, Start, Thread};
+use crate::graph::Graph;
+
+/// A graph that runs as a child of any run (a tool, a delegate, a sandbox function...).
+pub struct GraphRunnable {
+    graph: Arc<Graph>,
+    store: Arc<dyn Checkpointer>,
+    name: String,
+    description: String,
+}
+
+impl GraphRunnable {
+    /// Runs `graph` under its own name with its checkpoints in memory.
+    pub fn new(graph: Arc<Graph>) -> Self {
+        let name = graph.name().to_string();
+        let description = format!("The graph `{name}`: give it its input; it runs its nodes and returns its output.");
+        Self { graph, store: Arc::new(MemoryCheckpointer::new()), name, description }
+    }
+
+    /// Keeps the checkpoints of its threads in `store`.
+    pub fn with_store(mut self, store: Arc<dyn Checkpointer>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Offers it under `name`, described for a model.
+    pub fn with_identity(mut self, name: impl Into<String>, description: Option<String>) -> Self {
+        self.name = name.into();
+        if let Some(d) = description {
+            self.description = d;
+        }
+        self
+    }
+
+    fn initial_state(&self, input: RunInput) -> Value {
+        let mut state = input.data;
+        if !input.text.is_empty() && self.graph.schema().channels().any(|(n, _)| n == "input") {
+            state.entry("input").or_insert(Value::String(input.text));
+        }
+        Value::Object(state)
+    }
+}
+
+#[async_trait]
+impl Runnable for GraphRunnable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> RunnableKind {
+        RunnableKind::Graph
+    }
+
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
+        let thread = Thread::new(self.store.clone(), format!("{}-{}", self.name, scope.ids().run_id));
+        let start = Start::Input(self.initial_state(input));
+        match self.graph.run(start, &thread, scope).await {
+            Err(e) => Outcome::fault(e.to_string(), scope),
+            Ok(outcome) => {
+                let text = match outcome.state.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None if matches!(outcome.finish, Finish::Done) => String::new(),
+                    None => outcome.finish.to_string(),
+                };
+                let mut o = Outcome::new(outcome.finish.finish_reason(), text, scope);
+                o.output = Value::Object(outcome.state);
+                o.steps = u32::try_from(outcome.step).unwrap_or(u32::MAX);
+                o
+            }
+        }
+    }
+}

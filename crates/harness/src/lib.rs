@@ -1,0 +1,387 @@
+//! The library harness: one configuration — `recursive.toml` (trusted as the CLI trusts it)
+//! plus a command's settings — turned once into the configured provider, tools, permission
+//! policy, run limits and runnables: the main agent, the RLM, the goal pursuer, the graph
+//! allowlist, and every runnable file (`--agent NAME=FILE`, any kind). Every command of the
+//! CLI and the server build through it, so library users get the same defaults as the CLI.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), recursive_harness::ConfigError> {
+//! use recursive_harness::{Harness, HarnessOptions};
+//! let harness = Harness::build(HarnessOptions::default()).await?;
+//! let agent = harness.agent("main");
+//! let scope = harness.root_scope("main", std::sync::Arc::new(recursive_core::NullSink), Default::default())?;
+//! let result = agent.run_in("Summarise README.md", &scope).await;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod files;
+pub mod provider;
+pub mod rlm;
+pub mod setup;
+pub mod system_prompt;
+pub mod trust;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use recursive_core::{
+    Agent, AgentConfig, Budget, BudgetLimits, ChatOptions, EventSink, RunLimits, RunScope, Runnable, RunnableTool,
+    Runnables, SubAgent, ToolInvoker, ToolRegistry,
+};
+use recursive_goal::{DelegateAction, GoalConfig, GoalPursuer};
+use recursive_graph::GraphRunnable;
+use recursive_graph::blueprint::{Allowlist, Source};
+use recursive_rlm::Rlm;
+
+pub use config::{FileConfig, LoadedConfig};
+pub use files::{RunnableFile, RunnableSpec};
+pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
+pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
+pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
+
+/// A configuration problem: the CLI's exit status 2, and a message saying how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Most bytes of a configuration or runnable file read.
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a text file a configuration names: a regular file (no FIFO or device), at most 4 MiB.
+pub fn read_text_file(path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!("{} bytes, more than the {MAX_FILE_BYTES} allowed", meta.len()));
+    }
+    std::fs::read_to_string(path).map_err(|e| e.to_string())
+}
+
+/// What a command gives the harness besides the configuration file.
+#[derive(Clone)]
+pub struct HarnessOptions {
+    /// `--config`: this file instead of `./recursive.toml` and the user's.
+    pub config: Option<PathBuf>,
+    /// `--trust`: trust the working directory's `recursive.toml` as it is now.
+    pub trust: bool,
+    /// How the provider is chosen.
+    pub provider: ProviderOptions,
+    /// The workspace of the tools (default: the current directory).
+    pub workspace: Option<PathBuf>,
+    /// Who answers the permission policy's questions.
+    pub approver: Arc<dyn recursive_tools::ApprovalHandler>,
+    /// Model turns of an agent run.
+    pub max_steps: u32,
+    /// Runnable files, `NAME=FILE` each.
+    pub runnables: Vec<String>,
+    /// The command's RLM settings (over `[rlm]`).
+    pub rlm: RlmOptions,
+}
+
+impl Default for HarnessOptions {
+    fn default() -> Self {
+        Self {
+            config: None,
+            trust: false,
+            provider: ProviderOptions::default(),
+            workspace: None,
+            approver: recursive_tools::approver_for_flags(false, false),
+            max_steps: RunLimits::default().max_steps,
+            runnables: Vec::new(),
+            rlm: RlmOptions::default(),
+        }
+    }
+}
+
+/// One configuration, built: see the crate docs.
+pub struct Harness {
+    /// The configuration file.
+    pub config: LoadedConfig,
+    /// The provider.
+    pub provider: BuiltProvider,
+    /// The tools, the permission policy and the limits.
+    pub setup: ToolSetup,
+    /// `[rlm]`.
+    pub rlm_file: RlmFile,
+    /// The command's RLM settings.
+    pub rlm_options: RlmOptions,
+    runnables: Runnables,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").field("config", &self.config.path).field("runnables", &self.runnables).finish()
+    }
+}
+
+impl Harness {
+    /// Loads the configuration, builds the provider and the tools, and every runnable file.
+    /// Bad files are reported before anything is started.
+    pub async fn build(options: HarnessOptions) -> Result<Self, ConfigError> {
+        let config = config::load(options.config.as_deref(), options.trust)?;
+        let files = options.runnables.iter().map(|s| RunnableFile::load(s)).collect::<Result<Vec<_>, _>>()?;
+        let provider = provider::build(&options.provider, &config).await?;
+        let setup =
+            ToolSetup::load(&config, options.workspace.as_deref(), options.approver.clone(), options.max_steps)?;
+        let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
+        let mut harness =
+            Self { config, provider, setup, rlm_file, rlm_options: options.rlm, runnables: Runnables::new() };
+        for file in files {
+            if harness.runnables.get(&file.name).is_some() {
+                return Err(ConfigError(format!("--agent {}: two runnables have that name", file.name)));
+            }
+            let runnable = harness.runnable_from(&file)?;
+            harness.runnables.register(runnable);
+        }
+        Ok(harness)
+    }
+
+    /// Call options of the configuration's model.
+    pub fn options(&self) -> ChatOptions {
+        ChatOptions { model: self.provider.model(), ..Default::default() }
+    }
+
+    /// The runnables of the runnable files.
+    pub fn runnables(&self) -> &Runnables {
+        &self.runnables
+    }
+
+    /// Run limits of `[limits]`.
+    pub fn limits(&self) -> &RunLimits {
+        &self.setup.limits
+    }
+
+    /// The root of a run tree: `sink` sees every event, `budget` limits the whole tree, and
+    /// `[limits] max_depth` caps its depth.
+    pub fn root_scope(
+        &self,
+        name: &str,
+        sink: Arc<dyn EventSink>,
+        budget: BudgetLimits,
+    ) -> Result<RunScope, ConfigError> {
+        budget.validate().map_err(|e| ConfigError(e.to_string()))?;
+        Ok(RunScope::root(name, sink, Arc::new(Budget::new(budget))).with_max_depth(self.setup.limits.max_depth))
+    }
+
+    /// The built-in tools with every runnable as a tool.
+    pub fn tools(&self) -> ToolRegistry {
+        let mut tools = self.setup.builtin.clone();
+        for tool in self.runnables.tools() {
+            tools.register(tool);
+        }
+        tools
+    }
+
+    /// The main agent: every tool and runnable, the policy, `[limits]`, the default system
+    /// prompt.
+    pub fn agent(&self, name: &str) -> Agent {
+        self.agent_with(name, self.tools())
+    }
+
+    /// An agent of this configuration offered `tools`.
+    pub fn agent_with(&self, name: &str, tools: ToolRegistry) -> Agent {
+        let system_prompt = self.setup.system_prompt(&tools, None, None);
+        Agent::new(self.provider.provider.clone()).with_tools(tools).with_gate(self.setup.gate.clone()).with_config(
+            AgentConfig {
+                name: name.to_string(),
+                system_prompt: Some(system_prompt),
+                options: self.options(),
+                limits: self.setup.limits.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The RLM of this configuration: the command's settings over `[rlm]`; its host tools are
+    /// the ones named (built-in, in `extra`, or runnables), else the read-only built-ins but
+    /// `web_fetch`; every runnable whose name can be a Python function is one too.
+    pub fn rlm(&self, extra: Option<&ToolRegistry>) -> Result<Rlm, ConfigError> {
+        self.rlm_of(&self.rlm_options, extra, &self.runnables)
+    }
+
+    fn rlm_of(
+        &self,
+        options: &RlmOptions,
+        extra: Option<&ToolRegistry>,
+        runnables: &Runnables,
+    ) -> Result<Rlm, ConfigError> {
+        let config = rlm_config(options, &self.rlm_file, &self.provider.model())?;
+        let mut tools = ToolRegistry::new();
+        match options.tool_names(&self.rlm_file) {
+            Some(names) => {
+                for name in names {
+                    let tool = self
+                        .setup
+                        .builtin
+                        .get(&name)
+                        .or_else(|| extra.and_then(|e| e.get(&name)))
+                        .cloned()
+                        .or_else(|| runnables.get(&name).map(|r| Arc::new(RunnableTool::new(r.clone())) as _));
+                    let Some(tool) = tool else {
+                        let mut known = self.setup.builtin.names();
+                        known.extend(extra.map(ToolRegistry::names).unwrap_or_default());
+                        known.extend(runnables.names());
+                        known.sort();
+                        return Err(ConfigError(format!(
+                            "--tool {name}: no such tool (available: {})",
+                            known.join(", ")
+                        )));
+                    };
+                    tools.register(tool);
+                }
+            }
+            None => {
+                for name in self.setup.read_only.names().into_iter().filter(|n| n != "web_fetch") {
+                    if let Some(tool) = self.setup.read_only.get(&name) {
+                        tools.register(tool.clone());
+                    }
+                }
+            }
+        }
+        for runnable in runnables.iter().filter(|r| is_identifier(r.name())) {
+            if tools.get(runnable.name()).is_none() {
+                tools.register(Arc::new(RunnableTool::new(runnable.clone())));
+            }
+        }
+        let provider = self.provider.provider.clone();
+        Rlm::new(provider.clone(), provider, config)
+            .and_then(|rlm| rlm.with_host_tools(self.setup.invoker(tools)))
+            .map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// A goal pursuer of this configuration: the read-only tools, and every runnable as a
+    /// delegate.
+    pub fn pursuer(&self, config: GoalConfig) -> GoalPursuer {
+        self.pursuer_of(config, &self.runnables)
+    }
+
+    fn pursuer_of(&self, mut config: GoalConfig, delegates: &Runnables) -> GoalPursuer {
+        if config.options.model.is_empty() {
+            config.options.model = self.provider.model();
+        }
+        let tools = self.setup.invoker(self.setup.read_only.clone());
+        let mut pursuer = GoalPursuer::new(self.provider.provider.clone(), tools, config);
+        if !delegates.is_empty() {
+            let action = delegates.iter().fold(DelegateAction::new(), |a, r| a.with(r.clone()));
+            pursuer.actions_mut().register(Arc::new(action));
+        }
+        pursuer
+    }
+
+    /// What blueprints may use: the configuration's model, agent, RLM and goal pursuer as
+    /// `default`, its tools, every runnable, and the given sub-graph sources.
+    pub fn allowlist(&self, graphs: Vec<(String, Source)>) -> Result<Allowlist, ConfigError> {
+        self.allowlist_of(graphs, &self.runnables)
+    }
+
+    fn allowlist_of(&self, graphs: Vec<(String, Source)>, runnables: &Runnables) -> Result<Allowlist, ConfigError> {
+        let names = self.setup.builtin.names();
+        let tools: ToolInvoker = self.setup.invoker(self.setup.builtin.clone());
+        let agent = self.agent_with("agent", self.setup.builtin.clone());
+        let rlm = self.rlm_of(&self.rlm_options, None, runnables)?;
+        let pursuer = self.pursuer_of(GoalConfig::default(), runnables);
+        let allow = Allowlist::new()
+            .model("default", self.provider.provider.clone(), self.options())
+            .tools(tools, names)
+            .runnable_as("default", Arc::new(agent))
+            .runnable_as("default", Arc::new(rlm))
+            .runnable_as("default", Arc::new(pursuer))
+            .runnables(runnables);
+        Ok(graphs.into_iter().fold(allow, |allow, (name, source)| allow.graph(name, source)))
+    }
+
+    /// The runnable a file declares, using the runnables of earlier files.
+    fn runnable_from(&self, file: &RunnableFile) -> Result<Arc<dyn Runnable>, ConfigError> {
+        let earlier = &self.runnables;
+        let named = |what: &str| format!("--agent {} ({}): {what}", file.name, file.path.display());
+        Ok(match &file.spec {
+            RunnableSpec::Agent(spec) => {
+                let mut tools = ToolRegistry::new();
+                for name in &spec.tools {
+                    match (self.setup.builtin.get(name), earlier.get(name)) {
+                        (Some(tool), _) => tools.register(tool.clone()),
+                        (None, Some(r)) => tools.register(Arc::new(RunnableTool::new(r.clone()))),
+                        (None, None) => return Err(ConfigError(named(&format!("unknown tool `{name}`")))),
+                    };
+                }
+                let mut agent = self.agent_with(&file.name, tools);
+                let config = agent.config_mut();
+                config.system_prompt = spec.system_prompt.clone();
+                if let Some(model) = &spec.model {
+                    config.options.model = model.clone();
+                }
+                config.limits.max_steps = spec.max_steps.unwrap_or(config.limits.max_steps);
+                Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), agent))
+            }
+            RunnableSpec::Rlm(spec) => {
+                let mut options = spec.options.clone();
+                options.instructions = options.instructions.map(|p| file.relative(&p));
+                options.schema = options.schema.map(|p| file.relative(&p));
+                let rlm = self.rlm_of(&options, None, earlier).map_err(|e| ConfigError(named(&e.0)))?;
+                Arc::new(rlm.with_identity(file.name.clone(), spec.description.clone()))
+            }
+            RunnableSpec::Goal(spec) => {
+                let mut config = GoalConfig::default();
+                if let Some(model) = &spec.model {
+                    config.options.model = model.clone();
+                }
+                config.constraints.max_depth = spec.max_depth.unwrap_or(config.constraints.max_depth);
+                config.constraints.max_goals = spec.max_goals.unwrap_or(config.constraints.max_goals);
+                if let Some(cap) = spec.max_cost {
+                    config.constraints.max_cost_usd = usd("max_cost", cap).map_err(|e| ConfigError(named(&e.0)))?;
+                }
+                if let Some(secs) = spec.max_time_secs {
+                    config.constraints.max_time =
+                        seconds("max_time_secs", secs).map_err(|e| ConfigError(named(&e.0)))?;
+                }
+                let delegates = match &spec.delegates {
+                    None => earlier.clone(),
+                    Some(names) => names.iter().try_fold(Runnables::new(), |d, n| match earlier.get(n) {
+                        Some(r) => Ok(d.with(r.clone())),
+                        None => Err(ConfigError(named(&format!("no earlier runnable `{n}` to delegate to")))),
+                    })?,
+                };
+                Arc::new(self.pursuer_of(config, &delegates).with_identity(file.name.clone(), spec.description.clone()))
+            }
+            RunnableSpec::Graph(spec) => {
+                let path = file.relative(&spec.blueprint);
+                let text = read_text_file(&path)
+                    .map_err(|e| ConfigError(named(&format!("blueprint {}: {e}", path.display()))))?;
+                let source = Source { origin: path.display().to_string(), text };
+                let allow = self.allowlist_of(sibling_graphs(&path), earlier)?;
+                let graph = recursive_graph::blueprint::load(&source, &allow)
+                    .map_err(|d| ConfigError(named(&format!("the blueprint does not bind:\n{d}"))))?;
+                Arc::new(GraphRunnable::new(Arc::new(graph)).with_identity(file.name.clone(), spec.description.clone()))
+            }
+        })
+    }
+}
+
+/// The blueprints next to `blueprint` (its possible sub-graphs), by file stem.
+pub fn sibling_graphs(blueprint: &Path) -> Vec<(String, Source)> {
+    let Some(dir) = blueprint.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .filter_map(|path| {
+            let stem = path.file_stem()?.to_str()?.to_string();
+            let text = read_text_file(&path).ok()?;
+            Some((stem, Source { origin: path.display().to_string(), text }))
+        })
+        .collect()
+}
+
+/// Whether `name` can be a Python function's name.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

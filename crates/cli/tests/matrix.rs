@@ -310,7 +310,7 @@ to = "plan"
 
     assert_eq!(out.finish_reason, FinishReason::Completed, "{out:?}");
     assert_eq!(out.output["fact"], "value of alpha");
-    assert_eq!(out.output["plan"], "synthesis");
+    assert_eq!(out.output["plan"], "analysis done");
     let events = sink.events();
     assert!(events.iter().any(|e| matches!(&e.kind, EventKind::ToolCall { call } if call.name == "lookup")));
     assert!(one_tree(&events, &scope) >= 2);

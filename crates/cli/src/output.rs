@@ -92,7 +92,7 @@ pub fn run_json(r: &RunResult, error: Option<&str>) -> Value {
         "outcome": r.finish_reason.as_str(),
         "error": error,
         "finish_reason": r.finish_reason.as_str(),
-        "finish_detail": match &r.finish_reason { recursive_core::FinishReason::ProviderStop(s) => Some(s.clone()), _ => None },
+        "finish_detail": match &r.finish_reason { recursive_core::FinishReason::ProviderStop(s) => Some(s.to_string()), _ => None },
         "output": r.output,
         "messages": r.messages.iter().map(message_json).collect::<Vec<_>>(),
         "usage": usage_json(&r.usage),

@@ -24,7 +24,7 @@ pub enum FinishReason {
     /// The model answered without asking for tools.
     NoMoreToolCalls,
     /// The provider stopped for another reason (max tokens, content filter...).
-    ProviderStop(String),
+    ProviderStop(crate::provider::StopReason),
     /// The step limit was reached.
     BudgetExceeded,
     /// The same tool call with the same arguments repeated too many times in a row.
@@ -85,6 +85,34 @@ impl FinishReason {
         }
     }
 
+    /// The reason printed as `name` ([`FinishReason::as_str`]); a provider stop reads back
+    /// without its detail.
+    pub fn from_name(name: &str) -> Option<Self> {
+        const ALL: &[FinishReason] = &[
+            FinishReason::NoMoreToolCalls,
+            FinishReason::BudgetExceeded,
+            FinishReason::Stuck,
+            FinishReason::TranscriptLimit,
+            FinishReason::PlanPending,
+            FinishReason::Cancelled,
+            FinishReason::PermissionDenialLimit,
+            FinishReason::WallClockExceeded,
+            FinishReason::TokenBudgetExceeded,
+            FinishReason::CostBudgetExceeded,
+            FinishReason::CallBudgetExceeded,
+            FinishReason::Completed,
+            FinishReason::NotAchieved,
+            FinishReason::NoAnswer,
+            FinishReason::Fault,
+            FinishReason::Interrupted,
+            FinishReason::RecursionLimit,
+        ];
+        if name == "provider_stop" {
+            return Some(FinishReason::ProviderStop(crate::provider::StopReason::Other(String::new())));
+        }
+        ALL.iter().find(|r| r.as_str() == name).cloned()
+    }
+
     /// The process exit status the CLI uses for this reason (0 only for a normal finish).
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -133,6 +161,26 @@ impl std::fmt::Display for FinishReason {
             FinishReason::ProviderStop(r) => write!(f, "provider_stop({r})"),
             other => f.write_str(other.as_str()),
         }
+    }
+}
+
+/// Serde for a finish reason as its bare name (`"cancelled"`), for APIs that show it as a
+/// string: `#[serde(with = "recursive_core::run::finish_name")]`.
+pub mod finish_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::FinishReason;
+
+    /// Writes the name.
+    pub fn serialize<S: Serializer>(reason: &FinishReason, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(reason.as_str())
+    }
+
+    /// Reads a name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FinishReason, D::Error> {
+        let name = String::deserialize(d)?;
+        FinishReason::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown finish reason `{name}`")))
     }
 }
 
@@ -563,6 +611,15 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(5), token.cancelled()).await.unwrap();
         assert!(!root.cancel_token().is_cancelled(), "the run itself is not cancelled");
         assert_eq!(root.stop_reason(), Some(FinishReason::WallClockExceeded));
+    }
+
+    #[test]
+    fn every_finish_reason_reads_back_from_its_name() {
+        for r in [FinishReason::Fault, FinishReason::Cancelled, FinishReason::RecursionLimit, FinishReason::Completed] {
+            assert_eq!(FinishReason::from_name(r.as_str()), Some(r));
+        }
+        assert_eq!(FinishReason::from_name("provider_stop").map(|r| r.exit_code()), Some(4));
+        assert_eq!(FinishReason::from_name("nonsense"), None);
     }
 
     #[test]

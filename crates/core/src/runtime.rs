@@ -419,7 +419,7 @@ impl Agent {
                 } else if response.stop_reason.is_natural() {
                     FinishReason::NoMoreToolCalls
                 } else {
-                    FinishReason::ProviderStop(response.stop_reason.to_string())
+                    FinishReason::ProviderStop(response.stop_reason.clone())
                 });
             }
             // Calls that cannot run still get exactly one result each.
@@ -427,7 +427,7 @@ impl Agent {
                 Some((FinishReason::PlanPending, "not executed: plan mode, the plan awaits approval".to_string()))
             } else if response.stop_reason == StopReason::MaxTokens {
                 Some((
-                    FinishReason::ProviderStop(StopReason::MaxTokens.to_string()),
+                    FinishReason::ProviderStop(StopReason::MaxTokens),
                     "not executed: the response was cut off by the token limit".to_string(),
                 ))
             } else if stuck.observe(&calls) {

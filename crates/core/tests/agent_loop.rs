@@ -163,7 +163,7 @@ async fn max_tokens_stop_is_a_provider_stop() {
     cut.stop_reason = recursive_core::StopReason::MaxTokens;
     let provider = MockProvider::new([MockReply::Response(cut)]);
     let result = agent(&provider, RunLimits::default()).run("go").await.unwrap();
-    assert_eq!(result.finish_reason, FinishReason::ProviderStop("max_tokens".into()));
+    assert_eq!(result.finish_reason, FinishReason::ProviderStop(recursive_core::StopReason::MaxTokens));
     assert_eq!(result.output, "half an ans");
 }
 

@@ -33,10 +33,39 @@ pub enum Source {
 /// When a run stops for a person, at a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pause {
-    /// `before` or `after`.
-    pub when: String,
+    /// Before or after the nodes.
+    pub when: When,
     /// The nodes it stops at.
     pub nodes: Vec<String>,
+}
+
+/// When a run stops to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// Before the named nodes run.
+    Before,
+    /// After the named nodes ran.
+    After,
+    /// A node asks for a value.
+    Ask,
+}
+
+impl When {
+    /// Snake-case name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            When::Before => "before",
+            When::After => "after",
+            When::Ask => "ask",
+        }
+    }
+}
+
+impl std::fmt::Display for When {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The state of a thread at a superstep boundary.

@@ -8,6 +8,32 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What the graph runtime reports.
+/// How a graph node ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeOutcome {
+    /// It wrote its update.
+    Ok,
+    /// It asked for a value.
+    Interrupt,
+    /// The run tree or a recursion limit stopped it.
+    Stopped,
+    /// It failed.
+    Failed,
+}
+
+impl NodeOutcome {
+    /// Snake-case name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NodeOutcome::Ok => "ok",
+            NodeOutcome::Interrupt => "interrupt",
+            NodeOutcome::Stopped => "stopped",
+            NodeOutcome::Failed => "failed",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -45,8 +71,8 @@ pub enum GraphEvent {
     GraphNodeFinished {
         /// The node.
         node: String,
-        /// `ok`, `interrupt`, `failed` or `stopped`.
-        outcome: String,
+        /// How it ended.
+        outcome: NodeOutcome,
         /// The update's channels, the question or the failure.
         detail: Value,
     },
@@ -91,9 +117,9 @@ impl ExtensionEvent for GraphEvent {
                 format!("step {step}: {} (kept from before: {})", nodes.join(", "), reused.join(", "))
             }
             GraphEvent::GraphNodeStarted { .. } | GraphEvent::GraphCheckpoint { .. } => return None,
-            GraphEvent::GraphNodeFinished { node, outcome, detail } => match outcome.as_str() {
-                "ok" => format!("node {node} done"),
-                _ => format!("node {node} {outcome}: {}", short(detail)),
+            GraphEvent::GraphNodeFinished { node, outcome, detail } => match outcome {
+                NodeOutcome::Ok => format!("node {node} done"),
+                _ => format!("node {node} {}: {}", outcome.as_str(), short(detail)),
             },
             GraphEvent::GraphFinished { graph, finish, .. } => format!("graph {graph} finished: {finish}"),
         })

@@ -17,8 +17,9 @@ use recursive_core::{Extension, FinishReason, RunScope};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::checkpoint::{Checkpoint, Checkpointer, Pause, PendingWrite, Source, StoreError, Write};
+use crate::checkpoint::{Checkpoint, Checkpointer, Pause, PendingWrite, Source, StoreError, When, Write};
 use crate::events::GraphEvent;
+use crate::events::NodeOutcome;
 use crate::graph::{Graph, START};
 use crate::node::{Nested, NodeContext, NodeError};
 use crate::state::{State, StateError, Update};
@@ -102,8 +103,8 @@ impl std::fmt::Display for Finish {
 /// Where and why a run waits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interruption {
-    /// `before` or `after` (a pause at named nodes), or `ask` (a node asks for a value).
-    pub when: String,
+    /// Before or after named nodes (a pause), or a node asking for a value.
+    pub when: When,
     /// The nodes, outermost graph's first: a node inside a sub-graph is reached through the
     /// sub-graph's node.
     pub path: Vec<String>,
@@ -315,7 +316,7 @@ impl Graph {
         }
         if let Some(pause) = cp.pause.as_ref().filter(|_| !resuming) {
             return Some(Finish::Interrupted(Interruption {
-                when: pause.when.clone(),
+                when: pause.when,
                 path: pause.nodes.iter().take(1).cloned().collect(),
                 payload: json!({ "paused": pause.when, "nodes": pause.nodes }),
             }));
@@ -391,7 +392,7 @@ impl Graph {
                 }
                 Ran::Failed(message) => return Err(GraphError::Node { node: node.clone(), message }),
                 Ran::Asked { payload, path } => Finish::Interrupted(Interruption {
-                    when: "ask".into(),
+                    when: When::Ask,
                     path: std::iter::once(node.clone()).chain(path).collect(),
                     payload,
                 }),
@@ -441,10 +442,10 @@ impl Graph {
     fn pause(&self, ran: &[String], next: &[String]) -> Option<Pause> {
         let after: Vec<String> = ran.iter().filter(|n| self.interrupt_after.contains(*n)).cloned().collect();
         if !after.is_empty() && !next.is_empty() {
-            return Some(Pause { when: "after".into(), nodes: after });
+            return Some(Pause { when: When::After, nodes: after });
         }
         let before: Vec<String> = next.iter().filter(|n| self.interrupt_before.contains(*n)).cloned().collect();
-        (!before.is_empty()).then(|| Pause { when: "before".into(), nodes: before })
+        (!before.is_empty()).then(|| Pause { when: When::Before, nodes: before })
     }
 
     /// Runs one node in a child run and stores its pending write as soon as it has one.
@@ -502,13 +503,13 @@ impl Graph {
 
 fn finished(node: &str, ran: &Ran) -> GraphEvent {
     let (outcome, detail) = match ran {
-        Ran::Update(u) => ("ok", json!(u.keys().collect::<Vec<_>>())),
-        Ran::Asked { payload, .. } => ("interrupt", payload.clone()),
-        Ran::Stopped(r) => ("stopped", json!(r.as_str())),
-        Ran::Limit(f) => ("stopped", json!(f.to_string())),
-        Ran::Failed(m) => ("failed", json!(m)),
+        Ran::Update(u) => (NodeOutcome::Ok, json!(u.keys().collect::<Vec<_>>())),
+        Ran::Asked { payload, .. } => (NodeOutcome::Interrupt, payload.clone()),
+        Ran::Stopped(r) => (NodeOutcome::Stopped, json!(r.as_str())),
+        Ran::Limit(f) => (NodeOutcome::Stopped, json!(f.to_string())),
+        Ran::Failed(m) => (NodeOutcome::Failed, json!(m)),
     };
-    GraphEvent::GraphNodeFinished { node: node.into(), outcome: outcome.into(), detail }
+    GraphEvent::GraphNodeFinished { node: node.into(), outcome, detail }
 }
 
 /// A new checkpoint that follows `from` with `state` (same step, next and visits).

@@ -19,8 +19,8 @@ pub mod sqlite;
 pub mod state;
 pub mod template;
 
-pub use checkpoint::{Checkpoint, Checkpointer, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, Write};
-pub use events::GraphEvent;
+pub use checkpoint::{Checkpoint, Checkpointer, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, When, Write};
+pub use events::{GraphEvent, NodeOutcome};
 pub use exec::{Finish, GraphError, GraphOutcome, Interruption, Start, Thread, fork};
 pub use graph::{BuildError, END, Edge, Graph, GraphBuilder, Guard, Op, RecursionPolicy, START, Test};
 pub use node::{FnNode, Nested, Node, NodeContext, NodeError, func};

@@ -109,7 +109,9 @@ async fn new_input_on_an_unfinished_thread_is_refused() {
         .unwrap();
     let thread = Thread::new(store, "t");
     let out = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap();
-    assert!(matches!(out.finish, Finish::Interrupted(ref i) if i.when == "ask" && i.path == ["ask"]));
+    assert!(
+        matches!(out.finish, Finish::Interrupted(ref i) if i.when == recursive_graph::When::Ask && i.path == ["ask"])
+    );
     let err = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap_err();
     assert!(matches!(err, GraphError::Unfinished(_)), "{err}");
     let err = g
@@ -199,10 +201,18 @@ async fn pauses_before_and_after_named_nodes_wait_for_resume() {
         .unwrap();
     let thread = Thread::new(store, "t");
     let out = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap();
-    assert!(matches!(&out.finish, Finish::Interrupted(i) if i.when == "after" && i.path == ["a"]), "{:?}", out.finish);
+    assert!(
+        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_graph::When::After && i.path == ["a"]),
+        "{:?}",
+        out.finish
+    );
     assert_eq!(out.state["log"], json!(["a"]));
     let out = g.run(Start::Resume(None), &thread, &RunScope::detached("g")).await.unwrap();
-    assert!(matches!(&out.finish, Finish::Interrupted(i) if i.when == "before" && i.path == ["c"]), "{:?}", out.finish);
+    assert!(
+        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_graph::When::Before && i.path == ["c"]),
+        "{:?}",
+        out.finish
+    );
     assert_eq!(out.state["log"], json!(["a", "b"]));
     let out = g.run(Start::Resume(None), &thread, &RunScope::detached("g")).await.unwrap();
     assert_eq!(out.finish, Finish::Done);

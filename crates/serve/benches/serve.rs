@@ -33,7 +33,7 @@ impl Runner for Bench {
         } else {
             text.push_str("ok");
         }
-        RunOutput { ok: true, outcome: "no_more_tool_calls".into(), text, ..RunOutput::failed("") }
+        RunOutput { ok: true, outcome: recursive_core::FinishReason::NoMoreToolCalls, text, ..RunOutput::failed("") }
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use recursive_core::{AgentEvent, EventSink, Message, RunScope};
+use recursive_core::{AgentEvent, EventSink, FinishReason, Message, RunScope};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -67,7 +67,9 @@ pub struct RunOutput {
     pub ok: bool,
     /// How it finished: the run's finish reason (`no_more_tool_calls`, `cancelled`, `budget_exceeded`…),
     /// or `error` after a fault.
-    pub outcome: String,
+    #[serde(with = "recursive_core::run::finish_name")]
+    #[schema(value_type = String)]
+    pub outcome: FinishReason,
     /// The answer as text.
     pub text: String,
     /// The structured result (the RLM's output, the goal's result), if any.
@@ -88,7 +90,7 @@ impl RunOutput {
     pub fn failed(error: impl Into<String>) -> Self {
         RunOutput {
             ok: false,
-            outcome: "error".into(),
+            outcome: FinishReason::Fault,
             text: String::new(),
             output: Value::Null,
             error: Some(error.into()),

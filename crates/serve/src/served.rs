@@ -98,7 +98,7 @@ pub fn output(outcome: Outcome) -> RunOutput {
     let failed = outcome.error.is_some() || outcome.finish_reason == FinishReason::Fault;
     RunOutput {
         ok: outcome.is_success(),
-        outcome: if failed { "error".into() } else { outcome.finish_reason.as_str().to_string() },
+        outcome: if failed { FinishReason::Fault } else { outcome.finish_reason },
         text: outcome.text,
         output: outcome.output,
         error: outcome.error,

@@ -106,7 +106,7 @@ impl Server {
             server.waiting.fetch_sub(1, Ordering::SeqCst);
             if run.cancel.is_cancelled() || permit.is_err() {
                 run.finish(RunOutput {
-                    outcome: "cancelled".into(),
+                    outcome: recursive_core::FinishReason::Cancelled,
                     ..RunOutput::failed("cancelled before it started")
                 });
                 return;

@@ -420,7 +420,7 @@ fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
     match &o.finish {
         Finish::Done => eprintln!("thread {}: done after {} supersteps", o.thread, o.step),
         Finish::Interrupted(i) => {
-            let hint = if i.when == "ask" { " --value JSON" } else { "" };
+            let hint = if i.when == recursive_graph::When::Ask { " --value JSON" } else { "" };
             eprintln!(
                 "thread {}: waiting {} {}: {}\ncontinue it with: recursive graph resume --thread {}{hint}",
                 o.thread,

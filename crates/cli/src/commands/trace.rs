@@ -147,7 +147,8 @@ impl Tree {
         match event {
             GraphEvent::GraphNodeStarted { node, kind } => n.goal = format!("{kind} node `{node}`"),
             GraphEvent::GraphNodeFinished { outcome, .. } => {
-                n.status = if outcome == "ok" { "done".into() } else { outcome };
+                n.status =
+                    if outcome == recursive_graph::NodeOutcome::Ok { "done".into() } else { outcome.as_str().into() };
                 n.settled = true;
             }
             GraphEvent::GraphFinished { finish, .. } if n.parent.is_none() => {

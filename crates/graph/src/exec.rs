@@ -445,7 +445,7 @@ impl Graph {
             return Some(Pause { when: When::After, nodes: after });
         }
         let before: Vec<String> = next.iter().filter(|n| self.interrupt_before.contains(*n)).cloned().collect();
-        (!before.is_empty()).then(|| Pause { when: When::Before, nodes: before })
+        (!before.is_empty()).then_some(Pause { when: When::Before, nodes: before })
     }
 
     /// Runs one node in a child run and stores its pending write as soon as it has one.

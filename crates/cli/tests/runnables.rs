@@ -1,0 +1,185 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Runnable files through the `recursive` binary: `--agent NAME=FILE` declares an agent, an
+//! RLM, a goal or a graph, and every command that runs models offers it to its engine — an
+//! agent calls an RLM as a tool (and `recursive trace` shows the nesting), a graph node runs
+//! an RLM file, an RLM snippet calls an agent file by name. Also the tree's wall clock ending
+//! a snippet that never returns (`rlm --timeout`), and two writes of one message applied one
+//! after the other.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Env, events, s, stdout_json};
+use serde_json::json;
+
+const RLM_FILE: &str = "kind = \"rlm\"\ndescription = \"Reads long texts.\"\nmax_iterations = 3\n";
+
+#[test]
+fn an_agent_calls_an_rlm_file_as_a_tool_and_the_trace_shows_it_nested() {
+    let env = Env::new();
+    std::fs::write(env.path("reader.toml"), RLM_FILE).unwrap();
+    let script = env.script(
+        "s.json",
+        json!([
+            {"tool_calls": [{"name": "reader", "arguments": {"input": "code: 4471-KESTREL"}}]},
+            "```repl\nsubmit(inputs['input'].split(':')[1].strip())\n```",
+            "The code is 4471-KESTREL."
+        ]),
+    );
+    let log = env.path("events.jsonl");
+    let out = env.run(&[
+        "run",
+        "find the code",
+        "--mock-script",
+        s(&script),
+        "--agent",
+        &format!("reader={}", s(&env.path("reader.toml"))),
+        "--events",
+        s(&log),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    let tool = v["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool["content"], "4471-KESTREL", "the RLM's answer is the tool result");
+    let evs = events(&log);
+    let started = evs.iter().find(|e| e["type"] == "sub_agent_started").expect("a child run started");
+    assert_eq!((started["agent"].as_str(), started["kind"].as_str()), (Some("reader"), Some("rlm")));
+    assert!(evs.iter().any(|e| e["run_name"] == "reader-d1" && e["depth"] == 1));
+
+    let trace = env.run(&["trace", s(&log)]);
+    assert_eq!(trace.status.code(), Some(0), "{}", String::from_utf8_lossy(&trace.stderr));
+    let text = String::from_utf8_lossy(&trace.stdout);
+    let main = text.lines().position(|l| l.contains("main")).unwrap_or_else(|| panic!("{text}"));
+    let reader = text.lines().position(|l| l.contains("reader")).unwrap_or_else(|| panic!("{text}"));
+    assert!(reader > main, "{text}");
+    let indent = |i: usize| text.lines().nth(i).unwrap().chars().take_while(|c| !c.is_alphanumeric()).count();
+    assert!(indent(reader) > indent(main), "the RLM is drawn under the agent:\n{text}");
+}
+
+#[test]
+fn a_graph_node_runs_an_rlm_file_with_host_tools() {
+    let env = Env::new();
+    std::fs::write(env.path("reader.toml"), RLM_FILE).unwrap();
+    std::fs::write(
+        env.path("flow.toml"),
+        r#"
+name = "flow"
+[state]
+file = "string"
+answer = "string"
+[[nodes]]
+name = "read"
+rlm = "reader"
+question = "What does {file} say?"
+output = "answer"
+[[edges]]
+from = "START"
+to = "read"
+"#,
+    )
+    .unwrap();
+    let script = env.script("s.json", json!(["```repl\nsubmit(read_file(path='notes.txt'))\n```"]));
+    let out = env.run(&[
+        "graph",
+        "run",
+        s(&env.path("flow.toml")),
+        "--input",
+        r#"{"file": "notes.txt"}"#,
+        "--mock-script",
+        s(&script),
+        "--agent",
+        &format!("reader={}", s(&env.path("reader.toml"))),
+        "--store",
+        s(&env.path("g.db")),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert!(v["state"]["answer"].as_str().unwrap().contains("hello world"), "{v}");
+}
+
+#[test]
+fn an_rlm_snippet_calls_an_agent_file_by_name() {
+    let env = Env::new();
+    std::fs::write(env.path("helper.toml"), "description = \"Answers greetings.\"\n").unwrap();
+    let script = env.script(
+        "s.json",
+        json!([
+            {"when": "say hi", "text": "hi there"},
+            "```repl\nsubmit(helper('say hi'))\n```"
+        ]),
+    );
+    let out = env.run(&[
+        "rlm",
+        "greet",
+        "--input",
+        s(&env.path("notes.txt")),
+        "--mock-script",
+        s(&script),
+        "--agent",
+        &format!("helper={}", s(&env.path("helper.toml"))),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["output"]["answer"], "hi there");
+}
+
+#[test]
+fn a_bad_runnable_file_is_a_config_error_before_any_model_call() {
+    let env = Env::new();
+    std::fs::write(env.path("x.toml"), "kind = \"robot\"\n").unwrap();
+    let script = env.script("s.json", json!(["never"]));
+    let out = env.run(&["run", "go", "--mock-script", s(&script), "--agent", &format!("x={}", s(&env.path("x.toml")))]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected agent, rlm, goal or graph"));
+}
+
+#[test]
+fn a_snippet_that_loops_forever_ends_at_the_trees_timeout() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["```repl\nwhile True:\n    pass\n```"]));
+    let t0 = Instant::now();
+    let out = env.run(&[
+        "rlm",
+        "spin",
+        "--input",
+        s(&env.path("notes.txt")),
+        "--mock-script",
+        s(&script),
+        "--timeout",
+        "2",
+        "--json",
+    ]);
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(10), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["outcome"], "wall_clock_exceeded");
+    assert!(took < Duration::from_secs(6), "ended about 2 s in, not at the snippet's own limit: {took:?}");
+}
+
+#[test]
+fn two_patches_of_one_file_in_one_message_apply_one_after_the_other() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "start\n").unwrap();
+    let patch = |after: &str, add: &str| {
+        format!("*** Begin Patch\n*** Update File: a.txt\n@@\n {after}\n+{add}\n*** End Patch\n")
+    };
+    let script = env.script(
+        "s.json",
+        json!([
+            {"tool_calls": [
+                {"name": "apply_patch", "arguments": {"patch": patch("start", "one")}},
+                {"name": "apply_patch", "arguments": {"patch": patch("one", "two")}}
+            ]},
+            "done"
+        ]),
+    );
+    let out = env.run(&["run", "edit", "--mock-script", s(&script), "--yes", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    let errors: Vec<&serde_json::Value> =
+        v["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool" && m["is_error"] == true).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "start\none\ntwo\n");
+}

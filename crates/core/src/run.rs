@@ -231,6 +231,7 @@ pub struct RunScope {
     totals: Arc<Totals>,
     parent: Option<Arc<RunScope>>,
     max_depth: u32,
+    steps: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl std::fmt::Debug for RunScope {
@@ -260,6 +261,7 @@ impl RunScope {
             totals: Arc::new(Totals::default()),
             parent: None,
             max_depth: DEFAULT_MAX_DEPTH,
+            steps: Arc::default(),
         }
     }
 
@@ -307,6 +309,7 @@ impl RunScope {
             totals: Arc::new(Totals::default()),
             parent: Some(Arc::new(self.clone())),
             max_depth: self.max_depth,
+            steps: Arc::default(),
         })
     }
 
@@ -323,6 +326,12 @@ impl RunScope {
     pub fn with_budget(mut self, limits: BudgetLimits) -> Self {
         self.budget = self.budget.child(limits);
         self
+    }
+
+    /// The next step number of this node (1, 2, …), for a node whose model and tool calls are
+    /// not numbered by a loop of its own (a goal's phases, a graph's nodes).
+    pub fn next_step(&self) -> u32 {
+        self.steps.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
     }
 
     /// This node's ids.

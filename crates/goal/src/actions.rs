@@ -252,7 +252,7 @@ impl ActionExecutor for ToolAction {
             name: plan.target.clone(),
             arguments,
         };
-        let outcome = self.tools.invoke(call, request.scope, 0, None).await;
+        let outcome = self.tools.invoke(call, request.scope, request.scope.next_step(), None).await;
         match outcome.stop {
             Some(reason) => Err(ActionError::Constrained(reason.to_string())),
             None if outcome.is_error => {
@@ -328,7 +328,8 @@ impl ActionExecutor for ModelAction {
             tools: Vec::new(),
             options,
         };
-        let response = request.scope.call_model(self.provider.as_ref(), req, ModelCall::at(0)).await?;
+        let response =
+            request.scope.call_model(self.provider.as_ref(), req, ModelCall::at(request.scope.next_step())).await?;
         if response.message.content.trim().is_empty() {
             return Err(ActionError::Failed(format!("{}: the model returned no text", self.name)));
         }

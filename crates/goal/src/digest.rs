@@ -80,8 +80,10 @@ impl GoalPursuer {
         let options = ChatOptions { response_format: None, ..self.config.options.clone() };
         let request =
             ChatRequest { messages: vec![Message::system(system), Message::user(user)], tools: Vec::new(), options };
-        let response =
-            scope.call_model(self.provider.as_ref(), request, ModelCall::at(0)).await.map_err(|e| e.to_string())?;
+        let response = scope
+            .call_model(self.provider.as_ref(), request, ModelCall::at(scope.next_step()))
+            .await
+            .map_err(|e| e.to_string())?;
         let text = response.message.content.trim().to_string();
         if text.is_empty() { Err("the model returned no digest".into()) } else { Ok(text) }
     }

@@ -565,8 +565,10 @@ impl GoalPursuer {
         let mut attempt = 0;
         loop {
             let request = ChatRequest { messages: messages.clone(), tools: Vec::new(), options: options.clone() };
-            let response =
-                scope.call_model(self.provider.as_ref(), request, ModelCall::at(0)).await.map_err(|e| match e {
+            let response = scope
+                .call_model(self.provider.as_ref(), request, ModelCall::at(scope.next_step()))
+                .await
+                .map_err(|e| match e {
                     ModelCallError::Stopped(r) => PhaseError::Stopped(r),
                     ModelCallError::Provider(e) => PhaseError::Provider(e.to_string()),
                 })?;

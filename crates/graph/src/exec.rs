@@ -472,7 +472,7 @@ impl Graph {
             thread: thread.id.clone(),
             ns: format!("{}{sep}{name}:{}", thread.ns, cp.step),
         };
-        let ctx = NodeContext { node: name, state: &cp.state, scope: &child, resume, nested };
+        let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume, nested };
         // Cancellation and the tree's deadline end any node, also one that only computes.
         let stop = child.stop_token();
         let result = tokio::select! {

@@ -72,7 +72,7 @@ impl Node for ModelNode {
         messages.push(Message::user(self.prompt.render(ctx.state)));
         let request = ChatRequest { messages, tools: Vec::new(), options: self.options.clone() };
         let response =
-            ctx.scope.call_model(self.provider.as_ref(), request, ModelCall::at(0)).await.map_err(stopped)?;
+            ctx.scope.call_model(self.provider.as_ref(), request, ModelCall::at(ctx.step)).await.map_err(stopped)?;
         Ok(one(&self.output, Value::String(response.message.content)))
     }
 }
@@ -130,7 +130,7 @@ impl Node for ToolNode {
     async fn run(&self, ctx: NodeContext<'_>) -> Result<Update, NodeError> {
         let arguments = render_json(&self.args, ctx.state).map_err(|e| NodeError::Failed(e.to_string()))?;
         let call = ToolCall { id: format!("{}-call", ctx.node), name: self.tool.clone(), arguments };
-        let outcome = self.invoker.invoke(call, ctx.scope, 0, None).await;
+        let outcome = self.invoker.invoke(call, ctx.scope, ctx.step, None).await;
         if let Some(reason) = outcome.stop {
             return Err(NodeError::Stopped(reason));
         }

@@ -29,6 +29,8 @@ pub struct Nested {
 pub struct NodeContext<'a> {
     /// The node's name.
     pub node: &'a str,
+    /// The superstep it runs in (its model and tool calls carry it as their step).
+    pub step: u32,
     /// The state as it was when the superstep began.
     pub state: &'a State,
     /// The node's run (a child of the graph's run).

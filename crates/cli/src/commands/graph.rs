@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use recursive_core::{BudgetLimits, EventKind};
+use recursive_core::EventKind;
 use recursive_graph::blueprint::{self, Allowlist, Source};
 use recursive_graph::{Checkpointer, Finish, GraphError, GraphOutcome, Schema, Start, Thread, ThreadInfo};
 use recursive_harness::{Harness, RlmOptions};
@@ -181,12 +181,8 @@ pub struct ExecArgs {
     pub bind: BindArgs,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// USD budget for the whole run (refused when the model's price is unknown).
-    #[arg(long)]
-    pub max_cost: Option<f64>,
-    /// Wall clock for the whole run, in seconds.
-    #[arg(long = "timeout", alias = "max-time", value_name = "SECS")]
-    pub max_time: Option<f64>,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
 }
@@ -357,12 +353,7 @@ async fn execute_graph(
         RlmOptions::default(),
     )
     .await?;
-    let mut limits = BudgetLimits::default();
-    if let Some(usd) = args.max_cost {
-        limits.max_cost_usd = Some(super::usd("--max-cost", usd)?);
-        harness.provider.require_price("--max-cost")?;
-    }
-    limits.wall_clock = args.max_time.map(|s| super::seconds("--timeout", s)).transpose()?;
+    let limits = args.budget.limits(&harness.provider)?;
     let allow = allowlist(&harness, &args.bind, dir.as_deref())?;
     let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
     if let Some(mut info) = new_thread {

@@ -175,3 +175,33 @@ pub struct RunnableArgs {
     #[arg(long = "agent", value_name = "NAME=FILE")]
     pub agents: Vec<String>,
 }
+
+/// The budget of a whole run tree: its wall clock, tokens and USD.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BudgetArgs {
+    /// Wall-clock limit of the whole run tree, in seconds (a snippet or tool still running
+    /// then is stopped; exit 10).
+    #[arg(long, alias = "max-time", value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Token budget of the whole run tree.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// USD budget of the whole run tree (refused when the model's price is unknown).
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+}
+
+impl BudgetArgs {
+    /// The limits, every number checked; a cost cap needs the model's price.
+    pub fn limits(&self, provider: &recursive_harness::BuiltProvider) -> anyhow::Result<BudgetLimits> {
+        if self.max_cost.is_some() {
+            provider.require_price("--max-cost")?;
+        }
+        Ok(BudgetLimits {
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost.map(|c| usd("--max-cost", c)).transpose()?,
+            wall_clock: self.timeout.map(|t| seconds("--timeout", t)).transpose()?,
+            ..Default::default()
+        })
+    }
+}

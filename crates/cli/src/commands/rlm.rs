@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use recursive_core::BudgetLimits;
 use recursive_harness::{RlmOptions, load_inputs};
 use serde_json::json;
 
@@ -36,20 +35,12 @@ pub struct RlmArgs {
     /// How deep `rlm_query` may nest (0: no child RLMs).
     #[arg(long, default_value_t = 1)]
     pub max_depth: u32,
-    /// Wall-clock limit of the whole run tree, in seconds: a snippet still running then is
-    /// stopped, and the run ends with `wall_clock_exceeded` (exit 10).
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
     /// Wall-clock limit for each snippet, in seconds (default 60); past it the snippet gets a
     /// `TimeoutError` and the run goes on.
     #[arg(long, value_name = "SECS")]
     pub snippet_timeout: Option<f64>,
-    /// Token budget of the whole run tree.
-    #[arg(long)]
-    pub max_tokens: Option<u64>,
-    /// USD budget of the whole run tree (refused when the model's price is unknown).
-    #[arg(long)]
-    pub max_cost: Option<f64>,
     /// Write the trajectory as JSONL to this file as the run goes: every reply, code block,
     /// observation, sub-call (with the heads of its prompt and answer) and submit.
     #[arg(long, value_name = "PATH")]
@@ -154,9 +145,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         args.options(),
     )
     .await?;
-    if args.max_cost.is_some() {
-        harness.provider.require_price("--max-cost")?;
-    }
+    let budget = args.budget.limits(&harness.provider)?;
     let inputs = load_inputs(&args.inputs)?;
     let tool_names = harness.rlm_options.tool_names(&harness.rlm_file);
     if tool_names.as_ref().is_some_and(|t| t.iter().any(|t| t == "run_shell")) {
@@ -175,12 +164,6 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         None => None,
     };
     let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
-    let budget = BudgetLimits {
-        max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost.map(|c| super::usd("--max-cost", c)).transpose()?,
-        wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
-        ..Default::default()
-    };
     let scope =
         super::root_scope("rlm", &args.provider, false, budget, extra)?.with_max_depth(harness.limits().max_depth);
     let mcp = mcp_for(tool_names, &harness, &scope).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use std::io::IsTerminal;
 
-use recursive_core::{BudgetLimits, FinishReason, ToolRegistry};
+use recursive_core::{FinishReason, ToolRegistry};
 use recursive_harness::RlmOptions;
 
 use crate::ProviderArgs;
@@ -23,15 +23,8 @@ pub struct RunArgs {
     /// Most model turns.
     #[arg(long, default_value_t = 32)]
     pub max_steps: u32,
-    /// Wall-clock limit for the whole run, in seconds.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
-    /// Token budget for the whole run tree.
-    #[arg(long)]
-    pub max_tokens: Option<u64>,
-    /// USD budget for the whole run tree.
-    #[arg(long)]
-    pub max_cost: Option<f64>,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
     /// Append the transcript to this JSONL file as the run goes (instead of the session's own).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["continue_session", "resume"])]
     pub transcript: Option<PathBuf>,
@@ -152,18 +145,10 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
-    if args.max_cost.is_some() {
-        harness.provider.require_price("--max-cost")?;
-    }
+    let budget = args.budget.limits(&harness.provider)?;
     let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
     super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
 
-    let budget = BudgetLimits {
-        max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost.map(|c| super::usd("--max-cost", c)).transpose()?,
-        wall_clock: args.timeout.map(|t| super::seconds("--timeout", t)).transpose()?,
-        ..Default::default()
-    };
     let scope =
         super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(harness.limits().max_depth);
 

@@ -10,62 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{Env, s, signal};
+use common::{Env, Served, http, s, signal};
 use serde_json::{Value, json};
-
-/// A running server and its address.
-struct Served {
-    child: Child,
-    addr: String,
-}
-
-impl Served {
-    fn start(env: &Env, args: &[&str], token: Option<&str>) -> Served {
-        let mut cmd = env.cmd();
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "-q"]).args(args);
-        if let Some(token) = token {
-            cmd.env("RECURSIVE_SERVE_TOKEN", token);
-        }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line}")).to_string();
-        Served { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One plain HTTP/1.1 request; the status, the headers and the body.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> (u16, String, String) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, head.to_lowercase(), body.to_string())
-}
 
 fn script(env: &Env) -> std::path::PathBuf {
     env.script(

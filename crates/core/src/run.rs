@@ -334,6 +334,11 @@ impl RunScope {
         self.steps.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
     }
 
+    /// The node this one is a child of (`None` at the root).
+    pub fn parent(&self) -> Option<&RunScope> {
+        self.parent.as_deref()
+    }
+
     /// This node's ids.
     pub fn ids(&self) -> &RunIds {
         &self.ids

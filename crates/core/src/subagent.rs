@@ -213,12 +213,12 @@ impl Runnable for SubAgentSession {
     }
 
     /// The next turn of the session, run in `scope`; from turn 2 on, `SubAgentReused` is
-    /// emitted first.
+    /// emitted first, on the caller's node (`scope`'s parent).
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
         let mut state = self.state.lock().await;
         let turn = state.turns + 1;
         if turn > 1 {
-            scope.emit(
+            scope.parent().unwrap_or(scope).emit(
                 0,
                 EventKind::SubAgentReused { agent: self.agent.name.clone(), turn, messages: state.history.len() },
             );

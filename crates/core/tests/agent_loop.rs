@@ -40,6 +40,10 @@ impl TypedTool for EchoTool {
     fn description(&self) -> String {
         "Sleeps then echoes text.".into()
     }
+    /// Read-only, so calls of one message may overlap.
+    fn read_only(&self) -> bool {
+        true
+    }
     async fn run(&self, args: SleepArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
         let s = &self.0;
         let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;

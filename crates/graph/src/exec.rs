@@ -473,12 +473,18 @@ impl Graph {
             ns: format!("{}{sep}{name}:{}", thread.ns, cp.step),
         };
         let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume, nested };
-        // Cancellation and the tree's deadline end any node, also one that only computes.
+        // Cancellation and the tree's deadline end any node, also one that only computes; a
+        // node that ends as the run is stopped (within STOP_GRACE) keeps its result.
         let stop = child.stop_token();
+        let run = node.run(ctx);
+        tokio::pin!(run);
         let result = tokio::select! {
             biased;
-            _ = stop.cancelled() => Err(NodeError::Stopped(child.stop_reason().unwrap_or(FinishReason::Cancelled))),
-            r = node.run(ctx) => r,
+            r = &mut run => r,
+            _ = stop.cancelled() => match tokio::time::timeout(STOP_GRACE, &mut run).await {
+                Ok(r) => r,
+                Err(_) => Err(NodeError::Stopped(child.stop_reason().unwrap_or(FinishReason::Cancelled))),
+            },
         };
         let (ran, write) = match result {
             Ok(update) => match self.schema.check(&update) {
@@ -500,6 +506,10 @@ impl Graph {
         Ok(ran)
     }
 }
+
+/// How long a node may still take to end once its run is stopped (a node that handles the stop
+/// itself ends at once; a function still computing is abandoned after it).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn finished(node: &str, ran: &Ran) -> GraphEvent {
     let (outcome, detail) = match ran {

@@ -423,3 +423,29 @@ async fn a_spent_call_budget_stops_the_graph_with_the_trees_reason() {
     assert_eq!(out.state["x"], "one");
     assert_eq!(provider.request_count(), 1);
 }
+
+#[tokio::test]
+async fn a_function_node_still_computing_ends_at_the_trees_deadline() {
+    let store: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+    let limits =
+        recursive_core::BudgetLimits { wall_clock: Some(std::time::Duration::from_millis(300)), ..Default::default() };
+    let scope = RunScope::root("g", Arc::new(recursive_core::NullSink), Arc::new(recursive_core::Budget::new(limits)));
+    let g = Graph::builder("g")
+        .channel("log", Channel::append())
+        .node(
+            "spin",
+            func(|_| {
+                // Computes for 5 s (bounded, so the test's runtime can shut down).
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                Ok(update(json!({"log": "late"})))
+            }),
+        )
+        .edge(START, "spin")
+        .build()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let out = g.run(Start::Input(json!({})), &Thread::new(store, "t"), &scope).await.unwrap();
+    assert_eq!(out.finish, Finish::Stopped { reason: FinishReason::WallClockExceeded });
+    assert!(t0.elapsed() < std::time::Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(out.state.get("log").is_none_or(|l| l == &json!([])), "{:?}", out.state);
+}

@@ -133,6 +133,11 @@ impl Tool for Quick {
         self.slow_finished_before.lock().unwrap().push(self.slow.finished());
         Ok("quick".into())
     }
+
+    /// Read-only, so it may run beside `slow`.
+    fn read_only(&self) -> bool {
+        true
+    }
 }
 
 #[tokio::test]

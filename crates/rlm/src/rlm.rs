@@ -761,6 +761,7 @@ impl Rlm {
             // Cancellation and the tree's deadline both end a snippet.
             let stop = scope.stop_token();
             let mut outcome = sandbox.execute(code, host.clone(), &stop).await;
+            stopped_by_tree(&mut outcome, scope);
             if outcome.finished.is_none() && outcome.error.is_none() && code.contains("answer") {
                 // rlms' convention: `answer = {"content": ..., "ready": True}` finishes the run.
                 let check = sandbox.execute("__rlm_check_answer()", host.clone(), &stop).await;
@@ -1253,6 +1254,18 @@ impl RunHost {
                 Value::String(outcome.output)
             })
         }))
+    }
+}
+
+/// Says why a snippet the run tree stopped was stopped: the stop token fires at cancellation
+/// and at the tree's deadline alike, and the sandbox only knows it was cancelled.
+fn stopped_by_tree(outcome: &mut crate::sandbox::SnippetOutcome, scope: &RunScope) {
+    let Some(error) = outcome.error.as_mut() else { return };
+    match scope.stop_reason() {
+        Some(reason) if error.kind == SnippetErrorKind::Cancelled && reason != FinishReason::Cancelled => {
+            error.message = format!("KeyboardInterrupt: the run tree stopped this snippet: {reason}");
+        }
+        _ => {}
     }
 }
 

@@ -96,7 +96,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         &args.provider,
         args.workspace.as_deref(),
         args.approval.approver(),
-        0,
+        recursive_core::RunLimits::default().max_steps,
         &args.runnables.agents,
         RlmOptions::default(),
     )

@@ -251,7 +251,7 @@ async fn check(args: FileArgs) -> anyhow::Result<u8> {
         &provider,
         args.bind.workspace.as_deref(),
         approver,
-        0,
+        recursive_core::RunLimits::default().max_steps,
         &args.bind.agents,
         RlmOptions::default(),
     )

@@ -27,21 +27,21 @@ pub struct GoalArgs {
     pub resume: Option<String>,
     #[command(flatten)]
     pub provider: ProviderArgs,
-    /// Deepest goal level.
-    #[arg(long, default_value_t = 15)]
-    pub max_depth: u32,
-    /// Wall clock for the whole pursuit, in seconds.
-    #[arg(long = "timeout", alias = "max-time", value_name = "SECS", default_value_t = 3600.0)]
-    pub max_time: f64,
+    /// Deepest goal level (default 15).
+    #[arg(long)]
+    pub max_depth: Option<u32>,
+    /// Wall clock for the whole pursuit, in seconds (default 3600).
+    #[arg(long = "timeout", alias = "max-time", value_name = "SECS")]
+    pub max_time: Option<f64>,
     /// USD budget for the whole pursuit (default 10; refused when the model's price is unknown).
     #[arg(long)]
     pub max_cost: Option<f64>,
-    /// Most goals in the tree.
-    #[arg(long, default_value_t = 100)]
-    pub max_goals: u32,
-    /// Similarity above which a goal counts as a repeat of one on its stack (0..1).
-    #[arg(long, default_value_t = 0.9)]
-    pub similarity_threshold: f64,
+    /// Most goals in the tree (default 100).
+    #[arg(long)]
+    pub max_goals: Option<usize>,
+    /// Similarity above which a goal counts as a repeat of one on its stack (0..1; default 0.9).
+    #[arg(long)]
+    pub similarity_threshold: Option<f64>,
     /// OpenAI-compatible embeddings endpoint (base URL ending in `/v1`) for semantic cycle
     /// detection; the key is read from `OPENAI_API_KEY`.
     #[arg(long, value_name = "URL")]
@@ -53,24 +53,28 @@ pub struct GoalArgs {
     /// user's data directory, named by the pursuit's id).
     #[arg(long, value_name = "PATH", conflicts_with = "resume")]
     pub log: Option<PathBuf>,
-    /// Characters a prompt may have; evidence and results are shortened, visibly, to fit.
-    #[arg(long, value_name = "CHARS", default_value_t = 24_000)]
-    pub prompt_chars: usize,
-    /// Characters a goal's result may have; longer action outputs are digested by the model.
-    #[arg(long, value_name = "CHARS", default_value_t = 2_000)]
-    pub result_chars: usize,
-    /// Most sub-goals one decomposition may have.
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    pub max_subgoals: usize,
-    /// Sub-goals run at most this many at once; the achieved check runs after each batch.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub layer_concurrency: usize,
-    /// How many more times the model is asked after an unusable JSON reply.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub json_retries: u32,
-    /// How many more times a goal judged not achieved is decomposed for its remaining gaps.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub gap_rounds: u32,
+    /// Characters a prompt may have; evidence and results are shortened, visibly, to fit
+    /// (default 24000).
+    #[arg(long, value_name = "CHARS")]
+    pub prompt_chars: Option<usize>,
+    /// Characters a goal's result may have; longer action outputs are digested by the model
+    /// (default 2000).
+    #[arg(long, value_name = "CHARS")]
+    pub result_chars: Option<usize>,
+    /// Most sub-goals one decomposition may have (default 8).
+    #[arg(long, value_name = "N")]
+    pub max_subgoals: Option<usize>,
+    /// Sub-goals run at most this many at once; the achieved check runs after each batch
+    /// (default 4).
+    #[arg(long, value_name = "N")]
+    pub layer_concurrency: Option<usize>,
+    /// How many more times the model is asked after an unusable JSON reply (default 1).
+    #[arg(long, value_name = "N")]
+    pub json_retries: Option<u32>,
+    /// How many more times a goal judged not achieved is decomposed for its remaining gaps
+    /// (default 1).
+    #[arg(long, value_name = "N")]
+    pub gap_rounds: Option<u32>,
     /// Runnables goals may be delegated to (the `delegate` action).
     #[command(flatten)]
     pub runnables: super::RunnableArgs,
@@ -86,9 +90,6 @@ pub struct GoalArgs {
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
 }
-
-/// The pursuit's USD budget when `--max-cost` is not given.
-const DEFAULT_MAX_COST: f64 = 10.0;
 
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
@@ -114,7 +115,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
                      hold; add [pricing.\"{model}\"] to recursive.toml"
                 );
             }
-            DEFAULT_MAX_COST
+            recursive_goal::Constraints::default().max_cost_usd
         }
     };
     let goal_config = goal_config(&args, max_cost, harness.provider.model())?;
@@ -162,44 +163,46 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     Ok(finish.exit_code() as u8)
 }
 
-/// The pursuit's settings from the command line.
+/// The pursuit's settings: the flags given, the library's defaults for the rest.
 fn goal_config(args: &GoalArgs, max_cost: f64, model: String) -> anyhow::Result<GoalConfig> {
     let mut c = GoalConfig::default();
-    c.constraints.max_depth = args.max_depth;
-    c.constraints.max_time = super::seconds("--timeout", args.max_time)?;
+    c.constraints.max_depth = args.max_depth.unwrap_or(c.constraints.max_depth);
+    if let Some(secs) = args.max_time {
+        c.constraints.max_time = super::seconds("--timeout", secs)?;
+    }
     c.constraints.max_cost_usd = max_cost;
-    c.constraints.max_goals = args.max_goals as usize;
-    if !(0.0..=1.0).contains(&args.similarity_threshold) {
+    c.constraints.max_goals = args.max_goals.unwrap_or(c.constraints.max_goals);
+    c.similarity_threshold = args.similarity_threshold.unwrap_or(c.similarity_threshold);
+    if !(0.0..=1.0).contains(&c.similarity_threshold) {
         return Err(ConfigError(format!(
             "--similarity-threshold {}: expected a number between 0 and 1",
-            args.similarity_threshold
+            c.similarity_threshold
         ))
         .into());
     }
+    c.prompt_chars = args.prompt_chars.unwrap_or(c.prompt_chars);
+    c.result_chars = args.result_chars.unwrap_or(c.result_chars);
+    c.max_subgoals = args.max_subgoals.unwrap_or(c.max_subgoals);
+    c.layer_concurrency = args.layer_concurrency.unwrap_or(c.layer_concurrency);
+    c.json_retries = args.json_retries.unwrap_or(c.json_retries);
+    c.gap_rounds = args.gap_rounds.unwrap_or(c.gap_rounds);
     for (flag, value, min) in [
-        ("--prompt-chars", args.prompt_chars, 2_000),
-        ("--result-chars", args.result_chars, 200),
-        ("--max-subgoals", args.max_subgoals, 1),
-        ("--layer-concurrency", args.layer_concurrency, 1),
+        ("--prompt-chars", c.prompt_chars, 2_000),
+        ("--result-chars", c.result_chars, 200),
+        ("--max-subgoals", c.max_subgoals, 1),
+        ("--layer-concurrency", c.layer_concurrency, 1),
     ] {
         if value < min {
             return Err(ConfigError(format!("{flag} {value}: expected at least {min}")).into());
         }
     }
-    if args.result_chars * 2 > args.prompt_chars {
+    if c.result_chars * 2 > c.prompt_chars {
         return Err(ConfigError(format!(
             "--result-chars {} must be at most half of --prompt-chars {}",
-            args.result_chars, args.prompt_chars
+            c.result_chars, c.prompt_chars
         ))
         .into());
     }
-    c.similarity_threshold = args.similarity_threshold;
-    c.prompt_chars = args.prompt_chars;
-    c.result_chars = args.result_chars;
-    c.max_subgoals = args.max_subgoals;
-    c.layer_concurrency = args.layer_concurrency;
-    c.json_retries = args.json_retries;
-    c.gap_rounds = args.gap_rounds;
     c.options = ChatOptions { model, ..Default::default() };
     Ok(c)
 }

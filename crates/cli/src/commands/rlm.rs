@@ -26,15 +26,15 @@ pub struct RlmArgs {
     /// Model for sub-calls (`llm_query`), e.g. a cheaper one (default: the primary model).
     #[arg(long)]
     pub sub_model: Option<String>,
-    /// Most REPL iterations before the answer is extracted.
-    #[arg(long, default_value_t = 20)]
-    pub max_iterations: u32,
-    /// Budget of sub-model calls shared by the whole RLM tree.
-    #[arg(long, default_value_t = 50)]
-    pub max_llm_calls: u32,
-    /// How deep `rlm_query` may nest (0: no child RLMs).
-    #[arg(long, default_value_t = 1)]
-    pub max_depth: u32,
+    /// Most REPL iterations before the answer is extracted (default 20).
+    #[arg(long)]
+    pub max_iterations: Option<u32>,
+    /// Budget of sub-model calls shared by the whole RLM tree (default 50).
+    #[arg(long)]
+    pub max_llm_calls: Option<u32>,
+    /// How deep `rlm_query` may nest (0: no child RLMs; default 1).
+    #[arg(long)]
+    pub max_depth: Option<u32>,
     #[command(flatten)]
     pub budget: super::BudgetArgs,
     /// Wall-clock limit for each snippet, in seconds (default 60); past it the snippet gets a
@@ -100,9 +100,9 @@ impl RlmArgs {
         RlmOptions {
             model: None,
             sub_model: self.sub_model.clone(),
-            max_iterations: Some(self.max_iterations),
-            max_llm_calls: Some(self.max_llm_calls),
-            max_depth: Some(self.max_depth),
+            max_iterations: self.max_iterations,
+            max_llm_calls: self.max_llm_calls,
+            max_depth: self.max_depth,
             snippet_timeout_secs: self.snippet_timeout,
             memory_limit_mib: self.memory_limit,
             recursion_limit: self.recursion_limit,

@@ -183,3 +183,38 @@ fn two_patches_of_one_file_in_one_message_apply_one_after_the_other() {
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "start\none\ntwo\n");
 }
+
+#[test]
+fn serve_runs_a_graph_file_and_offers_it_as_a_model() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("flow-graph.toml"),
+        "name = \"flow\"\n[state]\ninput = \"string\"\noutput = \"string\"\n[[nodes]]\nname = \"draft\"\nmodel = \"default\"\n\
+         prompt = \"Draft notes for {input}\"\noutput = \"output\"\n[[edges]]\nfrom = \"START\"\nto = \"draft\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.path("flow.toml"),
+        "kind = \"graph\"\ndescription = \"Drafts notes.\"\nblueprint = \"flow-graph.toml\"\n",
+    )
+    .unwrap();
+    let script = env.script("s.json", json!([{"when": "Draft notes for", "text": "- fixed the bug"}]));
+    let agent = format!("flow={}", s(&env.path("flow.toml")));
+    let served = common::serve(&env, &["--mock-script", s(&script), "--agent", &agent]);
+
+    let (_, _, models) = common::http(&served.addr, "GET", "/v1/models", &[], None);
+    assert!(models.contains("\"flow\""), "{models}");
+    let start = json!({"kind": "graph", "input": "the release"});
+    let (status, _, body) = common::http(&served.addr, "POST", "/v1/runs", &[], Some(&start));
+    assert_eq!(status, 202, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let mut result = serde_json::Value::Null;
+    common::wait_for("the graph run", Duration::from_secs(30), || {
+        let (_, _, body) = common::http(&served.addr, "GET", &format!("/v1/runs/{id}"), &[], None);
+        result = serde_json::from_str(&body).unwrap();
+        result["status"] == "finished"
+    });
+    assert_eq!(result["result"]["outcome"], "completed", "{result}");
+    assert_eq!(result["result"]["text"], "- fixed the bug");
+    assert_eq!(result["result"]["output"]["input"], "the release");
+}

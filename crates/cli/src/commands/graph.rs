@@ -363,8 +363,10 @@ async fn execute_graph(
         }
         store.put_thread(&info).await?;
     }
+    // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
+    // checks for its own nodes.
     let scope =
-        super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(graph.policy().max_depth);
+        super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
     scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {thread}", graph.name()) });
     if !args.provider.quiet {
         let address = store_address(&args.store, args.bind.workspace.as_deref())?;

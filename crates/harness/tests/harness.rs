@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use recursive_core::{Runnable, RunnableKind};
+use recursive_core::RunnableKind;
 use recursive_graph::blueprint::{self, Source};
 use recursive_harness::{Harness, HarnessOptions, ProviderOptions};
 

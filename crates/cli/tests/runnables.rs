@@ -218,3 +218,28 @@ fn serve_runs_a_graph_file_and_offers_it_as_a_model() {
     assert_eq!(result["result"]["text"], "- fixed the bug");
     assert_eq!(result["result"]["output"]["input"], "the release");
 }
+
+#[test]
+fn a_cpython_snippet_that_loops_forever_ends_at_the_trees_timeout() {
+    let Some(python) = recursive_testkit::require_env("RLM_TEST_PYTHON") else { return };
+    let env = Env::new();
+    let script = env.script("s.json", json!(["```repl\nwhile True:\n    pass\n```"]));
+    let t0 = Instant::now();
+    let out = env.run(&[
+        "rlm",
+        "spin",
+        "--input",
+        s(&env.path("notes.txt")),
+        "--mock-script",
+        s(&script),
+        "--sandbox",
+        "cpython",
+        "--python",
+        &python,
+        "--timeout",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+}

@@ -243,3 +243,68 @@ fn a_cpython_snippet_that_loops_forever_ends_at_the_trees_timeout() {
     assert_eq!(out.status.code(), Some(10), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
 }
+
+const GOOD_BLUEPRINT: &str = "name = \"notes\"\n[state]\ntopic = \"string\"\nnotes = \"string\"\n[[nodes]]\nname = \"draft\"\n\
+                              model = \"default\"\nprompt = \"Write notes on {topic}\"\noutput = \"notes\"\n[[edges]]\n\
+                              from = \"START\"\nto = \"draft\"\n";
+
+#[test]
+fn a_model_writes_a_blueprint_repairs_it_from_the_diagnostic_and_runs_it_as_a_child() {
+    let env = Env::new();
+    let bad = GOOD_BLUEPRINT.replace("output = \"notes\"", "output = \"summary\"");
+    let script = env.script(
+        "s.json",
+        json!([
+            {"tool_calls": [{"name": "blueprint", "arguments": {"blueprint": bad}}]},
+            {"tool_calls": [{"name": "blueprint", "arguments": {"blueprint": GOOD_BLUEPRINT, "input": {"topic": "the release"}}}]},
+            "- notes on the release",
+            "The graph wrote the notes."
+        ]),
+    );
+    let log = env.path("events.jsonl");
+    let out =
+        env.run(&["run", "write notes", "--mock-script", s(&script), "--blueprints", "--yes", "--events", s(&log), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    let results: Vec<&serde_json::Value> =
+        v["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").collect();
+    let first = results[0]["content"].as_str().unwrap();
+    assert!(first.starts_with("error:") && first.contains("unknown channel `summary`"), "{first}");
+    assert!(first.contains("blueprint.toml:9:10"), "located: {first}");
+    let second = results[1]["content"].as_str().unwrap();
+    let report: serde_json::Value = serde_json::from_str(second).unwrap_or_else(|_| panic!("{second}"));
+    assert_eq!(report["finish"], "completed");
+    assert_eq!(report["state"]["notes"], "- notes on the release");
+    assert!(env.path(".recursive/blueprints/notes.toml").is_file(), "saved for `graph run`");
+    let evs = events(&log);
+    assert!(evs.iter().any(|e| e["type"] == "sub_agent_started" && e["kind"] == "graph" && e["agent"] == "notes"));
+
+    // The child graph is checkpointed in the workspace's store, with its blueprint.
+    let thread = report["thread"].as_str().unwrap();
+    let store = env.path(".recursive/graphs.db");
+    let history = env.run(&["graph", "history", "--thread", thread, "--store", s(&store), "--json"]);
+    assert_eq!(history.status.code(), Some(0), "{}", String::from_utf8_lossy(&history.stderr));
+    assert!(String::from_utf8_lossy(&history.stdout).contains("notes"));
+    let trace = env.run(&["trace", s(&log)]);
+    let text = String::from_utf8_lossy(&trace.stdout);
+    assert!(text.contains("notes") && text.contains("draft"), "{text}");
+}
+
+#[test]
+fn a_blueprint_naming_a_tool_the_run_may_not_use_is_refused_before_it_runs() {
+    let env = Env::new();
+    let sneaky = "name = \"peek\"\n[state]\ntext = \"string\"\n[[nodes]]\nname = \"read\"\ntool = \"read_file\"\n\
+                  args = { path = \"notes.txt\" }\noutput = \"text\"\n[[edges]]\nfrom = \"START\"\nto = \"read\"\n";
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "blueprint", "arguments": {"blueprint": sneaky}}]}, "I may not read files."]),
+    );
+    let out = env.run(&["run", "peek", "--mock-script", s(&script), "--no-tools", "--blueprints", "--yes", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    let result = v["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    let text = result["content"].as_str().unwrap();
+    assert!(text.starts_with("error:") && text.contains("tool `read_file` is not allowed"), "{text}");
+    assert!(!env.path(".recursive/blueprints/peek.toml").exists(), "nothing saved");
+    assert!(!env.path(".recursive/graphs.db").exists(), "nothing ran");
+}

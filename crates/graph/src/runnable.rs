@@ -19,6 +19,7 @@ pub struct GraphRunnable {
     store: Arc<dyn Checkpointer>,
     name: String,
     description: String,
+    source: Option<crate::blueprint::Source>,
 }
 
 impl GraphRunnable {
@@ -26,7 +27,19 @@ impl GraphRunnable {
     pub fn new(graph: Arc<Graph>) -> Self {
         let name = graph.name().to_string();
         let description = format!("The graph `{name}`: give it its input; it runs its nodes and returns its output.");
-        Self { graph, store: Arc::new(MemoryCheckpointer::new()), name, description }
+        Self { graph, store: Arc::new(MemoryCheckpointer::new()), name, description, source: None }
+    }
+
+    /// Records the blueprint with each thread it starts, so the thread can be resumed (`graph
+    /// resume`) without the file.
+    pub fn with_source(mut self, source: crate::blueprint::Source) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The thread a run in `scope` uses.
+    pub fn thread_of(&self, scope: &RunScope) -> String {
+        format!("{}-{}", self.name, scope.ids().run_id)
     }
 
     /// Keeps the checkpoints of its threads in `store`.
@@ -68,7 +81,19 @@ impl Runnable for GraphRunnable {
     }
 
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
-        let thread = Thread::new(self.store.clone(), format!("{}-{}", self.name, scope.ids().run_id));
+        let thread = Thread::new(self.store.clone(), self.thread_of(scope));
+        if let Some(source) = &self.source {
+            let info = crate::checkpoint::ThreadInfo {
+                thread: thread.id.clone(),
+                graph: self.graph.name().to_string(),
+                blueprint: Some(source.text.clone()),
+                origin: Some(source.origin.clone()),
+                created_at: chrono::Utc::now(),
+            };
+            if let Err(e) = self.store.put_thread(&info).await {
+                return Outcome::fault(format!("the checkpoint store: {e}"), scope);
+            }
+        }
         let start = Start::Input(self.initial_state(input));
         match self.graph.run(start, &thread, scope).await {
             Err(e) => Outcome::fault(e.to_string(), scope),

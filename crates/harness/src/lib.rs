@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod blueprint_tool;
 pub mod config;
 pub mod files;
 pub mod provider;
@@ -34,6 +35,7 @@ use recursive_graph::GraphRunnable;
 use recursive_graph::blueprint::{Allowlist, Source};
 use recursive_rlm::Rlm;
 
+pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
 pub use files::{RunnableFile, RunnableSpec};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
@@ -291,6 +293,18 @@ impl Harness {
             .runnable_as("default", Arc::new(pursuer))
             .runnables(runnables);
         Ok(graphs.into_iter().fold(allow, |allow, (name, source)| allow.graph(name, source)))
+    }
+
+    /// The `blueprint` tool for a run offered `tools`: blueprints it writes may use the run's
+    /// model, these tools (under the policy) and the runnables, nothing else.
+    pub fn blueprint_tool(&self, tools: &ToolRegistry) -> BlueprintTool {
+        let capabilities = RunCapabilities {
+            provider: self.provider.provider.clone(),
+            options: self.options(),
+            tools: self.setup.invoker(tools.clone()),
+            runnables: self.runnables.clone(),
+        };
+        BlueprintTool::new(capabilities, self.setup.workspace.root().to_path_buf())
     }
 
     /// The runnable a file declares, using the runnables of earlier files.

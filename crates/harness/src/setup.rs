@@ -68,6 +68,8 @@ pub struct ToolSetup {
     pub shell: String,
     /// The workspace the tools are confined to.
     pub workspace: recursive_tools::Workspace,
+    /// `[tools] blueprints`: offer the `blueprint` tool.
+    pub blueprints: bool,
 }
 
 impl ToolSetup {
@@ -100,6 +102,7 @@ impl ToolSetup {
             shell_sandbox: tools_config.shell.sandbox,
             shell: tools_config.shell.shell.clone(),
             workspace,
+            blueprints: tools_config.blueprints,
         })
     }
 

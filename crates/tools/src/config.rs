@@ -66,6 +66,9 @@ pub struct ToolsConfig {
     /// The memory database of `remember`/`recall`; relative paths are taken from the
     /// workspace root. Default: `.recursive/memory.db`.
     pub memory_path: Option<PathBuf>,
+    /// Offer `run` the `blueprint` tool: the model writes graphs and runs them as child runs
+    /// (with nothing beyond what the run itself may use). Off by default.
+    pub blueprints: bool,
 }
 
 /// Settings of `read_file`.

@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// Offer no built-in tools (MCP servers and sub-agents still load).
     #[arg(long)]
     pub no_tools: bool,
+    /// Offer the `blueprint` tool: the model writes a graph (checked, bound to what this run may
+    /// use, saved under `.recursive/blueprints/`) and runs it as a child run (also `[tools]
+    /// blueprints = true`).
+    #[arg(long)]
+    pub blueprints: bool,
     /// Plan mode: the model proposes a plan without tools; on a terminal you are asked to
     /// approve it and the run carries it out (`--yes` approves); otherwise the run stops with
     /// the plan pending (exit 7).
@@ -162,6 +167,11 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     } else {
         harness.tools()
     };
+    let mut tools = tools;
+    if args.blueprints || harness.setup.blueprints {
+        let blueprint = harness.blueprint_tool(&tools);
+        tools.register(std::sync::Arc::new(blueprint));
+    }
     // MCP servers start in the background: the first model call does not wait for them, and
     // their tools join the run as they become ready.
     let late = recursive_core::LateTools::new();

@@ -262,8 +262,17 @@ fn a_model_writes_a_blueprint_repairs_it_from_the_diagnostic_and_runs_it_as_a_ch
         ]),
     );
     let log = env.path("events.jsonl");
-    let out =
-        env.run(&["run", "write notes", "--mock-script", s(&script), "--blueprints", "--yes", "--events", s(&log), "--json"]);
+    let out = env.run(&[
+        "run",
+        "write notes",
+        "--mock-script",
+        s(&script),
+        "--blueprints",
+        "--yes",
+        "--events",
+        s(&log),
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = stdout_json(&out);
     let results: Vec<&serde_json::Value> =
@@ -307,4 +316,46 @@ fn a_blueprint_naming_a_tool_the_run_may_not_use_is_refused_before_it_runs() {
     assert!(text.starts_with("error:") && text.contains("tool `read_file` is not allowed"), "{text}");
     assert!(!env.path(".recursive/blueprints/peek.toml").exists(), "nothing saved");
     assert!(!env.path(".recursive/graphs.db").exists(), "nothing ran");
+}
+
+#[test]
+fn graph_new_writes_a_blueprint_that_graph_run_then_runs() {
+    let env = Env::new();
+    let script = env.script(
+        "s.json",
+        json!([
+            {"tool_calls": [{"name": "blueprint", "arguments": {"blueprint": GOOD_BLUEPRINT}}]},
+            "A graph that drafts notes on a topic."
+        ]),
+    );
+    let out = env.run(&["graph", "new", "Draft notes on a topic", "--mock-script", s(&script)]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), GOOD_BLUEPRINT, "the blueprint is printed");
+    let saved = env.path(".recursive/blueprints/notes.toml");
+    assert!(saved.is_file());
+    assert!(!env.path(".recursive/graphs.db").exists(), "written, not run");
+
+    let run_script = env.script("r.json", json!(["- the notes"]));
+    let out = env.run(&[
+        "graph",
+        "run",
+        s(&saved),
+        "--input",
+        r#"{"topic": "the release"}"#,
+        "--mock-script",
+        s(&run_script),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["state"]["notes"], "- the notes");
+}
+
+#[test]
+fn graph_new_without_a_valid_blueprint_does_not_exit_zero() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["I would rather not."]));
+    let out = env.run(&["graph", "new", "Draft notes", "--mock-script", s(&script)]);
+    assert_eq!(out.status.code(), Some(14), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no valid blueprint was written"));
 }

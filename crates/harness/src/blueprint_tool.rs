@@ -50,18 +50,25 @@ pub struct BlueprintTool {
     workspace: PathBuf,
     /// Only check and save; never run (`recursive graph new`).
     check_only: bool,
+    /// The blueprint saved last.
+    saved: std::sync::Mutex<Option<PathBuf>>,
 }
 
 impl BlueprintTool {
     /// A tool writing under `workspace` and running with `capabilities`.
     pub fn new(capabilities: RunCapabilities, workspace: PathBuf) -> Self {
-        Self { capabilities, workspace, check_only: false }
+        Self { capabilities, workspace, check_only: false, saved: std::sync::Mutex::new(None) }
     }
 
     /// Checks, binds and saves, but does not run.
     pub fn check_only(mut self) -> Self {
         self.check_only = true;
         self
+    }
+
+    /// The blueprint this tool saved last, if any.
+    pub fn last_saved(&self) -> Option<PathBuf> {
+        self.saved.lock().ok().and_then(|s| s.clone())
     }
 
     /// Where a blueprint named `name` is saved.
@@ -74,6 +81,9 @@ impl BlueprintTool {
         let dir = path.parent().ok_or_else(|| ToolError::failed("no directory for blueprints"))?;
         std::fs::create_dir_all(dir).map_err(|e| ToolError::failed(format!("cannot create {}: {e}", dir.display())))?;
         std::fs::write(&path, text).map_err(|e| ToolError::failed(format!("cannot write {}: {e}", path.display())))?;
+        if let Ok(mut saved) = self.saved.lock() {
+            *saved = Some(path.clone());
+        }
         Ok(path)
     }
 }

@@ -31,6 +31,9 @@ pub struct GraphArgs {
 pub enum GraphCommand {
     /// Compile a blueprint and bind it against what this command allows; print every problem.
     Check(FileArgs),
+    /// Have the model write a blueprint for an objective (checked, bound, saved under
+    /// `.recursive/blueprints/`); print it, or run it with `--run`.
+    New(NewArgs),
     /// Run a blueprint on a thread (new, or one whose run finished) with input.
     Run(RunArgs),
     /// Continue a thread: after a crash, a pause, or with the value a node asked for.
@@ -141,6 +144,27 @@ pub struct FormatArgs {
     pub write: bool,
 }
 
+/// `graph new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// What the graph should do.
+    pub objective: String,
+    /// Run the blueprint as the model writes it (a child run), not only check and save it.
+    #[arg(long)]
+    pub run: bool,
+    /// Most model turns of the writing.
+    #[arg(long)]
+    pub max_steps: Option<u32>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// What the model writing a blueprint is told.
+const NEW_GRAPH_PROMPT: &str = "You design graphs. Write a blueprint for the user's objective and pass it to the \
+`blueprint` tool. When the tool reports problems, fix each one (they are located by line and column) and call it \
+again. Use only the model, tools and runnables the tool says are allowed. Once the tool accepts the blueprint, \
+answer with one sentence saying what the graph does.";
+
 /// `graph run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -191,6 +215,7 @@ pub struct ExecArgs {
 pub async fn execute(args: GraphArgs) -> anyhow::Result<u8> {
     match args.command {
         GraphCommand::Check(a) => check(a).await,
+        GraphCommand::New(a) => new_graph(a).await,
         GraphCommand::Run(a) => run(a).await,
         GraphCommand::Resume(a) => resume(a).await,
         GraphCommand::History(a) => history(a).await,
@@ -240,6 +265,55 @@ fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::
         graphs.push((name.to_string(), read_source(Path::new(file))?));
     }
     Ok(harness.allowlist(graphs)?)
+}
+
+/// `graph new`: a run whose one tool is `blueprint`; prints the blueprint it saved.
+async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
+    let exec = &args.exec;
+    let max_steps = args.max_steps.unwrap_or(recursive_core::RunLimits::default().max_steps);
+    let harness = super::harness(
+        &exec.provider,
+        exec.bind.workspace.as_deref(),
+        exec.approval.approver(),
+        max_steps,
+        &exec.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let limits = exec.budget.limits(&harness.provider)?;
+    let scope =
+        super::root_scope("graph-new", &exec.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
+    let tool = harness.blueprint_tool(&harness.tools());
+    let tool = std::sync::Arc::new(if args.run { tool } else { tool.check_only() });
+    let mut tools = recursive_core::ToolRegistry::new();
+    tools.register(tool.clone());
+    // The writer's one tool saves only under `.recursive/blueprints/`; what a blueprint runs
+    // goes through the policy as every tool call does.
+    let mut config = harness.agent_with("graph-new", tools.clone()).config().clone();
+    config.system_prompt = Some(NEW_GRAPH_PROMPT.into());
+    let agent = recursive_core::Agent::new(harness.provider.provider.clone()).with_tools(tools).with_config(config);
+    let (result, error) = match agent.run_in(&args.objective, &scope).await {
+        Ok(r) => (r, None),
+        Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
+    };
+    if let Some(e) = &error {
+        eprintln!("error: {e}");
+        return Ok(crate::EXIT_ERROR);
+    }
+    let Some(path) = tool.last_saved() else {
+        eprintln!("no valid blueprint was written ({})", result.finish_reason);
+        let code = if result.finish_reason.is_success() {
+            recursive_core::FinishReason::NoAnswer
+        } else {
+            result.finish_reason
+        };
+        return Ok(u8::try_from(code.exit_code()).unwrap_or(crate::EXIT_ERROR));
+    };
+    print!("{}", std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?);
+    if !exec.provider.quiet {
+        eprintln!("saved {}: run it with `recursive graph run {}`", path.display(), path.display());
+    }
+    Ok(u8::try_from(result.finish_reason.exit_code()).unwrap_or(crate::EXIT_ERROR))
 }
 
 async fn check(args: FileArgs) -> anyhow::Result<u8> {

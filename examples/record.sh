@@ -31,5 +31,12 @@ notes=(--store "$store" --record examples/graph/release-notes.cassette.jsonl --a
 "$bin" graph resume --thread rec --value '"Put the fix first."' --mock-script "$turns/notes-1.json" "${notes[@]}" >/dev/null || [ $? = 16 ]
 "$bin" graph run examples/graph/brief.toml --workspace examples/graph --input '{"file": "incident.md"}' \
   --mock-script examples/graph/brief-turns.json --store "$store" --record examples/graph/brief.cassette.jsonl -q >/dev/null
-rm -rf "$turns"
+# A model writing a graph (it repairs a mistake the blueprint tool reports) and running it.
+rm -f examples/graph/authoring.cassette.jsonl
+authoring=$(mktemp -d)
+cp examples/graph/incident.md "$authoring/"
+"$bin" run "Write a graph that reads incident.md and writes a one-line headline for it, then run it" \
+  --workspace "$authoring" --blueprints --yes --mock-script examples/graph/authoring-turns.json \
+  --record examples/graph/authoring.cassette.jsonl -q >/dev/null
+rm -rf "$turns" "$authoring"
 echo "recorded the cassettes of examples/run, examples/rlm and examples/graph"

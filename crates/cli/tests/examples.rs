@@ -119,3 +119,29 @@ fn graph_example_reads_summarises_in_a_sub_graph_and_writes_a_headline() {
     assert_eq!(v["state"]["headline"], "Dropped index slowed checkout for 38 minutes; 412 orders timed out");
     assert!(v["state"]["report"].as_str().unwrap().contains("412 timed-out orders"));
 }
+
+#[test]
+fn authoring_example_writes_a_graph_repairs_it_and_runs_it_as_a_child() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(repo().join("examples/graph/incident.md"), dir.path().join("incident.md")).unwrap();
+    let events = dir.path().join("events.jsonl");
+    let (code, out, err) = recursive(&[
+        "run",
+        "Write a graph that reads incident.md and writes a one-line headline for it, then run it",
+        "--workspace",
+        dir.path().to_str().unwrap(),
+        "--blueprints",
+        "--yes",
+        "--replay",
+        "examples/graph/authoring.cassette.jsonl",
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Dropped index slowed checkout for 38 minutes"), "{out}");
+    assert!(err.contains("unknown channel `summary`"), "the first blueprint's diagnostic: {err}");
+    let saved = std::fs::read_to_string(dir.path().join(".recursive/blueprints/headline.toml")).unwrap();
+    assert!(saved.contains("{report}"), "the repaired blueprint is saved: {saved}");
+    let log = std::fs::read_to_string(&events).unwrap();
+    assert!(log.contains("\"kind\":\"graph\"") && log.contains("\"run_name\":\"write-d2\""), "a child graph ran");
+}

@@ -289,7 +289,7 @@ fn a_model_writes_a_blueprint_repairs_it_from_the_diagnostic_and_runs_it_as_a_ch
     assert!(evs.iter().any(|e| e["type"] == "sub_agent_started" && e["kind"] == "graph" && e["agent"] == "notes"));
 
     // The child graph is checkpointed in the workspace's store, with its blueprint.
-    let thread = report["thread"].as_str().unwrap();
+    let thread = evs.iter().find_map(|e| e["thread"].as_str().filter(|t| t.starts_with("notes-"))).unwrap();
     let store = env.path(".recursive/graphs.db");
     let history = env.run(&["graph", "history", "--thread", thread, "--store", s(&store), "--json"]);
     assert_eq!(history.status.code(), Some(0), "{}", String::from_utf8_lossy(&history.stderr));

@@ -71,9 +71,14 @@ impl BlueprintTool {
         self.saved.lock().ok().and_then(|s| s.clone())
     }
 
+    /// Where a blueprint named `name` is saved, relative to the workspace.
+    pub fn relative_path_of(name: &str) -> PathBuf {
+        PathBuf::from(".recursive").join("blueprints").join(format!("{name}.toml"))
+    }
+
     /// Where a blueprint named `name` is saved.
     pub fn path_of(&self, name: &str) -> PathBuf {
-        self.workspace.join(".recursive").join("blueprints").join(format!("{name}.toml"))
+        self.workspace.join(Self::relative_path_of(name))
     }
 
     fn save(&self, name: &str, text: &str) -> Result<PathBuf, ToolError> {
@@ -144,8 +149,10 @@ impl Tool for BlueprintTool {
                 "the blueprint's name `{name}` must be letters, digits, `-` and `_` (at most 64)"
             )));
         }
-        let origin = self.path_of(&name).display().to_string();
-        let source = Source { origin, text: text.to_string() };
+        // The model sees paths relative to the workspace (so a recorded run replays anywhere);
+        // the thread keeps the absolute one.
+        let shown = Self::relative_path_of(&name);
+        let source = Source { origin: shown.display().to_string(), text: text.to_string() };
         let graph = blueprint::load(&source, &self.capabilities.allowlist()).map_err(|d| {
             ToolError::failed(format!(
                 "the blueprint uses what this run may not; use only what is allowed and call again:\n{d}"
@@ -153,20 +160,21 @@ impl Tool for BlueprintTool {
         })?;
         let path = self.save(&name, text)?;
         if self.check_only {
-            return Ok(format!("The blueprint `{name}` is valid and saved as {}.", path.display()));
+            return Ok(format!("The blueprint `{name}` is valid and saved as {}.", shown.display()));
         }
         let store_path = self.workspace.join(".recursive").join("graphs.db");
         let store = recursive_graph::checkpoint::open(&store_path.display().to_string())
             .await
             .map_err(|e| ToolError::failed(format!("the graph store: {e}")))?;
-        let runnable = GraphRunnable::new(Arc::new(graph)).with_store(store).with_source(source);
+        let kept = Source { origin: path.display().to_string(), text: source.text };
+        let runnable = GraphRunnable::new(Arc::new(graph)).with_store(store).with_source(kept);
         let outcome = run_child(&runnable, RunInput { data, ..Default::default() }, &ctx.scope, ctx.step)
             .await
             .map_err(|e| ToolError::Denied(e.to_string()))?;
+        // The thread's id is in the run's `graph_started` event (`recursive graph history`).
         let report = json!({
             "graph": name,
-            "saved": path,
-            "thread": format!("{name}-{}", outcome.run_id),
+            "saved": shown,
             "finish": outcome.finish_reason.as_str(),
             "error": outcome.error,
             "state": outcome.output,

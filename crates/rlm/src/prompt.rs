@@ -193,7 +193,8 @@ fn finishing(f: &CatalogFacts<'_>) -> String {
         Dialect::Rlm => format!(
             "- `FINAL(answer)`: ends the run with `answer`, which must match the output schema below.{} You can also \
              write, on a line of its own outside code, `FINAL(your answer)` or `FINAL_VAR(variable_name)` (the value \
-             of a REPL variable). {invalid}\n\n",
+             of a REPL variable). `answer` starts as `{{\"content\": \"\", \"ready\": False}}`: setting \
+             `answer[\"content\"]` and then `answer[\"ready\"] = True` ends the run with the content too. {invalid}\n\n",
             wrap("FINAL")
         ),
         Dialect::Dspy => format!(

@@ -665,6 +665,10 @@ impl Rlm {
             }
         }
         setup.push_str(ANSWER_CHECK);
+        if self.config.dialect == Dialect::Rlm {
+            // rlms' convention: `answer` waits for its content; `answer["ready"] = True` ends the run.
+            setup.push_str(ANSWER_PREDEFINED);
+        }
         // The worker starts while the first model call is in flight.
         let limits = self.sandbox_limits();
         let backend = self.config.backend.clone();
@@ -858,6 +862,9 @@ impl Rlm {
 
 /// Run after a snippet that mentions `answer`: finishes with `answer["content"]` when `answer`
 /// is a dict marked `"ready": True` (the rlms library's convention).
+/// The `answer` the rlm dialect starts with.
+const ANSWER_PREDEFINED: &str = "answer = {'content': '', 'ready': False}\n";
+
 const ANSWER_CHECK: &str = "def __rlm_check_answer():
     try:
         a = answer

@@ -760,6 +760,19 @@ async fn a_ready_answer_dict_ends_the_run_and_a_draft_one_does_not() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_rlm_dialect_predefines_answer_and_ready_ends_the_run() {
+    let config = RlmConfig { dialect: recursive_rlm::Dialect::Rlm, ..Default::default() };
+    let replies = [
+        py("print(answer)"),
+        py("answer['content'] = 'from the dict'\nanswer['ready'] = True"),
+    ];
+    let r = run_with(config, &replies, Inputs::new()).await;
+    assert!(observation(&r, 0).contains("'ready': False"), "{}", observation(&r, 0));
+    assert_eq!(r.iterations, 2);
+    assert_eq!(r.output, json!({"answer": "from the dict"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_invalid_final_is_an_observation_and_the_run_goes_on() {
     let r = run_with(RlmConfig::default(), &[py("FINAL(123)"), py("FINAL('ok')")], Inputs::new()).await;
     assert!(observation(&r, 0).contains("FINAL: the result does not match"), "{}", observation(&r, 0));

@@ -762,10 +762,7 @@ async fn a_ready_answer_dict_ends_the_run_and_a_draft_one_does_not() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_rlm_dialect_predefines_answer_and_ready_ends_the_run() {
     let config = RlmConfig { dialect: recursive_rlm::Dialect::Rlm, ..Default::default() };
-    let replies = [
-        py("print(answer)"),
-        py("answer['content'] = 'from the dict'\nanswer['ready'] = True"),
-    ];
+    let replies = [py("print(answer)"), py("answer['content'] = 'from the dict'\nanswer['ready'] = True")];
     let r = run_with(config, &replies, Inputs::new()).await;
     assert!(observation(&r, 0).contains("'ready': False"), "{}", observation(&r, 0));
     assert_eq!(r.iterations, 2);

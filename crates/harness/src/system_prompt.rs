@@ -64,27 +64,38 @@ fn default_prompt(facts: &PromptFacts<'_>) -> String {
          - When the goal is done, stop calling tools and answer with the result, briefly; if it cannot be done, say \
          why.\n",
     );
-    for (title, path) in instruction_files(facts.workspace) {
-        if let Some(text) = read_instructions(&path) {
+    for (title, path, inside) in instruction_files(facts.workspace) {
+        if let Some(text) = read_instructions(&path, inside.as_deref()) {
             p.push_str(&format!("\n## {title} ({})\n{text}\n", path.display()));
         }
     }
     p
 }
 
-/// The `AGENTS.md` files that apply, most general first: the user's, then the project's.
-fn instruction_files(workspace: &Path) -> Vec<(&'static str, PathBuf)> {
+/// The `AGENTS.md` files that apply, most general first: the user's, then the project's (which
+/// must stay inside the workspace).
+fn instruction_files(workspace: &Path) -> Vec<(&'static str, PathBuf, Option<PathBuf>)> {
     let mut files = Vec::new();
     if let Some(dir) = dirs::config_dir() {
-        files.push(("Your user's instructions", dir.join("recursive").join("AGENTS.md")));
+        files.push(("Your user's instructions", dir.join("recursive").join("AGENTS.md"), None));
     }
-    files.push(("Project instructions", workspace.join("AGENTS.md")));
+    files.push(("Project instructions", workspace.join("AGENTS.md"), Some(workspace.to_path_buf())));
     files
 }
 
-/// A file's text, cut at [`MAX_INSTRUCTIONS_CHARS`]; `None` when missing, unreadable or blank.
-fn read_instructions(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+/// A file's text, cut at [`MAX_INSTRUCTIONS_CHARS`]; `None` when missing, unreadable, blank,
+/// not a regular file (a FIFO, a device), too large, or — for a file that must stay `inside`
+/// a directory — a link leading out of it (a command could have planted it).
+fn read_instructions(path: &Path, inside: Option<&Path>) -> Option<String> {
+    if let Some(root) = inside {
+        let real = std::fs::canonicalize(path).ok()?;
+        let root = std::fs::canonicalize(root).ok()?;
+        if !real.starts_with(&root) {
+            eprintln!("warning: {} leads outside the workspace; it is not read", path.display());
+            return None;
+        }
+    }
+    let text = crate::read_text_file(path).ok()?;
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -119,5 +130,22 @@ mod tests {
         assert!(p.contains("Run `make check` before you finish."), "{p}");
         assert!(p.ends_with("Be terse."), "{p}");
         assert_eq!(system_prompt(&facts(dir.path()), Some("Only this."), None), "Only this.");
+    }
+
+    #[test]
+    fn a_planted_agents_md_is_not_read() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "host secret").unwrap();
+        for target in [outside.path().join("secret.txt"), PathBuf::from("/dev/zero")] {
+            let dir = tempfile::tempdir().unwrap();
+            std::os::unix::fs::symlink(&target, dir.path().join("AGENTS.md")).unwrap();
+            let p = system_prompt(&facts(dir.path()), None, None);
+            assert!(!p.contains("host secret") && !p.contains("Project instructions"), "{target:?}: {p}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("mkfifo").arg(dir.path().join("AGENTS.md")).status().unwrap();
+        assert!(made.success(), "mkfifo");
+        let p = system_prompt(&facts(dir.path()), None, None);
+        assert!(!p.contains("Project instructions"), "a FIFO is not waited on: {p}");
     }
 }

@@ -191,15 +191,8 @@ impl CPythonSandbox {
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
         let (tx, lines) = mpsc::channel(64);
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                if tx.send(line).await.is_err() {
-                    break;
-                }
-            }
-        });
         let tail = Arc::new(std::sync::Mutex::new(String::new()));
+        tokio::spawn(read_lines(stdout, tx, tail.clone()));
         tokio::spawn(keep_tail(stderr, tail.clone()));
         let mut worker = Worker { child, stdin, lines, stderr: tail, _cgroup: cgroup };
         let started = tokio::time::timeout(START_TIMEOUT, async {
@@ -421,6 +414,43 @@ async fn send_line(stdin: &mut ChildStdin, json: &[u8]) -> std::io::Result<()> {
     stdin.write_all(json).await?;
     stdin.write_all(b"\n").await?;
     stdin.flush().await
+}
+
+/// Most bytes of one line from the worker (a message, with a snippet's captured output in it).
+const MAX_LINE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Forwards the worker's lines, each at most [`MAX_LINE_BYTES`]: a longer one (a snippet writing
+/// to the worker's own stdout without end) stops the reading, so the worker counts as lost and
+/// is killed, and says why in the stderr tail — the host's memory never holds more.
+async fn read_lines(
+    stdout: tokio::process::ChildStdout,
+    tx: mpsc::Sender<String>,
+    tail: Arc<std::sync::Mutex<String>>,
+) {
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let mut line = Vec::new();
+        match (&mut reader).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.last() != Some(&b'\n') && line.len() as u64 > MAX_LINE_BYTES => {
+                if let Ok(mut t) = tail.lock() {
+                    t.push_str(&format!(
+                        "\nthe worker wrote a line of more than {} MiB to its message channel (a snippet writing to \
+                         file descriptor 1 without end?); it was stopped",
+                        MAX_LINE_BYTES >> 20
+                    ));
+                }
+                break;
+            }
+            Ok(_) => {}
+        }
+        while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            line.pop();
+        }
+        if tx.send(String::from_utf8_lossy(&line).into_owned()).await.is_err() {
+            break;
+        }
+    }
 }
 
 async fn keep_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<std::sync::Mutex<String>>) {

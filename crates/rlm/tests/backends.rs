@@ -199,3 +199,18 @@ fn host_runs(argv: &[&str]) -> bool {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .any(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snippet_writing_to_the_workers_channel_without_end_is_stopped_and_the_session_goes_on() {
+    let Some(backend) = cpython() else { return };
+    let repl = start(&backend, limits()).await;
+    // Writes past the channel's line cap (64 MiB) without a newline, straight to descriptor 1.
+    let code = "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(200):\n    os.write(1, chunk)";
+    let t0 = std::time::Instant::now();
+    let out = run(repl.as_ref(), code).await;
+    let message = out.error.map(|e| e.message).unwrap_or_default();
+    assert!(message.contains("more than 64 MiB"), "{message} / {}", out.stdout);
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let out = run(repl.as_ref(), "print(6 * 7)").await;
+    assert!(out.stdout.contains("42"), "a new worker takes over: {out:?}");
+}

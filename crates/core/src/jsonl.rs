@@ -2,7 +2,7 @@
 //! loses at most the line in flight; and reading them back with line numbers in errors.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -59,17 +59,34 @@ pub enum JsonlReadError {
     },
 }
 
-/// Reads every non-blank line of a JSONL file as a `T`.
+/// Most bytes of one line [`read_jsonl`] reads.
+pub const MAX_LINE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads every non-blank line of a JSONL file as a `T`. Only a regular file is read (a FIFO
+/// would block, a device might never end) and no line may pass [`MAX_LINE_BYTES`].
 pub fn read_jsonl<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<Vec<(usize, T)>, JsonlReadError> {
-    let file = File::open(path.as_ref())?;
+    let path = path.as_ref();
+    let invalid = |kind, message: String| JsonlReadError::Io(std::io::Error::new(kind, message));
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(invalid(std::io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    let mut reader = BufReader::new(File::open(path)?);
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
+    for number in 1.. {
+        let mut bytes = Vec::new();
+        if (&mut reader).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        if bytes.last() != Some(&b'\n') && bytes.len() as u64 > MAX_LINE_BYTES {
+            let message = format!("line {number} of {} is longer than {MAX_LINE_BYTES} bytes", path.display());
+            return Err(invalid(std::io::ErrorKind::InvalidData, message));
+        }
+        let line = String::from_utf8(bytes).map_err(|e| invalid(std::io::ErrorKind::InvalidData, e.to_string()))?;
         if line.trim().is_empty() {
             continue;
         }
-        let value = serde_json::from_str(&line).map_err(|e| JsonlReadError::Json { line: i + 1, source: e })?;
-        out.push((i + 1, value));
+        let value = serde_json::from_str(&line).map_err(|e| JsonlReadError::Json { line: number, source: e })?;
+        out.push((number, value));
     }
     Ok(out)
 }
@@ -95,5 +112,16 @@ mod tests {
         std::fs::write(&path, "{\"n\":1}\n\nnot json\n").unwrap();
         let err = read_jsonl::<serde_json::Value>(&path).unwrap_err();
         assert!(matches!(err, JsonlReadError::Json { line: 3, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.jsonl");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo");
+        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+            let err = read_jsonl::<serde_json::Value>(path).unwrap_err();
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
     }
 }

@@ -123,11 +123,13 @@ fn the_official_mcp_sdk_calls_rlm_over_stdio_and_http_with_progress() {
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let env = Env::new();
     let script = script(&env);
-    let server = Served::start(&env, &["--mock-script", s(&script)], Some("sekrit"));
+    std::fs::write(env.path("helper.toml"), "description = \"Greets.\"\n").unwrap();
+    let agent = format!("helper={}", s(&env.path("helper.toml")));
+    let server = Served::start(&env, &["--mock-script", s(&script), "--agent", &agent], Some("sekrit"));
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_client.py");
     let mut cmd = env.cmd();
     let out = std::process::Command::new(python)
-        .args([client, env!("CARGO_BIN_EXE_recursive"), s(&script), &server.url(), "sekrit"])
+        .args([client, env!("CARGO_BIN_EXE_recursive"), s(&script), &server.url(), "sekrit", &agent])
         .envs(cmd.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
         .current_dir(env.dir.path())
         .output()
@@ -137,7 +139,9 @@ fn the_official_mcp_sdk_calls_rlm_over_stdio_and_http_with_progress() {
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     for transport in ["stdio", "http"] {
         let t = &seen[transport];
-        assert_eq!(t["tools"], json!(["goal", "rlm", "run"]), "{transport}: {t}");
+        assert_eq!(t["tools"], json!(["goal", "helper", "rlm", "run"]), "{transport}: {t}");
+        assert_eq!(t["helper_text"], "hello there", "an --agent runnable is an MCP tool: {transport}: {t}");
+        assert_eq!(t["helper_schema"], json!(["input"]), "{transport}: {t}");
         assert_eq!(t["rlm_schema"], json!(["inputs", "question"]), "{transport}: {t}");
         assert_eq!(t["text"], "4", "{transport}: {t}");
         assert_eq!(t["is_error"], false, "{transport}: {t}");

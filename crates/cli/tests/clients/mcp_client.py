@@ -1,6 +1,7 @@
 """Drives Recursive's MCP server with the official MCP Python SDK, over stdio (`recursive mcp`)
 and over streamable HTTP (`/mcp` of a running `recursive serve`), and prints one JSON object of
-what it saw. Usage: mcp_client.py RECURSIVE_BINARY MOCK_SCRIPT HTTP_BASE_URL TOKEN"""
+what it saw. Usage: mcp_client.py RECURSIVE_BINARY MOCK_SCRIPT HTTP_BASE_URL TOKEN AGENT_SPEC
+(AGENT_SPEC, `helper=FILE`, is given to `recursive mcp --agent`; the HTTP server was started with it)."""
 import asyncio
 import json
 import os
@@ -9,7 +10,7 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-binary, script, base, token = sys.argv[1:5]
+binary, script, base, token, agent = sys.argv[1:6]
 
 
 def field(obj, snake):
@@ -34,7 +35,10 @@ async def exercise(session):
         progress_callback=on_progress,
     )
     bad = await session.call_tool("run", {"wrong": 1})
+    helper = await session.call_tool("helper", {"input": "say hello"})
     return {
+        "helper_text": helper.content[0].text,
+        "helper_schema": sorted(field(next(t for t in tools.tools if t.name == "helper"), "input_schema")["properties"]),
         "tools": sorted(t.name for t in tools.tools),
         "rlm_schema": sorted(field(next(t for t in tools.tools if t.name == "rlm"), "input_schema")["properties"]),
         "text": result.content[0].text,
@@ -60,7 +64,7 @@ def http_transport(url, headers):
 
 async def main():
     seen = {}
-    params = StdioServerParameters(command=binary, args=["mcp", "--mock-script", script, "-q"], env=dict(os.environ))
+    params = StdioServerParameters(command=binary, args=["mcp", "--mock-script", script, "--agent", agent, "-q"], env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             seen["stdio"] = await exercise(session)

@@ -210,6 +210,15 @@ pub trait Runnable: Send + Sync {
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome;
 }
 
+/// A runnable as a tool's spec: its name, description and input schema.
+pub fn runnable_spec(runnable: &dyn Runnable) -> ToolSpec {
+    ToolSpec {
+        name: runnable.name().to_string(),
+        description: runnable.description(),
+        parameters: runnable.input_schema(),
+    }
+}
+
 /// Runs `runnable` as a child of `parent`, one level deeper: the depth cap is checked before
 /// anything runs, and the start and the end are events of the parent (`step` is the caller's).
 pub async fn run_child(
@@ -384,11 +393,7 @@ impl RunnableTool {
 #[async_trait]
 impl Tool for RunnableTool {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.runnable.name().to_string(),
-            description: self.runnable.description(),
-            parameters: self.runnable.input_schema(),
-        }
+        runnable_spec(self.runnable.as_ref())
     }
 
     fn origin(&self) -> ToolOrigin {

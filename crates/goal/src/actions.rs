@@ -411,7 +411,8 @@ impl ActionExecutor for DelegateAction {
     async fn execute(&self, request: ActionRequest<'_>) -> Result<ActionOutput, ActionError> {
         let (name, delegate) = self.pick(&request.plan.target).map_err(ActionError::Failed)?;
         let task = if request.plan.input.trim().is_empty() { request.goal } else { request.plan.input.as_str() };
-        let outcome = run_child(delegate.as_ref(), RunInput::text(task), request.scope, 0)
+        let step = request.scope.next_step();
+        let outcome = run_child(delegate.as_ref(), RunInput::text(task), request.scope, step)
             .await
             .map_err(|e| ActionError::Constrained(e.to_string()))?;
         delegated(name, delegate.as_ref(), outcome).map(ActionOutput::text)

@@ -103,8 +103,9 @@ impl Node for RunnableNode {
             input.data.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
         }
         let outcome = self.runnable.run(input, ctx.scope).await;
-        let finish = outcome.finish_reason.clone();
-        settle(finish.clone(), outcome.is_success(), || outcome.report(self.runnable.name(), self.runnable.kind()))?;
+        settle(outcome.finish_reason.clone(), outcome.is_success(), || {
+            outcome.report(self.runnable.name(), self.runnable.kind())
+        })?;
         Ok(one(&self.output, outcome.value(self.runnable.kind())))
     }
 }

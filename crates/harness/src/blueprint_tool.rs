@@ -52,12 +52,20 @@ pub struct BlueprintTool {
     check_only: bool,
     /// The blueprint saved last.
     saved: std::sync::Mutex<Option<PathBuf>>,
+    /// The workspace's graph store, opened at the first run.
+    store: tokio::sync::OnceCell<Arc<dyn recursive_graph::Checkpointer>>,
 }
 
 impl BlueprintTool {
     /// A tool writing under `workspace` and running with `capabilities`.
     pub fn new(capabilities: RunCapabilities, workspace: PathBuf) -> Self {
-        Self { capabilities, workspace, check_only: false, saved: std::sync::Mutex::new(None) }
+        Self {
+            capabilities,
+            workspace,
+            check_only: false,
+            saved: std::sync::Mutex::new(None),
+            store: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// Checks, binds and saves, but does not run.
@@ -162,10 +170,15 @@ impl Tool for BlueprintTool {
         if self.check_only {
             return Ok(format!("The blueprint `{name}` is valid and saved as {}.", shown.display()));
         }
-        let store_path = self.workspace.join(".recursive").join("graphs.db");
-        let store = recursive_graph::checkpoint::open(&store_path.display().to_string())
+        let store = self
+            .store
+            .get_or_try_init(|| async {
+                let path = self.workspace.join(".recursive").join("graphs.db");
+                recursive_graph::checkpoint::open(&path.display().to_string()).await
+            })
             .await
-            .map_err(|e| ToolError::failed(format!("the graph store: {e}")))?;
+            .map_err(|e| ToolError::failed(format!("the graph store: {e}")))?
+            .clone();
         let kept = Source { origin: path.display().to_string(), text: source.text };
         let runnable = GraphRunnable::new(Arc::new(graph)).with_store(store).with_source(kept);
         let outcome = run_child(&runnable, RunInput { data, ..Default::default() }, &ctx.scope, ctx.step)

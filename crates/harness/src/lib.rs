@@ -183,18 +183,30 @@ impl Harness {
         self.agent_with(name, self.tools())
     }
 
-    /// An agent of this configuration offered `tools`.
+    /// An agent of this configuration offered `tools`, with the default system prompt.
     pub fn agent_with(&self, name: &str, tools: ToolRegistry) -> Agent {
         let system_prompt = self.setup.system_prompt(&tools, None, None);
-        Agent::new(self.provider.provider.clone()).with_tools(tools).with_gate(self.setup.gate.clone()).with_config(
-            AgentConfig {
-                name: name.to_string(),
-                system_prompt: Some(system_prompt),
-                options: self.options(),
-                limits: self.setup.limits.clone(),
-                ..Default::default()
-            },
-        )
+        self.agent_from(tools, self.agent_config(name, Some(system_prompt)))
+    }
+
+    /// The configuration of an agent named `name`: the configuration's model, `[limits]` and
+    /// this system prompt.
+    pub fn agent_config(&self, name: &str, system_prompt: Option<String>) -> AgentConfig {
+        AgentConfig {
+            name: name.to_string(),
+            system_prompt,
+            options: self.options(),
+            limits: self.setup.limits.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// An agent offered `tools` under the permission policy, configured by `config`.
+    pub fn agent_from(&self, tools: ToolRegistry, config: AgentConfig) -> Agent {
+        Agent::new(self.provider.provider.clone())
+            .with_tools(tools)
+            .with_gate(self.setup.gate.clone())
+            .with_config(config)
     }
 
     /// The RLM of this configuration: the command's settings over `[rlm]`; its host tools are
@@ -257,10 +269,11 @@ impl Harness {
     /// A goal pursuer of this configuration: the read-only tools, and every runnable as a
     /// delegate.
     pub fn pursuer(&self, config: GoalConfig) -> GoalPursuer {
-        self.pursuer_of(config, &self.runnables)
+        self.pursuer_with(config, &self.runnables)
     }
 
-    fn pursuer_of(&self, mut config: GoalConfig, delegates: &Runnables) -> GoalPursuer {
+    /// A goal pursuer of this configuration delegating to `delegates`.
+    pub fn pursuer_with(&self, mut config: GoalConfig, delegates: &Runnables) -> GoalPursuer {
         if config.options.model.is_empty() {
             config.options.model = self.provider.model();
         }
@@ -284,7 +297,7 @@ impl Harness {
         let tools: ToolInvoker = self.setup.invoker(self.setup.builtin.clone());
         let agent = self.agent_with("agent", self.setup.builtin.clone());
         let rlm = self.rlm_of(&self.rlm_options, None, runnables)?;
-        let pursuer = self.pursuer_of(GoalConfig::default(), runnables);
+        let pursuer = self.pursuer_with(GoalConfig::default(), runnables);
         let allow = Allowlist::new()
             .model("default", self.provider.provider.clone(), self.options())
             .tools(tools, names)
@@ -321,14 +334,12 @@ impl Harness {
                         (None, None) => return Err(ConfigError(named(&format!("unknown tool `{name}`")))),
                     };
                 }
-                let mut agent = self.agent_with(&file.name, tools);
-                let config = agent.config_mut();
-                config.system_prompt = spec.system_prompt.clone();
+                let mut config = self.agent_config(&file.name, spec.system_prompt.clone());
                 if let Some(model) = &spec.model {
                     config.options.model = model.clone();
                 }
                 config.limits.max_steps = spec.max_steps.unwrap_or(config.limits.max_steps);
-                Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), agent))
+                Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), self.agent_from(tools, config)))
             }
             RunnableSpec::Rlm(spec) => {
                 let mut options = spec.options.clone();
@@ -358,14 +369,17 @@ impl Harness {
                         None => Err(ConfigError(named(&format!("no earlier runnable `{n}` to delegate to")))),
                     })?,
                 };
-                Arc::new(self.pursuer_of(config, &delegates).with_identity(file.name.clone(), spec.description.clone()))
+                Arc::new(
+                    self.pursuer_with(config, &delegates).with_identity(file.name.clone(), spec.description.clone()),
+                )
             }
             RunnableSpec::Graph(spec) => {
                 let path = file.relative(&spec.blueprint);
                 let text = read_text_file(&path)
                     .map_err(|e| ConfigError(named(&format!("blueprint {}: {e}", path.display()))))?;
                 let source = Source { origin: path.display().to_string(), text };
-                let allow = self.allowlist_of(sibling_graphs(&path), earlier)?;
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let allow = self.allowlist_of(sibling_graphs(dir), earlier)?;
                 let graph = recursive_graph::blueprint::load(&source, &allow)
                     .map_err(|d| ConfigError(named(&format!("the blueprint does not bind:\n{d}"))))?;
                 Arc::new(GraphRunnable::new(Arc::new(graph)).with_identity(file.name.clone(), spec.description.clone()))
@@ -374,11 +388,9 @@ impl Harness {
     }
 }
 
-/// The blueprints next to `blueprint` (its possible sub-graphs), by file stem.
-pub fn sibling_graphs(blueprint: &Path) -> Vec<(String, Source)> {
-    let Some(dir) = blueprint.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) else {
-        return Vec::new();
-    };
+/// The blueprints in `dir` (the possible sub-graphs of one there), by file stem.
+pub fn sibling_graphs(dir: &Path) -> Vec<(String, Source)> {
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();

@@ -27,6 +27,14 @@ pub enum InputValue {
 }
 
 impl InputValue {
+    /// The value as JSON (a text is a string).
+    pub fn to_json(&self) -> Value {
+        match self {
+            InputValue::Text(t) => Value::String(t.clone()),
+            InputValue::Json(v) => v.clone(),
+        }
+    }
+
     /// Loads a file: `.json` files are parsed as JSON, anything else is read as text. Bytes
     /// that are not UTF-8 in a text file become U+FFFD (so a log with a stray Latin-1 byte
     /// still loads); a `.json` file must be valid UTF-8 JSON. Only regular files are read: a
@@ -54,16 +62,6 @@ impl InputValue {
                 Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
             };
             Ok(InputValue::Text(text))
-        }
-    }
-}
-
-impl InputValue {
-    /// The value as JSON (a text is a string).
-    pub fn to_json(&self) -> Value {
-        match self {
-            InputValue::Text(t) => Value::String(t.clone()),
-            InputValue::Json(v) => v.clone(),
         }
     }
 }

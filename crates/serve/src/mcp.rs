@@ -16,6 +16,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use recursive_core::RunInput;
+
 use crate::runs::{RunKind, RunRecord, RunRequest};
 use crate::server::{Busy, Server, wait_finished};
 
@@ -141,13 +143,8 @@ fn request(params: &CallToolRequestParams, offered: &[String]) -> Result<RunRequ
 /// A call of a named runnable's tool: its `input` is the text, other string arguments its
 /// named inputs.
 fn named_request(name: &str, args: Value) -> Result<RunRequest, String> {
-    let Value::Object(mut args) = args else { return Err(format!("invalid arguments for `{name}`")) };
-    let input = match args.remove("input") {
-        Some(Value::String(s)) => s,
-        Some(other) => other.to_string(),
-        None => return Err(format!("invalid arguments for `{name}`: missing field `input`")),
-    };
-    let inputs = args.into_iter().map(|(k, v)| (k, if let Value::String(s) = v { s } else { v.to_string() })).collect();
+    let RunInput { text: input, data, .. } = RunInput::from_arguments(name, args).map_err(|e| e.to_string())?;
+    let inputs = data.into_iter().map(|(k, v)| (k, if let Value::String(s) = v { s } else { v.to_string() })).collect();
     Ok(RunRequest { kind: RunKind::Run, input, inputs, agent: Some(name.to_string()), history: Vec::new() })
 }
 

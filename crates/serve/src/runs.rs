@@ -111,7 +111,7 @@ pub trait Runner: Send + Sync {
     /// Named agents this runner offers besides the default one (each is also a model of the
     /// OpenAI-compatible endpoint).
     fn agents(&self) -> Vec<String> {
-        Vec::new()
+        self.offered().into_iter().map(|spec| spec.name).collect()
     }
 
     /// The named runnables as tool specs (name, description, input schema), for the MCP

@@ -82,14 +82,7 @@ impl Runner for Served {
     }
 
     fn offered(&self) -> Vec<recursive_core::ToolSpec> {
-        self.named
-            .iter()
-            .map(|r| recursive_core::ToolSpec {
-                name: r.name().to_string(),
-                description: r.description(),
-                parameters: r.input_schema(),
-            })
-            .collect()
+        self.named.iter().map(|r| recursive_core::runnable_spec(r.as_ref())).collect()
     }
 }
 

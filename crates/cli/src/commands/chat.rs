@@ -106,13 +106,11 @@ fn chat_agent(
     session: &Session,
     context_window: Option<usize>,
 ) -> anyhow::Result<Agent> {
-    let mut agent = harness.agent_with("chat", tools.clone());
-    let config = agent.config_mut();
-    config.system_prompt = Some(system.to_string());
+    let mut config = harness.agent_config("chat", Some(system.to_string()));
     config.options.model = model.to_string();
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(context_window, model)?;
-    Ok(agent)
+    Ok(harness.agent_from(tools.clone(), config))
 }
 
 /// Runs the command.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use recursive_core::{BudgetLimits, ChatOptions, Runnable, WithData};
+use recursive_core::{BudgetLimits, ChatOptions, Runnable, Runnables, WithData};
 use recursive_goal::{GoalConfig, ResumeLog};
 use recursive_harness::{RlmOptions, load_inputs};
 use serde_json::json;
@@ -132,10 +132,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     // is `[limits] max_depth`, raised to what `--max-depth` goal levels need.
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
     let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?.with_max_depth(depth);
-    let mut pursuer = harness.pursuer(goal_config);
-    if !args.inputs.is_empty() {
-        pursuer = with_input_rlm(pursuer, &harness, &args.inputs)?;
-    }
+    let mut pursuer = harness.pursuer_with(goal_config, &delegates(&harness, &args.inputs)?);
     if let Some(url) = &args.embeddings_url {
         let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
         if let Some(key) = recursive_core::env::var("OPENAI_API_KEY") {
@@ -231,13 +228,12 @@ fn resume_log(spec: &str) -> anyhow::Result<ResumeLog> {
     Ok(log)
 }
 
-/// Adds the configuration's RLM over the `--input` files as the delegate `rlm` (beside the
-/// `--agent` runnables).
-fn with_input_rlm(
-    pursuer: recursive_goal::GoalPursuer,
-    harness: &recursive_harness::Harness,
-    specs: &[String],
-) -> anyhow::Result<recursive_goal::GoalPursuer> {
+/// What goals may delegate to: the `--agent` runnables and, given `--input` files, the
+/// configuration's RLM over them (as `rlm`).
+fn delegates(harness: &recursive_harness::Harness, specs: &[String]) -> anyhow::Result<Runnables> {
+    if specs.is_empty() {
+        return Ok(harness.runnables().clone());
+    }
     let inputs = load_inputs(specs)?;
     let names: Vec<&str> = inputs.iter().map(|(n, _)| n).collect();
     let description = format!(
@@ -248,13 +244,7 @@ fn with_input_rlm(
     let data = inputs.iter().map(|(n, v)| (n.to_string(), v.to_json())).collect();
     let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
     let rlm = Arc::new(WithData::new(rlm, data).described(description));
-    let mut delegates = recursive_goal::DelegateAction::new().with(rlm);
-    for runnable in harness.runnables().iter() {
-        delegates = delegates.with(runnable.clone());
-    }
-    let mut pursuer = pursuer;
-    pursuer.actions_mut().register(Arc::new(delegates));
-    Ok(pursuer)
+    Ok(harness.runnables().clone().with(rlm))
 }
 
 /// Prints the outcome: the result on stdout (or the tree as JSON), a summary line on stderr.

@@ -256,7 +256,7 @@ fn read_source(path: &Path) -> anyhow::Result<Source> {
 /// stem) and `--graph NAME=FILE`.
 fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
     let mut graphs = match dir {
-        Some(dir) => recursive_harness::sibling_graphs(&dir.join("_")),
+        Some(dir) => recursive_harness::sibling_graphs(dir),
         None => Vec::new(),
     };
     for spec in &bind.graphs {
@@ -289,8 +289,7 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     tools.register(tool.clone());
     // The writer's one tool saves only under `.recursive/blueprints/`; what a blueprint runs
     // goes through the policy as every tool call does.
-    let mut config = harness.agent_with("graph-new", tools.clone()).config().clone();
-    config.system_prompt = Some(NEW_GRAPH_PROMPT.into());
+    let config = harness.agent_config("graph-new", Some(NEW_GRAPH_PROMPT.into()));
     let agent = recursive_core::Agent::new(harness.provider.provider.clone()).with_tools(tools).with_config(config);
     let (result, error) = match agent.run_in(&args.objective, &scope).await {
         Ok(r) => (r, None),

@@ -197,15 +197,14 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         args.conversation.system.as_deref(),
         args.conversation.append_system.as_deref(),
     );
-    let mut agent = harness.agent_with("main", tools).with_late_tools(late);
-    let config = agent.config_mut();
-    config.system_prompt = Some(system_prompt);
+    let mut config = harness.agent_config("main", Some(system_prompt));
     config.options.temperature = args.temperature;
     config.options.max_tokens = args.max_output_tokens;
     config.options.reasoning_effort = args.reasoning_effort.clone();
     config.plan_mode = args.plan;
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
+    let agent = harness.agent_from(tools, config).with_late_tools(late);
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     for _ in 0..MAX_PLAN_REVISIONS {
         let Ok(result) = &outcome else { break };

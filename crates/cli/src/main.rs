@@ -41,6 +41,8 @@ enum Command {
     Graph(commands::graph::GraphArgs),
     /// Answer a question over long inputs with a Recursive Language Model (Python sandbox).
     Rlm(commands::rlm::RlmArgs),
+    /// An interactive Python session on the RLM sandbox, with model, tool and runnable calls.
+    Repl(commands::repl::ReplArgs),
     /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
     Serve(commands::serve::ServeArgs),
     /// Serve `run`, `rlm`, `goal` and the `--agent` runnables as MCP tools on stdin/stdout.
@@ -152,6 +154,7 @@ async fn run() -> ExitCode {
         Command::Chat(args) => commands::chat::execute(args).await,
         Command::Sessions(args) => commands::sessions::execute(args),
         Command::Rlm(args) => commands::rlm::execute(args).await,
+        Command::Repl(args) => commands::repl::execute(args).await,
         Command::Graph(args) => commands::graph::execute(args).await,
         Command::Serve(args) => commands::serve::execute(args).await,
         Command::Mcp(args) => commands::serve::execute_mcp(args).await,

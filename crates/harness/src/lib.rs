@@ -27,13 +27,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use recursive_core::{
-    Agent, AgentConfig, Budget, BudgetLimits, ChatOptions, EventSink, RunLimits, RunScope, Runnable, RunnableTool,
-    Runnables, SubAgent, ToolInvoker, ToolRegistry,
+    Agent, AgentConfig, Budget, BudgetLimits, ChatOptions, EventSink, RunLimits, RunScope, Runnable, RunnableKind,
+    RunnableTool, Runnables, SubAgent, ToolInvoker, ToolRegistry,
 };
 use recursive_goal::{DelegateAction, GoalConfig, GoalPursuer};
 use recursive_graph::GraphRunnable;
 use recursive_graph::blueprint::{Allowlist, Source};
-use recursive_rlm::Rlm;
+use recursive_rlm::{Reach, Rlm};
 
 pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
@@ -260,9 +260,15 @@ impl Harness {
                 tools.register(Arc::new(RunnableTool::new(runnable.clone())));
             }
         }
+        // Its code may start the runnables, the default agent (offered the RLM's own tools) and
+        // the default goal pursuer.
+        let reach = Reach::new(runnables.clone())
+            .with_default(Arc::new(self.agent_with("agent", tools.clone())))
+            .with_default(Arc::new(self.pursuer_with(GoalConfig::default(), runnables)));
         let provider = self.provider.provider.clone();
         Rlm::new(provider.clone(), provider, config)
             .and_then(|rlm| rlm.with_host_tools(self.setup.invoker(tools)))
+            .map(|rlm| rlm.with_reach(reach))
             .map_err(|e| ConfigError(e.to_string()))
     }
 
@@ -318,6 +324,28 @@ impl Harness {
             runnables: self.runnables.clone(),
         };
         BlueprintTool::new(capabilities, self.setup.workspace.root().to_path_buf())
+    }
+
+    /// The runnable of `kind` the file at `path` declares: a runnable file, or for a graph also
+    /// a bare blueprint (bound like `recursive graph run` binds it). It may use every runnable
+    /// of the harness.
+    pub fn runnable_at(&self, kind: RunnableKind, path: &Path) -> Result<Arc<dyn Runnable>, ConfigError> {
+        let text = read_text_file(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(kind.as_str()).to_string();
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        let runnable = if kind == RunnableKind::Graph && !table.contains_key("kind") {
+            let source = Source { origin: path.display().to_string(), text };
+            let allow = self.allowlist(sibling_graphs(path.parent().unwrap_or(Path::new("."))))?;
+            let graph = recursive_graph::blueprint::load(&source, &allow)
+                .map_err(|d| ConfigError(format!("{}: the blueprint does not bind:\n{d}", path.display())))?;
+            Arc::new(GraphRunnable::new(Arc::new(graph)).with_identity(stem, None)) as Arc<dyn Runnable>
+        } else {
+            self.runnable_from(&RunnableFile::parse(&stem, path, &text)?)?
+        };
+        if runnable.kind() != kind {
+            return Err(ConfigError(format!("{} declares {}, not {kind}", path.display(), runnable.kind())));
+        }
+        Ok(runnable)
     }
 
     /// The runnable a file declares, using the runnables of earlier files.
@@ -385,6 +413,15 @@ impl Harness {
                 Arc::new(GraphRunnable::new(Arc::new(graph)).with_identity(file.name.clone(), spec.description.clone()))
             }
         })
+    }
+}
+
+/// Loads the runnable files a person names in `recursive repl` (see [`Harness::runnable_at`]).
+pub struct FileLoader(pub Arc<Harness>);
+
+impl recursive_rlm::RunnableLoader for FileLoader {
+    fn load(&self, kind: RunnableKind, path: &Path) -> Result<Arc<dyn Runnable>, String> {
+        self.0.runnable_at(kind, path).map_err(|e| e.0)
     }
 }
 

@@ -218,6 +218,19 @@ impl CPythonSandbox {
 
     /// Runs one snippet. `cancel` kills the worker and ends the snippet at once.
     pub async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
+        self.run_cell(code, host, cancel, &CancellationToken::new()).await
+    }
+
+    /// Runs one snippet that `interrupt` stops with a `KeyboardInterrupt` (the worker and its
+    /// variables survive; one that does not stop within [`KILL_GRACE`] is killed); `cancel`
+    /// kills the worker at once.
+    pub async fn run_cell(
+        &self,
+        code: &str,
+        host: Arc<dyn SandboxHost>,
+        cancel: &CancellationToken,
+        interrupt: &CancellationToken,
+    ) -> SnippetOutcome {
         let started = Instant::now();
         let mut slot = self.worker.lock().await;
         let mut notice = None;
@@ -232,7 +245,7 @@ impl CPythonSandbox {
         }
         let Some(worker) = slot.as_mut() else { return failed(SnippetErrorKind::Internal, "no worker".into()) };
         let mut run = Run { limits: &self.limits, host, pending: FuturesUnordered::new(), finished: None, calls: 0 };
-        let mut outcome = match run.drive(worker, code, cancel).await {
+        let mut outcome = match run.drive(worker, code, cancel, interrupt).await {
             Ok(outcome) => outcome,
             Err(lost) => {
                 if let Some(mut w) = slot.take() {
@@ -262,6 +275,7 @@ functions and imports of earlier snippets are gone; `inputs` is bound again]";
 enum Lost {
     Timeout,
     Cancelled,
+    Interrupted,
     Crashed,
 }
 
@@ -277,6 +291,14 @@ impl Lost {
                 ),
             ),
             Lost::Cancelled => failed(SnippetErrorKind::Cancelled, "the run was cancelled".into()),
+            Lost::Interrupted => failed(
+                SnippetErrorKind::Interrupted,
+                format!(
+                    "KeyboardInterrupt: the snippet did not stop within {:.1} s of the interrupt (native code); the \
+                     worker was killed and will be restarted: variables of earlier snippets are gone",
+                    KILL_GRACE.as_secs_f64()
+                ),
+            ),
             Lost::Crashed => {
                 let text = stderr.lock().map(|s| s.trim().to_string()).unwrap_or_default();
                 let memory = text.contains("MemoryError") || text.contains("Cannot allocate memory");
@@ -309,14 +331,23 @@ impl Run<'_> {
         worker: &mut Worker,
         code: &str,
         cancel: &CancellationToken,
+        interrupt: &CancellationToken,
     ) -> Result<SnippetOutcome, Lost> {
         send(&mut worker.stdin, &json!({"op": "exec", "code": code})).await.map_err(|_| Lost::Crashed)?;
-        let kill_at = tokio::time::Instant::now() + self.limits.timeout + KILL_GRACE;
+        let mut kill_at = tokio::time::Instant::now() + self.limits.timeout + KILL_GRACE;
+        let mut interrupted = false;
         loop {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(Lost::Cancelled),
-                _ = tokio::time::sleep_until(kill_at) => return Err(Lost::Timeout),
+                _ = interrupt.cancelled(), if !interrupted => {
+                    interrupted = true;
+                    kill_at = kill_at.min(tokio::time::Instant::now() + KILL_GRACE);
+                    send(&mut worker.stdin, &json!({"op": "interrupt"})).await.map_err(|_| Lost::Crashed)?;
+                }
+                _ = tokio::time::sleep_until(kill_at) => {
+                    return Err(if interrupted { Lost::Interrupted } else { Lost::Timeout });
+                }
                 Some((id, result)) = self.pending.next(), if !self.pending.is_empty() => {
                     let answer = match result {
                         Ok(value) => json!({"op": "answer", "id": id, "value": value}),
@@ -333,7 +364,7 @@ impl Run<'_> {
                                 send(&mut worker.stdin, &answer).await.map_err(|_| Lost::Crashed)?;
                             }
                         }
-                        Some("done") => return Ok(done(&message)),
+                        Some("done") => return Ok(interrupted_kind(done(&message), interrupted)),
                         _ => return Err(Lost::Crashed),
                     }
                 }
@@ -399,6 +430,14 @@ fn done(message: &Value) -> SnippetOutcome {
         error,
         ..Default::default()
     }
+}
+
+/// An interrupted snippet's exception is the interruption.
+fn interrupted_kind(mut outcome: SnippetOutcome, interrupted: bool) -> SnippetOutcome {
+    if let Some(e) = outcome.error.as_mut().filter(|e| interrupted && e.message.contains("KeyboardInterrupt")) {
+        e.kind = SnippetErrorKind::Interrupted;
+    }
+    outcome
 }
 
 fn failed(kind: SnippetErrorKind, message: String) -> SnippetOutcome {

@@ -8,6 +8,7 @@
 #                 {"op": "exec", "code": "..."}
 #                 {"op": "answer", "id": N, "value": ...} | {"op": "answer", "id": N, "error": [type, msg]}
 #                 {"op": "answer", "id": N, "finish": true}
+#                 {"op": "interrupt"}  (a KeyboardInterrupt in the running snippet, if one runs)
 # Worker -> host: {"op": "ready"} | {"op": "call", "id": N, "name": ..., "args": [...], "kwargs": {...},
 #                  "awaited": bool} | {"op": "done", "stdout": ..., "dropped": N, "value": repr|None,
 #                  "error": [kind, text]|None}
@@ -29,6 +30,8 @@ _pending = {}
 _pending_lock = threading.Lock()
 _next_id = [0]
 _limits = {}
+# Whether a snippet runs: an interrupt outside one is ignored.
+_running = [False]
 
 
 class _Submitted(BaseException):
@@ -100,7 +103,10 @@ def _reader():
     """Reads answers to host calls; hands `exec` requests to the main thread."""
     for line in _in:
         message = json.loads(line)
-        if message.get("op") == "answer":
+        if message.get("op") == "interrupt":
+            if _running[0]:
+                os.kill(os.getpid(), signal.SIGINT)
+        elif message.get("op") == "answer":
             with _pending_lock:
                 waiter = _pending.pop(message["id"], None)
             if waiter is not None:
@@ -255,6 +261,11 @@ def _on_alarm(signum, frame):
     raise _SnippetTimeout()
 
 
+def _on_interrupt(signum, frame):
+    if _running[0]:
+        raise KeyboardInterrupt()
+
+
 def _execute(code):
     captured = _Capped(_limits.get("max_output_chars", 100000))
     sys.stdout = captured
@@ -265,6 +276,7 @@ def _execute(code):
     if seconds:
         signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
+        _running[0] = True
         result = _run(code)
         if result is not None:
             value = repr(result)
@@ -285,6 +297,7 @@ def _execute(code):
         text += "".join(traceback.format_exception_only(type(e), e))
         error = ["exception", text.strip()]
     finally:
+        _running[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         sys.stdout = _out
         sys.stderr = sys.__stderr__
@@ -312,6 +325,7 @@ def main():
     global _requests
     _requests = queue.Queue()
     signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGINT, _on_interrupt)
     threading.Thread(target=_reader, daemon=True).start()
     while True:
         message = _requests.get()

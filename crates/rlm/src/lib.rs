@@ -61,12 +61,14 @@ pub mod events;
 pub mod inputs;
 mod output;
 pub mod prompt;
+pub mod reach;
 pub mod repl;
 pub mod rewrite;
 pub mod rlm;
 pub mod runnable;
 pub mod sandbox;
 pub mod schema;
+pub mod session;
 pub mod trajectory;
 pub mod wire;
 pub mod worker;
@@ -77,6 +79,7 @@ pub use events::RlmEvent;
 pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};
 pub use prompt::SANDBOX_MODULES;
 pub use prompt::{DEFAULT_INSTRUCTIONS, extract_code_blocks, parse_json_reply, truncate_middle};
+pub use reach::{Reach, RunnableLoader};
 pub use rlm::{
     DEFAULT_SUB_PROMPT_CHARS, PRIMITIVES, Rlm, RlmConfig, RlmIteration, RlmOutcome, RlmResult, RlmSnippet,
     sub_prompt_chars_for_window,
@@ -86,6 +89,7 @@ pub use sandbox::{
     SnippetErrorKind, SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
 };
 pub use schema::{OutputSchema, default_output_schema};
+pub use session::RlmSession;
 
 /// Python objects as the sandbox exchanges them (re-exported from `monty-types`).
 pub use monty_types::{ExcType, MontyException, MontyObject};

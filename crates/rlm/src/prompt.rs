@@ -69,6 +69,8 @@ pub(crate) struct CatalogFacts<'a> {
     pub sub_model: &'a str,
     pub rlm_levels_left: u32,
     pub tools: &'a [ToolSpec],
+    /// Runnables can be started (`agent_query`...).
+    pub runnables: bool,
     pub schema: &'a Value,
     pub wrap_key: Option<&'a str>,
 }
@@ -148,6 +150,19 @@ pub(crate) fn catalog(f: &CatalogFacts<'_>) -> String {
         s.push_str(
             "- `rlm_query(prompt: str, inputs: dict | None = None) -> dict`: at this depth it is a plain \
              `llm_query` on the prompt (with the inputs appended as JSON).\n",
+        );
+    }
+    if !f.tools.is_empty() {
+        s.push_str(
+            "- `tool_call(name: str, **args)`: calls a host tool (below) by name, the same as calling its function.\n",
+        );
+    }
+    if f.runnables {
+        s.push_str(
+            "- `agent_query(task, name=None, **data)`, `goal_query(objective, name=None, **data)`, \
+             `graph_run(name, input=\"\", **data)` and `rlm_query(prompt, inputs, name=...)`: run a named agent, \
+             goal pursuer, graph or RLM of this run as a child run (no name: the default agent, with the host \
+             tools below, or goal pursuer); they answer like `llm_query`.\n",
         );
     }
     s.push_str(&finishing(f));

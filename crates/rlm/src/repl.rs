@@ -29,6 +29,16 @@ pub trait Repl: Send + Sync {
     /// Runs one snippet; `cancel` ends it at once.
     async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome;
 
+    /// Runs one snippet that `interrupt` stops without ending the session (Ctrl-C in a REPL);
+    /// `cancel` ends it at once.
+    async fn run_cell(
+        &self,
+        code: &str,
+        host: Arc<dyn SandboxHost>,
+        cancel: &CancellationToken,
+        interrupt: &CancellationToken,
+    ) -> SnippetOutcome;
+
     /// The limits every snippet runs under.
     fn limits(&self) -> &SandboxLimits;
 }
@@ -37,6 +47,16 @@ pub trait Repl: Send + Sync {
 impl Repl for Sandbox {
     async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
         Sandbox::execute(self, code, host, cancel).await
+    }
+
+    async fn run_cell(
+        &self,
+        code: &str,
+        host: Arc<dyn SandboxHost>,
+        cancel: &CancellationToken,
+        interrupt: &CancellationToken,
+    ) -> SnippetOutcome {
+        Sandbox::run_cell(self, code, host, cancel, interrupt).await
     }
 
     fn limits(&self) -> &SandboxLimits {
@@ -48,6 +68,16 @@ impl Repl for Sandbox {
 impl Repl for CPythonSandbox {
     async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
         CPythonSandbox::execute(self, code, host, cancel).await
+    }
+
+    async fn run_cell(
+        &self,
+        code: &str,
+        host: Arc<dyn SandboxHost>,
+        cancel: &CancellationToken,
+        interrupt: &CancellationToken,
+    ) -> SnippetOutcome {
+        CPythonSandbox::run_cell(self, code, host, cancel, interrupt).await
     }
 
     fn limits(&self) -> &SandboxLimits {

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use monty_types::{ExcType, MontyException, MontyObject};
 use recursive_core::{
     BudgetLimits, ChatOptions, ChatProvider, ChatRequest, ChatResponse, EventKind, FinishReason, Message, ModelCall,
-    ModelCallError, RunScope, ToolCall, ToolInvoker, ToolRegistry, Usage,
+    ModelCallError, RunInput, RunScope, RunnableKind, ToolCall, ToolInvoker, ToolRegistry, Usage, run_child,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -27,13 +27,27 @@ use crate::prompt::{
     CatalogFacts, DEFAULT_INSTRUCTIONS, NO_CODE_OBSERVATION, argument_order, catalog, extract_code_blocks,
     parse_json_reply, snippet_observation, truncate_middle,
 };
+use crate::reach::{Reach, split_args, text_arg};
 use crate::repl::{Backend, Repl};
-use crate::sandbox::{HostCall, HostReply, SandboxHost, SandboxLimits, SnippetErrorKind};
+use crate::sandbox::{HostCall, HostReply, SandboxError, SandboxHost, SandboxLimits, SnippetErrorKind};
 use crate::schema::{OutputSchema, default_output_schema};
 
-/// Names of the sandbox primitives; host tools cannot use them.
-pub const PRIMITIVES: [&str; 7] =
-    ["llm_query", "llm_query_batched", "rlm_query", "submit", "SUBMIT", "FINAL", "FINAL_VAR"];
+/// Names of the sandbox primitives (with the run tree's functions of [`crate::reach`]); host
+/// tools cannot use them.
+pub const PRIMITIVES: [&str; 12] = [
+    "llm_query",
+    "llm_query_batched",
+    "rlm_query",
+    "submit",
+    "SUBMIT",
+    "FINAL",
+    "FINAL_VAR",
+    "model_query",
+    "tool_call",
+    "agent_query",
+    "goal_query",
+    "graph_run",
+];
 
 /// Characters of each input shown in the preview (head and tail together).
 const PREVIEW_CHARS: usize = 600;
@@ -248,6 +262,7 @@ pub struct Rlm {
     schema: Arc<OutputSchema>,
     child_schema: Arc<OutputSchema>,
     tools: ToolInvoker,
+    reach: Reach,
     name: String,
     description: Option<String>,
 }
@@ -376,6 +391,7 @@ impl Rlm {
             schema,
             child_schema,
             tools: ToolInvoker::default(),
+            reach: Reach::default(),
             name: "rlm".into(),
             description: None,
         })
@@ -397,6 +413,18 @@ impl Rlm {
         }
         self.tools = tools;
         Ok(self)
+    }
+
+    /// The runnables its code may start (`agent_query`, `goal_query`, `graph_run`,
+    /// `rlm_query(..., name=...)`; see [`crate::reach`]).
+    pub fn with_reach(mut self, reach: Reach) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// The runnables its code may start.
+    pub fn reach(&self) -> &Reach {
+        &self.reach
     }
 
     /// Names this RLM as a runnable (its tool, delegate or node name; default `rlm`) and says
@@ -436,9 +464,7 @@ impl Rlm {
     /// [`RlmRunError::partial`].
     pub async fn run(&self, question: &str, inputs: Inputs, scope: &RunScope) -> Result<RlmResult, RlmRunError> {
         let engine = Arc::new(self.clone());
-        let tree = Arc::new(Tree { semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))) });
-        let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
-        let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
+        let (tree, node) = self.top_node(scope);
         engine.run_node(question, inputs, scope, tree, node).await
     }
 }
@@ -464,14 +490,14 @@ fn check_tool_name(name: &str) -> Result<(), RlmError> {
 }
 
 /// Shared by every run of one invocation tree.
-struct Tree {
+pub(crate) struct Tree {
     /// Sub-model calls in flight at once.
     semaphore: Arc<Semaphore>,
 }
 
 /// Where a run sits among the RLM levels.
 #[derive(Clone)]
-struct Node {
+pub(crate) struct Node {
     /// 0 for the top-level run.
     rlm_depth: u32,
     /// The scope sub-calls and child runs are made in: this run's node of the run tree, with
@@ -560,6 +586,7 @@ impl Rlm {
             sub_model,
             rlm_levels_left: self.config.max_depth.saturating_sub(node.rlm_depth),
             tools: &specs,
+            runnables: !self.reach.is_empty(),
             schema: schema.schema(),
             wrap_key: schema.wrap_key(),
         };
@@ -651,42 +678,11 @@ impl Rlm {
                 inputs.summary(PREVIEW_CHARS).render()
             )),
         ];
-        let alias = (inputs.len() == 1).then(|| inputs.iter().next().map(|(name, _)| name.to_string())).flatten();
-        let input_names: Vec<String> = inputs.iter().map(|(n, _)| n.to_string()).collect();
-        // The inputs move into the sandbox (which keeps them to bind again after a worker restart).
-        let (globals, bind_inputs) = inputs.into_bindings();
-        let mut setup = format!("{bind_inputs}import asyncio\nimport json\nimport re\n");
-        if let Some(name) = alias {
-            setup.push_str(&format!("context = inputs[{}]\n", Value::String(name)));
-        }
-        if self.config.dialect.binds_inputs_by_name() {
-            for name in input_names.iter().filter(|n| is_identifier(n) && !PRIMITIVES.contains(&n.as_str())) {
-                setup.push_str(&format!("{name} = inputs[{}]\n", Value::String(name.clone())));
-            }
-        }
-        setup.push_str(ANSWER_CHECK);
-        if self.config.dialect == Dialect::Rlm {
-            // rlms' convention: `answer` waits for its content; `answer["ready"] = True` ends the run.
-            setup.push_str(ANSWER_PREDEFINED);
-        }
         // The worker starts while the first model call is in flight.
-        let limits = self.sandbox_limits();
-        let backend = self.config.backend.clone();
-        let mut host_functions: Vec<String> = PRIMITIVES.iter().map(|p| p.to_string()).collect();
-        host_functions.extend(self.tools.tools().names());
-        let mut starting = Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            crate::repl::start(&backend, limits, globals, host_functions, &setup).await
-        })));
+        let start = self.start_repl(inputs);
+        let mut starting = Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(start)));
         let mut ready: Option<Box<dyn Repl>> = None;
-        let host = Arc::new(RunHost {
-            engine: self.clone(),
-            tree: tree.clone(),
-            scope: scope.clone(),
-            node: node.clone(),
-            schema: schema.clone(),
-            step: AtomicU32::new(0),
-            tool_calls: AtomicU32::new(0),
-        });
+        let host = Arc::new(RunHost::new(self.clone(), tree.clone(), scope, node, schema.clone()));
         let max = self.config.max_iterations;
         for iteration in 1..=max {
             host.step.store(iteration, Ordering::SeqCst);
@@ -860,6 +856,53 @@ impl Rlm {
     }
 }
 
+impl Rlm {
+    /// Starts the sandbox of a run over `inputs`: the inputs bound (as `inputs`, `context` when
+    /// there is one, each by name in the dspy dialect), the usual imports, and every host
+    /// function. The inputs move into the sandbox (which keeps them to bind again after a
+    /// worker restart).
+    pub(crate) fn start_repl(
+        &self,
+        inputs: Inputs,
+    ) -> impl std::future::Future<Output = Result<Box<dyn Repl>, SandboxError>> + Send + 'static {
+        let alias = (inputs.len() == 1).then(|| inputs.iter().next().map(|(name, _)| name.to_string())).flatten();
+        let input_names: Vec<String> = inputs.iter().map(|(n, _)| n.to_string()).collect();
+        let (globals, bind_inputs) = inputs.into_bindings();
+        let mut setup = format!("{bind_inputs}import asyncio\nimport json\nimport re\n");
+        if let Some(name) = alias {
+            setup.push_str(&format!("context = inputs[{}]\n", Value::String(name)));
+        }
+        if self.config.dialect.binds_inputs_by_name() {
+            for name in input_names.iter().filter(|n| is_identifier(n) && !PRIMITIVES.contains(&n.as_str())) {
+                setup.push_str(&format!("{name} = inputs[{}]\n", Value::String(name.clone())));
+            }
+        }
+        setup.push_str(ANSWER_CHECK);
+        if self.config.dialect == Dialect::Rlm {
+            // rlms' convention: `answer` waits for its content; `answer["ready"] = True` ends the run.
+            setup.push_str(ANSWER_PREDEFINED);
+        }
+        let limits = self.sandbox_limits();
+        let backend = self.config.backend.clone();
+        let mut host_functions: Vec<String> = PRIMITIVES.iter().map(|p| p.to_string()).collect();
+        host_functions.extend(self.tools.tools().names());
+        async move { crate::repl::start(&backend, limits, globals, host_functions, &setup).await }
+    }
+
+    /// The budget node and call limiter of a top-level run in `scope`.
+    pub(crate) fn top_node(&self, scope: &RunScope) -> (Arc<Tree>, Node) {
+        let tree = Arc::new(Tree { semaphore: Arc::new(Semaphore::new(self.config.batch_concurrency.max(1))) });
+        let limits = BudgetLimits { max_model_calls: Some(u64::from(self.config.max_llm_calls)), ..Default::default() };
+        let node = Node { rlm_depth: 0, sub_scope: scope.clone().with_budget(limits), first_reserved: false };
+        (tree, node)
+    }
+
+    /// The schema of a top-level run's result.
+    pub(crate) fn schema(&self) -> &Arc<OutputSchema> {
+        &self.schema
+    }
+}
+
 /// Run after a snippet that mentions `answer`: finishes with `answer["content"]` when `answer`
 /// is a dict marked `"ready": True` (the rlms library's convention).
 /// The `answer` the rlm dialect starts with.
@@ -875,13 +918,14 @@ const ANSWER_CHECK: &str = "def __rlm_check_answer():
 ";
 
 /// The host side of one run's sandbox: the primitives and the host tools.
-struct RunHost {
+pub(crate) struct RunHost {
     engine: Arc<Rlm>,
     tree: Arc<Tree>,
     scope: RunScope,
     node: Node,
     schema: Arc<OutputSchema>,
-    step: AtomicU32,
+    /// The iteration (a REPL's cell) the calls belong to.
+    pub(crate) step: AtomicU32,
     tool_calls: AtomicU32,
 }
 
@@ -945,9 +989,13 @@ impl SandboxHost for RunHost {
 
     fn call(&self, call: HostCall) -> HostReply {
         match call.name.as_str() {
-            "llm_query" => self.llm_query(&call),
+            "llm_query" | "model_query" => self.llm_query(&call),
             "llm_query_batched" => self.llm_query_batched(&call),
             "rlm_query" => self.rlm_query(&call),
+            "tool_call" => self.tool_call(&call),
+            "agent_query" => self.runnable_query(RunnableKind::Agent, &["task", "name"], 0, &call),
+            "goal_query" => self.runnable_query(RunnableKind::Goal, &["objective", "name"], 0, &call),
+            "graph_run" => self.runnable_query(RunnableKind::Graph, &["name", "input"], 1, &call),
             name if FINISHERS.contains(&name) => self.submit(&call),
             _ => self.host_tool(&call),
         }
@@ -955,6 +1003,24 @@ impl SandboxHost for RunHost {
 }
 
 impl RunHost {
+    pub(crate) fn new(
+        engine: Arc<Rlm>,
+        tree: Arc<Tree>,
+        scope: &RunScope,
+        node: &Node,
+        schema: Arc<OutputSchema>,
+    ) -> Self {
+        Self {
+            engine,
+            tree,
+            scope: scope.clone(),
+            node: node.clone(),
+            schema,
+            step: AtomicU32::new(0),
+            tool_calls: AtomicU32::new(0),
+        }
+    }
+
     fn step(&self) -> u32 {
         self.step.load(Ordering::SeqCst)
     }
@@ -1048,11 +1114,23 @@ impl RunHost {
     }
 
     fn rlm_query(&self, call: &HostCall) -> HostReply {
-        let bound = match bind_args("rlm_query", &["prompt", "inputs"], call, 1) {
+        let bound = match bind_args("rlm_query", &["prompt", "inputs", "name"], call, 1) {
             Ok(b) => b,
             Err(e) => return e,
         };
         let prompt = bound[0].as_ref().map(prompt_text).unwrap_or_default();
+        if let Some(name) = text_arg(&bound[2]) {
+            let data = match bound[1].as_ref().filter(|o| !is_none(o)).map(monty_to_json) {
+                None => Map::new(),
+                Some(Value::Object(m)) => m,
+                Some(_) => return type_error("rlm_query() expects `inputs` to be a dict of name -> value, or None"),
+            };
+            return self.start_runnable(
+                RunnableKind::Rlm,
+                Some(name),
+                RunInput { text: prompt, data, history: Vec::new() },
+            );
+        }
         let child_inputs = match bound[1].as_ref().filter(|o| !is_none(o)).map(dict_pairs) {
             None => None,
             Some(Some(pairs)) => {
@@ -1210,6 +1288,77 @@ impl RunHost {
         }
     }
 
+    /// `tool_call(name, **args)` (or `tool_call(name, {args})`): one of the session's tools by
+    /// name, as a host tool call.
+    fn tool_call(&self, call: &HostCall) -> HostReply {
+        let name = match (call.args.first(), call.kwargs.iter().find(|(k, _)| k == "name")) {
+            (Some(n), None) => n.as_ref().as_str().map(str::to_string),
+            (None, Some((_, n))) => n.as_ref().as_str().map(str::to_string),
+            _ => None,
+        };
+        let Some(name) = name else {
+            return type_error(
+                "tool_call() needs the tool's name as a str, e.g. tool_call(\"read_file\", path=\"a.txt\")",
+            );
+        };
+        let mut kwargs: Vec<(String, MontyObject)> = call.kwargs.iter().filter(|(k, _)| k != "name").cloned().collect();
+        match call.args.get(1..).unwrap_or_default() {
+            [] => {}
+            [dict] => match dict_pairs(dict) {
+                Some(pairs) => kwargs.extend(pairs.into_iter().map(|(k, v)| (prompt_text(&k), v))),
+                None => return type_error("tool_call() takes the tool's arguments as keywords or one dict"),
+            },
+            _ => return type_error("tool_call() takes the tool's arguments as keywords or one dict"),
+        }
+        if self.engine.tools.tools().get(&name).is_none() {
+            let mut names = self.engine.tools.tools().names();
+            names.sort();
+            return HostReply::Raise(MontyException::new(
+                ExcType::ValueError,
+                Some(format!("tool_call(): no tool `{name}` here (tools: {})", names.join(", "))),
+            ));
+        }
+        self.host_tool(&HostCall { name, args: Vec::new(), kwargs, awaited: call.awaited })
+    }
+
+    /// `agent_query`, `goal_query` and `graph_run`: the text and the runnable's name from
+    /// `params` (the text at `text_at`), further keywords as data.
+    fn runnable_query(&self, kind: RunnableKind, params: &[&str], text_at: usize, call: &HostCall) -> HostReply {
+        let split = match split_args(&call.name, params, &call.args, &call.kwargs, 1) {
+            Ok(s) => s,
+            Err(e) => return type_error(e),
+        };
+        let text = text_arg(&split.bound[text_at]).unwrap_or_default();
+        let name = text_arg(&split.bound[1 - text_at]);
+        self.start_runnable(kind, name, RunInput { text, data: split.data, history: Vec::new() })
+    }
+
+    /// Runs a runnable of the session's reach as a child of this run; its result comes back
+    /// like a sub-call's (the dialect's shape), a failed run as an error with its partial text.
+    fn start_runnable(&self, kind: RunnableKind, name: Option<String>, input: RunInput) -> HostReply {
+        if let Some(msg) = self.stopped() {
+            return self.failed("Stopped", msg);
+        }
+        let runnable = match self.engine.reach.find(kind, name.as_deref()) {
+            Ok(r) => r,
+            Err(e) => return HostReply::Raise(MontyException::new(ExcType::ValueError, Some(e))),
+        };
+        let scope = self.node.sub_scope.clone();
+        let step = self.step();
+        let dialect = self.engine.config.dialect;
+        HostReply::Pending(Box::pin(async move {
+            let outcome = match run_child(runnable.as_ref(), input, &scope, step).await {
+                Ok(o) => o,
+                Err(e) => return Ok(shaped(dialect, Err(("DepthError", e.to_string())))),
+            };
+            Ok(if outcome.is_success() {
+                shaped(dialect, Ok(outcome.value(kind)))
+            } else {
+                shaped(dialect, Err(("RunFailed", outcome.report(runnable.name(), kind))))
+            })
+        }))
+    }
+
     /// A host tool: through the run's tool executor (permission gate, timeout, output cap,
     /// `tool_call`/`tool_result` events), like a tool call of the agent loop. A denied or failed
     /// call answers `{"error": ...}`.
@@ -1266,7 +1415,7 @@ impl RunHost {
 
 /// Says why a snippet the run tree stopped was stopped: the stop token fires at cancellation
 /// and at the tree's deadline alike, and the sandbox only knows it was cancelled.
-fn stopped_by_tree(outcome: &mut crate::sandbox::SnippetOutcome, scope: &RunScope) {
+pub(crate) fn stopped_by_tree(outcome: &mut crate::sandbox::SnippetOutcome, scope: &RunScope) {
     let Some(error) = outcome.error.as_mut() else { return };
     match scope.stop_reason() {
         Some(reason) if error.kind == SnippetErrorKind::Cancelled && reason != FinishReason::Cancelled => {

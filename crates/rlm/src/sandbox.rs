@@ -13,7 +13,11 @@
 //!   (reached inside one native call such as `('a ' * 10**8).split()`) ends the worker.
 //! - **Recursion**: Monty's recursion limit (a catchable `RecursionError`), on a native stack
 //!   sized for it.
-//! - **Cancellation** (Ctrl-C) kills the worker at once.
+//! - **Cancellation** (the run ends) kills the worker at once.
+//! - **Interruption** (Ctrl-C in `recursive repl`) stops the snippet, not the session: a host
+//!   call in flight is abandoned and the snippet gets a `KeyboardInterrupt` at its call site; a
+//!   worker busy in pure computation (which Monty cannot be asked to stop) gets [`KILL_GRACE`]
+//!   to reach a host call, and is then killed and restarted.
 //!
 //! A worker that dies takes the session's variables with it: the next snippet starts a fresh
 //! worker with the globals bound again and says so at the top of its output.
@@ -130,6 +134,8 @@ pub enum SnippetErrorKind {
     Recursion,
     /// The run was cancelled while the snippet ran.
     Cancelled,
+    /// The snippet was interrupted (Ctrl-C in the REPL); the session goes on.
+    Interrupted,
     /// The sandbox itself failed (its worker crashed, or a bug).
     Internal,
 }
@@ -243,6 +249,7 @@ struct Session {
 enum Lost {
     Timeout,
     Cancelled,
+    Interrupted,
     Crashed,
 }
 
@@ -250,6 +257,17 @@ enum Lost {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trip {
     Timeout,
+    Interrupt,
+}
+
+impl Trip {
+    /// What a host call of a tripped snippet raises.
+    fn abort(self) -> CallAnswer {
+        match self {
+            Trip::Timeout => abort(ExcType::TimeoutError, "snippet time limit exceeded"),
+            Trip::Interrupt => abort(ExcType::KeyboardInterrupt, "interrupted"),
+        }
+    }
 }
 
 /// A persistent Python session. Variables, functions and imports persist between snippets.
@@ -326,6 +344,18 @@ impl Sandbox {
     /// Runs one snippet. Awaited host calls are rewritten to their async alias first (see
     /// [`crate::rewrite`]). `cancel` kills the worker and ends the snippet at once.
     pub async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
+        self.run_cell(code, host, cancel, &CancellationToken::new()).await
+    }
+
+    /// Runs one snippet that `interrupt` stops without ending the session (see the module docs);
+    /// `cancel` kills the worker at once.
+    pub async fn run_cell(
+        &self,
+        code: &str,
+        host: Arc<dyn SandboxHost>,
+        cancel: &CancellationToken,
+        interrupt: &CancellationToken,
+    ) -> SnippetOutcome {
         let rewritten = rewrite_awaited_calls(code, &|name| host.is_host_function(name));
         let mut slot = self.session.lock().await;
         let mut notice = None;
@@ -340,6 +370,7 @@ impl Sandbox {
         }
         let Some(session) = slot.as_mut() else { return internal("RuntimeError: the sandbox session is gone".into()) };
         let mut run = SnippetRun::new(&self.limits, host, cancel);
+        run.interrupt = interrupt.clone();
         let result = run.drive(session, rewritten).await;
         let mut outcome = match result {
             Ok(finished) => {
@@ -439,6 +470,8 @@ fn spawn(worker: &WorkerCommand) -> Result<Session, SandboxError> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group: a terminal's Ctrl-C reaches the host, which interrupts the snippet.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| SandboxError::Worker(format!("cannot start {}: {e}", worker.program.display())))?;
@@ -497,6 +530,8 @@ struct SnippetRun<'a> {
     limits: &'a SandboxLimits,
     host: Arc<dyn SandboxHost>,
     cancel: &'a CancellationToken,
+    /// Stops the snippet but not the session.
+    interrupt: CancellationToken,
     started: Instant,
     deadline: Instant,
     host_calls: usize,
@@ -526,6 +561,7 @@ impl<'a> SnippetRun<'a> {
             limits,
             host,
             cancel,
+            interrupt: CancellationToken::new(),
             started,
             deadline: started + limits.timeout,
             host_calls: 0,
@@ -570,25 +606,44 @@ impl<'a> SnippetRun<'a> {
         wire::send(&mut session.stdin, msg).await.map_err(|_| Lost::Crashed)
     }
 
-    /// The worker's next frame, unless the run is cancelled or the worker overruns its deadline.
-    async fn next_frame(&self, session: &mut Session) -> Result<Incoming, Lost> {
-        let kill_at = tokio::time::Instant::from_std(self.deadline + KILL_GRACE);
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(Lost::Cancelled),
-            frame = session.frames.recv() => match frame {
-                Some(Ok(Some(msg))) => Ok(msg),
-                _ => Err(Lost::Crashed),
-            },
-            _ = tokio::time::sleep_until(kill_at) => Err(Lost::Timeout),
+    /// The worker's next frame, unless the run is cancelled or the worker overruns its deadline
+    /// (an interruption moves the deadline to now).
+    async fn next_frame(&mut self, session: &mut Session) -> Result<Incoming, Lost> {
+        loop {
+            let kill_at = tokio::time::Instant::from_std(self.deadline + KILL_GRACE);
+            let interrupted = self.trip == Some(Trip::Interrupt);
+            let interrupt = self.interrupt.clone();
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Lost::Cancelled),
+                _ = interrupt.cancelled(), if !interrupted => self.interrupted(),
+                frame = session.frames.recv() => return match frame {
+                    Some(Ok(Some(msg))) => Ok(msg),
+                    _ => Err(Lost::Crashed),
+                },
+                _ = tokio::time::sleep_until(kill_at) => {
+                    return Err(if interrupted { Lost::Interrupted } else { Lost::Timeout });
+                }
+            }
         }
     }
 
+    /// Ends the snippet at its next host call, and its worker if none comes within [`KILL_GRACE`].
+    fn interrupted(&mut self) {
+        self.trip = Some(Trip::Interrupt);
+        self.deadline = Instant::now();
+    }
+
     fn past_deadline(&mut self) -> bool {
-        if Instant::now() >= self.deadline {
+        if self.trip.is_none() && Instant::now() >= self.deadline {
             self.trip = Some(Trip::Timeout);
         }
         self.trip.is_some()
+    }
+
+    /// What a host call of this snippet raises once it is past its deadline or interrupted.
+    fn trip_abort(&self) -> CallAnswer {
+        self.trip.unwrap_or(Trip::Timeout).abort()
     }
 
     async fn answer_call(
@@ -600,7 +655,7 @@ impl<'a> SnippetRun<'a> {
         eager: bool,
     ) -> Result<CallAnswer, Lost> {
         if self.past_deadline() {
-            return Ok(abort(ExcType::TimeoutError, "snippet time limit exceeded"));
+            return Ok(self.trip_abort());
         }
         let (aliased, name) = match name.strip_prefix(ASYNC_PREFIX) {
             Some(base) => (true, base.to_string()),
@@ -639,20 +694,24 @@ impl<'a> SnippetRun<'a> {
                 self.outstanding += 1;
                 CallAnswer::Pending
             }
-            HostReply::Pending(fut) => self
-                .wait_for(guard_panics(&name, fut))
-                .await?
-                .map(to_answer)
-                .unwrap_or_else(|| abort(ExcType::TimeoutError, "snippet time limit exceeded")),
+            HostReply::Pending(fut) => match self.wait_for(guard_panics(&name, fut)).await? {
+                Some(r) => to_answer(r),
+                None => self.trip_abort(),
+            },
         })
     }
 
-    /// Waits for host work up to the snippet's deadline (`None` past it).
+    /// Waits for host work up to the snippet's deadline or an interruption (`None` then).
     async fn wait_for<T>(&mut self, fut: impl std::future::Future<Output = T>) -> Result<Option<T>, Lost> {
         let deadline = tokio::time::Instant::from_std(self.deadline);
+        let interrupt = self.interrupt.clone();
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Lost::Cancelled),
+            _ = interrupt.cancelled() => {
+                self.interrupted();
+                Ok(None)
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 self.trip = Some(Trip::Timeout);
                 Ok(None)
@@ -671,7 +730,7 @@ impl<'a> SnippetRun<'a> {
             }
             let first = pending.first().copied().unwrap_or_default();
             if self.past_deadline() {
-                return Ok(vec![(first, abort(ExcType::TimeoutError, "snippet time limit exceeded"))]);
+                return Ok(vec![(first, self.trip_abort())]);
             }
             if self.outstanding == 0 {
                 return Ok(vec![(
@@ -680,9 +739,14 @@ impl<'a> SnippetRun<'a> {
                 )]);
             }
             let deadline = tokio::time::Instant::from_std(self.deadline);
+            let interrupt = self.interrupt.clone();
             let got = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Err(Lost::Cancelled),
+                _ = interrupt.cancelled() => {
+                    self.interrupted();
+                    continue;
+                }
                 _ = tokio::time::sleep_until(deadline) => None,
                 r = self.done_rx.recv() => r,
             };
@@ -734,6 +798,14 @@ impl<'a> SnippetRun<'a> {
             Lost::Cancelled => {
                 (SnippetErrorKind::Cancelled, "KeyboardInterrupt: the run was cancelled while this snippet ran".into())
             }
+            Lost::Interrupted => (
+                SnippetErrorKind::Interrupted,
+                format!(
+                    "KeyboardInterrupt: the snippet did not stop within {:.1} s of the interrupt (a computation \
+                     without host calls), so the sandbox was restarted; variables of earlier snippets are gone",
+                    KILL_GRACE.as_secs_f64()
+                ),
+            ),
             Lost::Timeout => (
                 SnippetErrorKind::Timeout,
                 format!(
@@ -833,6 +905,10 @@ fn classify(exc_type: &str, text: &str, trip: Option<Trip>, limits: &SandboxLimi
     let secs = limits.timeout.as_secs_f64();
     let mib = limits.memory_limit_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0);
     match (trip, exc_type) {
+        (Some(Trip::Interrupt), _) => SnippetError {
+            kind: SnippetErrorKind::Interrupted,
+            message: with_context(text, "KeyboardInterrupt: interrupted".into()),
+        },
         (Some(Trip::Timeout), _) | (None, "TimeoutError") => SnippetError {
             kind: SnippetErrorKind::Timeout,
             message: with_context(

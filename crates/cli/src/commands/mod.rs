@@ -6,6 +6,7 @@ pub mod chat;
 pub mod goal;
 pub mod graph;
 pub mod patch;
+pub mod repl;
 pub mod rlm;
 pub mod run;
 pub mod serve;
@@ -62,8 +63,23 @@ pub fn root_scope(
     limits: BudgetLimits,
     extra: Option<Arc<dyn EventSink>>,
 ) -> anyhow::Result<RunScope> {
+    let display = Arc::new(CliSink::new(stream_text, args.quiet));
+    let scope = scope_with(name, args, display, limits, extra)?;
+    watch_signals(scope.cancel_token().clone());
+    Ok(scope)
+}
+
+/// The root run scope with `display` showing its events (and `--events`, `extra`), without
+/// signal handling: the caller handles Ctrl-C (see [`watch_terminate`] for SIGTERM).
+pub fn scope_with(
+    name: &str,
+    args: &ProviderArgs,
+    display: Arc<dyn EventSink>,
+    limits: BudgetLimits,
+    extra: Option<Arc<dyn EventSink>>,
+) -> anyhow::Result<RunScope> {
     limits.validate().map_err(|e| ConfigError(e.to_string()))?;
-    let mut sink = FanoutSink::new().with(Arc::new(CliSink::new(stream_text, args.quiet)));
+    let mut sink = FanoutSink::new().with(display);
     if let Some(path) = &args.events {
         fresh_output("--events", path, args.append)?;
         let jsonl = Arc::new(
@@ -76,10 +92,8 @@ pub fn root_scope(
     if let Some(extra) = extra {
         sink.push(extra);
     }
-    let scope = RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)))
-        .with_max_depth(recursive_core::run::DEFAULT_MAX_DEPTH);
-    watch_signals(scope.cancel_token().clone());
-    Ok(scope)
+    Ok(RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)))
+        .with_max_depth(recursive_core::run::DEFAULT_MAX_DEPTH))
 }
 
 /// Reports the first failed write of a log file, if any.
@@ -113,6 +127,12 @@ fn watch_signals(token: tokio_util::sync::CancellationToken) {
             }
         }
     });
+    watch_terminate(token);
+}
+
+/// SIGTERM cancels the run, kills the process groups of running shell commands, and exits
+/// with 143 after [`TERM_GRACE`].
+pub fn watch_terminate(token: tokio_util::sync::CancellationToken) {
     tokio::spawn(async move {
         let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
             return;

@@ -348,3 +348,37 @@ fn graph_new_without_a_valid_blueprint_does_not_exit_zero() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no valid blueprint was written"));
 }
+
+#[test]
+fn rlm_code_reaches_the_run_trees_functions_of_the_repl() {
+    let env = Env::new();
+    std::fs::write(env.path("reviewer.toml"), "description = \"Reviews text.\"\n").unwrap();
+    let code = "```python\nt = tool_call('read_file', path='notes.txt')\nr = agent_query('review: ' + t, \
+                name='reviewer')\nm = model_query('and you?')\ntry:\n    graph_run('nowhere')\nexcept ValueError \
+                as e:\n    print('refused:', e)\nsubmit(r['result'] + ' / ' + m['result'])\n```";
+    let script = env.script("s.json", json!([code, "LGTM", "fine too"]));
+    let log = env.path("events.jsonl");
+    let reviewer = format!("reviewer={}", s(&env.path("reviewer.toml")));
+    let out = env.run(&[
+        "rlm",
+        "check",
+        "-i",
+        "notes.txt",
+        "--mock-script",
+        s(&script),
+        "--agent",
+        &reviewer,
+        "--events",
+        s(&log),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"]["answer"], "LGTM / fine too");
+    let observation = v["trajectory"][0]["observation"].as_str().unwrap();
+    assert!(observation.contains("refused: no graph named `nowhere`"), "{observation}");
+    let evs = events(&log);
+    let started = evs.iter().find(|e| e["type"] == "sub_agent_started").expect("the agent ran as a child");
+    assert_eq!(started["agent"], "reviewer");
+    assert!(started["input"].as_str().unwrap().contains("hello world"), "{started}");
+}

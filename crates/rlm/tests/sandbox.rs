@@ -21,7 +21,7 @@ struct EchoHost {
 
 impl SandboxHost for EchoHost {
     fn is_host_function(&self, name: &str) -> bool {
-        matches!(name, "echo" | "finish" | "panic_now" | "panic_later" | "fail")
+        matches!(name, "echo" | "finish" | "panic_now" | "panic_later" | "fail" | "hang")
     }
 
     fn call(&self, call: HostCall) -> HostReply {
@@ -34,6 +34,12 @@ impl SandboxHost for EchoHost {
         if call.name == "fail" {
             return HostReply::Pending(Box::pin(async {
                 Err(recursive_rlm::MontyException::new(recursive_rlm::ExcType::ValueError, Some("boom".into())))
+            }));
+        }
+        if call.name == "hang" {
+            return HostReply::Pending(Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(600)).await;
+                Ok(json!(null))
             }));
         }
         if call.name == "finish" {
@@ -228,6 +234,54 @@ async fn cancellation_stops_a_running_snippet() {
     });
     let o = sb.execute("while True:\n    pass", host.clone(), &cancel).await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
+}
+
+/// Interrupts `code` after 150 ms.
+async fn interrupted(sb: &Sandbox, host: &Arc<EchoHost>, code: &str) -> SnippetOutcome {
+    let interrupt = CancellationToken::new();
+    let trigger = interrupt.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        trigger.cancel();
+    });
+    sb.run_cell(code, host.clone(), &CancellationToken::new(), &interrupt).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_during_a_host_call_ends_the_snippet_but_keeps_the_session() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    run(&sb, &host, "kept = 7").await;
+    let o = interrupted(&sb, &host, "print('before')\nhang()\nprint('after')").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Interrupted);
+    assert!(e.message.contains("KeyboardInterrupt"), "{}", e.message);
+    assert_eq!(o.stdout, "before\n");
+    let next = run(&sb, &host, "print(kept)").await;
+    assert_eq!(next.stdout, "7\n", "the session was lost: {next:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_of_awaited_calls_keeps_the_session() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    run(&sb, &host, "kept = 'x'").await;
+    let o = interrupted(&sb, &host, "rs = await asyncio.gather(hang(), echo('a'))").await;
+    assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Interrupted);
+    assert_eq!(run(&sb, &host, "print(kept)").await.stdout, "x\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_computation_restarts_the_worker_and_says_so() {
+    let sb = sandbox(SandboxLimits::default()).await;
+    let host = Arc::new(EchoHost::default());
+    let o = interrupted(&sb, &host, "while True:\n    pass").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, SnippetErrorKind::Interrupted);
+    assert!(e.message.contains("restarted"), "{}", e.message);
+    let next = run(&sb, &host, "print(1 + 1)").await;
+    assert!(next.stdout.starts_with("[the sandbox was restarted"), "{}", next.stdout);
+    assert!(next.stdout.ends_with("2\n"), "{}", next.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -249,3 +249,21 @@ fn run_piped(env: &Env, args: &[&str], code: &str) -> std::process::Output {
     child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
     child.wait_with_output().unwrap()
 }
+
+#[test]
+fn a_script_runs_an_rlm_file_by_its_path() {
+    let env = Env::new();
+    std::fs::write(env.path("reader.toml"), "kind = \"rlm\"\ndescription = \"Reads.\"\nmax_iterations = 2\n").unwrap();
+    let script = env.script("s.json", json!(["```python\nsubmit(inputs['doc'].upper())\n```"]));
+    let code = "r = rlm_query('shout it', inputs={'doc': 'quiet words'}, name='reader.toml')\nprint(r['result'])\n";
+    let out = run_piped(&env, &["--provider", "mock", "--mock-script", s(&script)], code);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "QUIET WORDS");
+    let wrong = run_piped(&env, &["--provider", "mock"], "agent_query('x', name='reader.toml')\n");
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("declares rlm, not agent"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+}

@@ -120,8 +120,11 @@ pub async fn settings(args: &ProviderOptions, config: &LoadedConfig) -> Result<P
 pub async fn build(args: &ProviderOptions, config: &LoadedConfig) -> Result<BuiltProvider, ConfigError> {
     let settings = settings(args, config).await?;
     let mut prices = PriceTable::builtin();
-    if let (Some(path), Some(_)) = (&config.path, &config.file.pricing) {
-        prices.extend_from_toml_file(path).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
+    if let Some(pricing) = &config.file.pricing {
+        let mut doc = toml::Table::new();
+        doc.insert("pricing".into(), toml::Value::Table(pricing.clone()));
+        let text = toml::to_string(&doc).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
+        prices.extend_from_toml(&text).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
     }
     let provider = build_provider(&settings, &prices).map_err(|e| ConfigError(e.to_string()))?;
     let unpriced = priced(&settings, &prices).err();

@@ -5,12 +5,17 @@
 //! Needing trust: `[mcp]` servers (they are started as commands), permission rules that allow,
 //! permission defaults looser than the built-in ones and a higher `max_denials`, `[tools.shell]`
 //! `shell`/`env`/`env_pass` (they choose the program and pass variables to commands),
-//! `read_only`/`writable`, `sandbox = "off"` and `network = true` (they widen the OS sandbox),
-//! `[tools.web] allow_hosts` (it opens private addresses) and `[provider] base_url` (the API
-//! key would go there). Trust is given with `--trust` or by answering a question on the
-//! terminal, and recorded per canonical path and SHA-256 of the contents in
-//! `<user config dir>/recursive/trusted.json`; an edited file needs trust again. Without it
-//! the run goes on without those parts and says which were left out.
+//! `read_only`/`writable`, `sandbox = "off"`, `network = true` and `max_*` resource limits above
+//! the built-in ones (they widen the OS sandbox), `[tools.web] allow_hosts` (it opens private
+//! addresses), `[provider] base_url` (the API key would go there), `[rlm] python`, `os_sandbox =
+//! "off"` and a `memory_limit_mib` of 0 or above the built-in one, and paths that leave the
+//! project — `[rlm] instructions` (read into the prompt) and `[tools] memory_path` (written).
+//! Trust is given with `--trust` or by answering a question on the terminal, and recorded per
+//! canonical path and SHA-256 of the contents in `<user config dir>/recursive/trusted.json`;
+//! an edited file needs trust again. A `recursive.toml` that is a symlink leaving the working
+//! directory is never trusted. Without trust the run goes on without those parts and says
+//! which were left out; and the project's file, layered on the user's, cannot loosen what the
+//! user's file set ([`keep_stricter`]).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -45,6 +50,18 @@ fn entry(path: &Path, text: &str) -> Entry {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let sha256 = Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     Entry { path, sha256 }
+}
+
+/// Why a project file cannot be trusted at all, if it cannot: it must be a regular file whose
+/// real path is inside the working directory (so trust given to one file is never borrowed by
+/// a symlink to it from another project).
+pub fn trustable(path: &Path) -> Result<(), String> {
+    let cwd = std::env::current_dir().and_then(std::fs::canonicalize).map_err(|e| e.to_string())?;
+    let real = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
+    if !real.starts_with(&cwd) {
+        return Err(format!("it resolves to {}, outside this directory", real.display()));
+    }
+    Ok(())
 }
 
 /// Whether these contents of this file were trusted before.
@@ -122,6 +139,16 @@ pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
             shell.remove("network");
             removed.push("[tools.shell] network = true".into());
         }
+        for (key, builtin) in SHELL_LIMITS {
+            if shell.get(*key).and_then(|v| v.as_integer()).is_some_and(|v| v > *builtin) {
+                shell.remove(*key);
+                removed.push(format!("[tools.shell] {key} above {builtin}"));
+            }
+        }
+    }
+    let memory_path = file.tools.as_mut().filter(|t| t.get("memory_path").is_some_and(leaves_project));
+    if memory_path.and_then(|t| t.remove("memory_path")).is_some() {
+        removed.push("[tools] memory_path outside the project".into());
     }
     if let Some(rlm) = file.rlm.as_mut() {
         if rlm.remove("python").is_some() {
@@ -130,6 +157,15 @@ pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
         if rlm.get("os_sandbox").and_then(|v| v.as_str()) == Some("off") {
             rlm.remove("os_sandbox");
             removed.push("[rlm] os_sandbox = \"off\"".into());
+        }
+        let memory = rlm.get("memory_limit_mib").and_then(|v| v.as_integer());
+        if memory.is_some_and(|m| m == 0 || m > RLM_MEMORY_MIB) {
+            rlm.remove("memory_limit_mib");
+            removed.push(format!("[rlm] memory_limit_mib unlimited or above {RLM_MEMORY_MIB}"));
+        }
+        if rlm.get("instructions").is_some_and(leaves_project) {
+            rlm.remove("instructions");
+            removed.push("[rlm] instructions outside the project (read into the prompt)".into());
         }
     }
     let web = file.tools.as_mut().and_then(|t| t.get_mut("web")).and_then(|s| s.as_table_mut());
@@ -140,6 +176,86 @@ pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
         removed.push("[provider] base_url (your API key would be sent there)".into());
     }
     removed
+}
+
+/// The OS sandbox's resource limits of `[tools.shell]` and their built-in values.
+const SHELL_LIMITS: &[(&str, i64)] =
+    &[("max_memory_mb", 8192), ("max_processes", 1024), ("max_file_size_mb", 4096), ("max_cpu_secs", 1200)];
+
+/// The RLM sandbox's built-in memory limit, in MiB.
+const RLM_MEMORY_MIB: i64 = 512;
+
+/// Whether a path setting leads outside the working directory (absolute, `..`, or a symlink
+/// out); a value that is not a path counts as leaving.
+fn leaves_project(value: &toml::Value) -> bool {
+    let Some(path) = value.as_str().map(Path::new) else { return true };
+    if path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return true;
+    }
+    let Ok(cwd) = std::env::current_dir().and_then(std::fs::canonicalize) else { return true };
+    // The nearest existing ancestor must resolve inside (the file itself may not exist yet).
+    let full = cwd.join(path);
+    let existing = full.ancestors().find(|a| a.exists()).map(std::fs::canonicalize);
+    !matches!(existing, Some(Ok(real)) if real.starts_with(&cwd))
+}
+
+/// Keeps, in `merged`, the user's value wherever the (untrusted) project's is looser: the
+/// permission defaults and `max_denials`, the OS sandbox modes and network, the sandbox's
+/// resource limits and the RLM's memory limit.
+pub fn keep_stricter(user: &crate::config::FileConfig, merged: &mut crate::config::FileConfig) {
+    if let (Some(u), Some(m)) = (&user.permissions, merged.permissions.as_mut()) {
+        for (key, _) in DEFAULTS {
+            stricter(u, m, key, |v| v.as_str().map(|a| i64::from(strictness(a))), true);
+        }
+        stricter(u, m, "max_denials", toml::Value::as_integer, false);
+    }
+    let shell = |f: &crate::config::FileConfig| f.tools.as_ref()?.get("shell")?.as_table().cloned();
+    if let (Some(u), Some(m)) = (shell(user), merged.tools.as_mut().and_then(|t| t.get_mut("shell")?.as_table_mut())) {
+        stricter(&u, m, "sandbox", |v| v.as_str().map(sandbox_strictness), true);
+        stricter(&u, m, "network", |v| v.as_bool().map(|b| i64::from(!b)), true);
+        for (key, _) in SHELL_LIMITS {
+            stricter(&u, m, key, toml::Value::as_integer, false);
+        }
+    }
+    if let (Some(u), Some(m)) = (&user.rlm, merged.rlm.as_mut()) {
+        stricter(u, m, "os_sandbox", |v| v.as_str().map(sandbox_strictness), true);
+        let memory = |v: &toml::Value| v.as_integer().map(|m| if m == 0 { i64::MAX } else { m });
+        stricter(u, m, "memory_limit_mib", memory, false);
+    }
+}
+
+/// Puts the user's `key` back when the merged one is looser: `rank` orders values, and
+/// `higher_is_stricter` says which way.
+fn stricter(
+    user: &toml::Table,
+    merged: &mut toml::Table,
+    key: &str,
+    rank: impl Fn(&toml::Value) -> Option<i64>,
+    higher_is_stricter: bool,
+) {
+    let Some(theirs) = user.get(key) else { return };
+    let looser = match (merged.get(key).and_then(&rank), rank(theirs)) {
+        (Some(m), Some(u)) => {
+            if higher_is_stricter {
+                m < u
+            } else {
+                m > u
+            }
+        }
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if looser {
+        merged.insert(key.to_string(), theirs.clone());
+    }
+}
+
+fn sandbox_strictness(mode: &str) -> i64 {
+    match mode {
+        "required" => 2,
+        "auto" => 1,
+        _ => 0,
+    }
 }
 
 fn strip_permissions(p: &mut toml::Table, removed: &mut Vec<String>) {

@@ -1,8 +1,12 @@
 //! The PostgreSQL checkpointer: threads shared by several processes or machines. The tables
 //! are created on first use under an advisory lock (so processes starting together do not
-//! race); "latest" follows a `BIGSERIAL` sequence, not anyone's clock.
+//! race); "latest" follows a `BIGSERIAL` sequence, not anyone's clock. A server that stops
+//! answering cannot hang a run: connecting (with the schema set-up) is bounded by the URL's
+//! `connect_timeout` (default [`CONNECT_TIMEOUT`]), and every statement by [`QUERY_TIMEOUT`].
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls};
@@ -32,6 +36,11 @@ CREATE TABLE IF NOT EXISTS graph_writes (
     PRIMARY KEY (thread, checkpoint, node)
 );
 ";
+
+/// How long connecting and creating the tables may take, unless the URL says otherwise.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one statement may take.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An arbitrary, fixed key for the advisory lock that serialises schema creation.
 const SCHEMA_LOCK: i64 = 0x7265_6375_7273_6976;
@@ -64,7 +73,19 @@ impl PostgresCheckpointer {
     /// Connects to `url` (`postgres://user:password@host:port/db`) and creates the tables
     /// when missing.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let (mut client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(pg)?;
+        let config: tokio_postgres::Config = url.parse().map_err(pg)?;
+        let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+        match tokio::time::timeout(limit, Self::open(&config)).await {
+            Ok(opened) => opened,
+            Err(_) => Err(StoreError::Backend(format!(
+                "postgres: the server did not answer within {} s (connect_timeout)",
+                limit.as_secs_f64()
+            ))),
+        }
+    }
+
+    async fn open(config: &tokio_postgres::Config) -> Result<Self, StoreError> {
+        let (mut client, connection) = config.connect(NoTls).await.map_err(pg)?;
         // The connection task has no caller to report to: when it fails, the next query
         // fails with the reason.
         tokio::spawn(async move {
@@ -82,8 +103,19 @@ impl PostgresCheckpointer {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<T>, StoreError> {
-        let rows = self.client.query(sql, params).await.map_err(pg)?;
+        let rows = timed(self.client.query(sql, params)).await?;
         rows.iter().map(|r| Ok(serde_json::from_str(&r.try_get::<_, String>(0).map_err(backend)?)?)).collect()
+    }
+}
+
+/// Runs one statement, bounded by [`QUERY_TIMEOUT`].
+async fn timed<T>(statement: impl Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(QUERY_TIMEOUT, statement).await {
+        Ok(done) => done.map_err(pg),
+        Err(_) => Err(StoreError::Backend(format!(
+            "postgres: a statement did not finish within {} s",
+            QUERY_TIMEOUT.as_secs()
+        ))),
     }
 }
 
@@ -91,14 +123,12 @@ impl PostgresCheckpointer {
 impl Checkpointer for PostgresCheckpointer {
     async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
         let body = serde_json::to_string(info)?;
-        self.client
-            .execute(
-                "INSERT INTO graph_threads (thread, body) VALUES ($1, $2)
+        timed(self.client.execute(
+            "INSERT INTO graph_threads (thread, body) VALUES ($1, $2)
                  ON CONFLICT (thread) DO UPDATE SET body = excluded.body",
-                &[&info.thread, &body],
-            )
-            .await
-            .map_err(pg)?;
+            &[&info.thread, &body],
+        ))
+        .await?;
         Ok(())
     }
 
@@ -112,26 +142,22 @@ impl Checkpointer for PostgresCheckpointer {
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let body = serde_json::to_string(checkpoint)?;
-        self.client
-            .execute(
-                "INSERT INTO graph_checkpoints (thread, ns, id, body) VALUES ($1, $2, $3, $4)",
-                &[&checkpoint.thread, &checkpoint.ns, &checkpoint.id, &body],
-            )
-            .await
-            .map_err(pg)?;
+        timed(self.client.execute(
+            "INSERT INTO graph_checkpoints (thread, ns, id, body) VALUES ($1, $2, $3, $4)",
+            &[&checkpoint.thread, &checkpoint.ns, &checkpoint.id, &body],
+        ))
+        .await?;
         Ok(())
     }
 
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let body = serde_json::to_string(write)?;
-        self.client
-            .execute(
-                "INSERT INTO graph_writes (thread, checkpoint, node, body) VALUES ($1, $2, $3, $4)
+        timed(self.client.execute(
+            "INSERT INTO graph_writes (thread, checkpoint, node, body) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (thread, checkpoint, node) DO UPDATE SET body = excluded.body",
-                &[&thread, &checkpoint, &write.node, &body],
-            )
-            .await
-            .map_err(pg)?;
+            &[&thread, &checkpoint, &write.node, &body],
+        ))
+        .await?;
         Ok(())
     }
 
@@ -189,5 +215,23 @@ mod tests {
         let bad = url.replacen(":recursive@", ":wrong@", 1);
         let err = PostgresCheckpointer::connect(&bad).await.unwrap_err().to_string();
         assert!(err.contains("password"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_and_never_answers_is_an_error_not_a_hang() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let url = format!("postgres://u:p@127.0.0.1:{port}/db?connect_timeout=1");
+        let started = std::time::Instant::now();
+        let err = PostgresCheckpointer::connect(&url).await.unwrap_err().to_string();
+        assert!(err.contains("did not answer within 1 s"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "it waited {:?}", started.elapsed());
+        silent.abort();
     }
 }

@@ -1,6 +1,7 @@
 //! File tools: `read_file` (numbered lines, paged, capped, binary refused), `write_file`
 //! (create or overwrite, parents created) and `list_dir` (a tree honouring `.gitignore`).
-//! Every path goes through [`Workspace::resolve`] before the file is touched.
+//! Every path goes through [`Workspace::resolve`] before the file is touched, and every write
+//! through [`write_contents`], which never writes through another hard link of the file.
 
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,25 @@ use serde_json::{Map, Value};
 use crate::config::{ListConfig, ReadConfig};
 use crate::sandbox::Workspace;
 use crate::truncate::{clip_chars, prefix_at_boundary};
+
+/// Writes `bytes` as the whole content of the file at `path` (inside the workspace). A file
+/// with other hard links — one may be a file outside the workspace that someone linked in —
+/// is not written through: the content goes to a new file that takes its name (with its
+/// permissions), and the other links keep the old content.
+pub(crate) fn write_contents(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let linked = std::fs::symlink_metadata(path).ok().filter(|m| m.is_file() && m.nlink() > 1);
+    let Some(old) = linked else { return std::fs::write(path, bytes) };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let fresh = path.with_file_name(format!(".{name}.recursive-{}", std::process::id()));
+    let written = std::fs::write(&fresh, bytes)
+        .and_then(|()| std::fs::set_permissions(&fresh, old.permissions()))
+        .and_then(|()| std::fs::rename(&fresh, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&fresh);
+    }
+    written
+}
 
 /// Bytes inspected to decide whether a file is binary.
 const SNIFF_BYTES: usize = 8 * 1024;
@@ -284,7 +304,12 @@ impl TypedTool for WriteFile {
                 .await
                 .map_err(|e| ToolError::failed(format!("cannot create the directories of `{shown}`: {e}")))?;
         }
-        tokio::fs::write(&path, args.content.as_bytes()).await.map_err(|e| io_error(&shown, &e))?;
+        let content = args.content.clone().into_bytes();
+        let target = path.clone();
+        tokio::task::spawn_blocking(move || write_contents(&target, &content))
+            .await
+            .map_err(|e| ToolError::failed(format!("the write of `{shown}` failed: {e}")))?
+            .map_err(|e| io_error(&shown, &e))?;
         let bytes = args.content.len();
         Ok(match previous {
             Some(old) => format!("overwrote `{shown}`: {bytes} bytes written (was {old} bytes)"),
@@ -493,6 +518,7 @@ mod tests {
         tools.register(typed(ReadFile::new(ws.clone(), read)));
         tools.register(typed(WriteFile::new(ws.clone())));
         tools.register(typed(ListDir::new(ws.clone(), list)));
+        tools.register(typed(crate::patch::ApplyPatch::new(ws.clone())));
         let outside_path = outside.path().to_path_buf();
         Env { _dir: dir, _outside: outside, ws, outside: outside_path, tools }
     }
@@ -647,6 +673,20 @@ mod tests {
         }
         assert_eq!(std::fs::read_to_string(e.outside.join("secret.txt")).unwrap(), "top secret\n");
         assert!(!e.outside.join("new.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn writes_never_reach_a_file_outside_through_a_hard_link() {
+        let e = env();
+        std::fs::hard_link(e.outside.join("secret.txt"), e.ws.root().join("linked.txt")).unwrap();
+        call(&e, "write_file", json!({"path": "linked.txt", "content": "overwritten"})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(e.outside.join("secret.txt")).unwrap(), "top secret\n");
+        assert_eq!(std::fs::read_to_string(e.ws.root().join("linked.txt")).unwrap(), "overwritten");
+        std::fs::hard_link(e.outside.join("secret.txt"), e.ws.root().join("again.txt")).unwrap();
+        let patch = "*** Begin Patch\n*** Update File: again.txt\n@@\n-top secret\n+patched\n*** End Patch";
+        call(&e, "apply_patch", json!({"patch": patch})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(e.outside.join("secret.txt")).unwrap(), "top secret\n");
+        assert_eq!(std::fs::read_to_string(e.ws.root().join("again.txt")).unwrap(), "patched\n");
     }
 
     #[tokio::test]

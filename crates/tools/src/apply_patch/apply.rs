@@ -96,7 +96,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent).map_err(|e| io_problem("create its parent directory", &e))?;
     }
-    fs::write(path, bytes).map_err(|e| io_problem("write the file", &e))
+    crate::fs::write_contents(path, bytes).map_err(|e| io_problem("write the file", &e))
 }
 
 fn delete_file(path: &Path) -> Result<(), String> {

@@ -12,7 +12,8 @@
 //! - wrappers that run another command: `env`, `sudo`, `doas`, `nice`, `nohup`, `timeout`,
 //!   `stdbuf`, `ionice`, `setsid`, `command`, `exec`, `builtin`, `time`, `xargs`, `watch`,
 //!   `eval`, shells given a script with `-c` (`sh`, `bash`, `dash`, `zsh`, `ksh`, `ash`, `busybox
-//!   sh`), and `find … -exec/-execdir/-ok/-okdir … ;`; `find … -delete` counts as an `rm` of
+//!   sh`), and `find … -exec/-execdir/-ok/-okdir … ;`; `unlink` and `shred` count as `rm`;
+//!   `find … -delete` counts as an `rm` of
 //!   the paths it searches;
 //! - programs that run a command after options not modelled here ([`OPAQUE_WRAPPERS`]: `strace`,
 //!   `chroot`, `flock`, `taskset`, `unshare`, `nsenter`, `parallel`, `perf`…): every run of their
@@ -35,11 +36,14 @@ pub struct SimpleCommand {
     /// Whether an `allow` rule may match it: false when its name comes from an expansion, when
     /// it writes a file through a redirection, or when options can make it run other code.
     pub allowable: bool,
+    /// Whether its name comes from an expansion (`$CMD x`, `x=rm; $x y`): it could be any
+    /// command, so every `deny` and `ask` rule meets it.
+    pub dynamic_name: bool,
 }
 
 impl SimpleCommand {
     fn new(argv: Vec<String>) -> Self {
-        Self { argv, allowable: true }
+        Self { argv, allowable: true, dynamic_name: false }
     }
 
     /// The words joined by spaces, for messages.
@@ -377,12 +381,19 @@ fn command_into(
     }
     let dynamic = argv[0].contains(EXPANSION);
     let name = base_name(&argv[0]).to_string();
+    let dynamic_name = name.contains(EXPANSION);
     argv[0].clone_from(&name);
     let argv: Vec<String> = argv.into_iter().map(|w| w.replace(EXPANSION, "$…")).collect();
-    let mut command = SimpleCommand { argv, allowable: allowable && !dynamic };
+    let mut command = SimpleCommand { argv, allowable: allowable && !dynamic, dynamic_name };
     let inner = wrapped(&name, &command.argv)?;
     if name == "git" {
         command.allowable &= git_without_globals(&mut command.argv);
+    }
+    if matches!(name.as_str(), "unlink" | "shred") {
+        // They delete (or destroy) files as `rm` does.
+        let mut rm = vec!["rm".to_string()];
+        rm.extend(command.argv.iter().skip(1).cloned());
+        out.push(SimpleCommand::new(rm));
     }
     if name == "find" && command.argv.iter().any(|w| w == "-delete") {
         let mut rm = vec!["rm".to_string()];

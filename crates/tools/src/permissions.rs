@@ -552,7 +552,7 @@ impl PermissionPolicy {
         if let Some(prefix) = &compiled.prefix {
             let matched = match part {
                 Part::Whole => false,
-                Part::Command(c) => (!allow || c.allowable) && c.starts_with(prefix),
+                Part::Command(c) => (!allow || c.allowable) && (c.starts_with(prefix) || (!allow && c.dynamic_name)),
                 Part::Opaque(text) => !allow && text_has_prefix(text, prefix),
             };
             if !matched {
@@ -920,6 +920,20 @@ mod tests {
             let v = verdict(&p, "run_shell", false, json!({"command": cmd})).await;
             assert_eq!(v.decision, Decision::Deny, "{cmd}: {}", v.reason);
             assert!(v.reason.contains("rule #3"), "{cmd}: {}", v.reason);
+        }
+    }
+
+    #[tokio::test]
+    async fn deny_rules_meet_names_from_expansions_and_rm_alikes() {
+        let rules = "[permissions]\ndefault_write = \"allow\"\n[[permissions.rules]]\ntool = \"run_shell\"\ncommand_prefix = \"rm\"\naction = \"deny\"";
+        let p = policy(rules, Arc::new(FixedApprover(Approval::Yes)));
+        for cmd in ["x=rm; $x victim", "$CMD victim", "\"$(echo rm)\" victim", "unlink victim", "shred -u victim"] {
+            let v = verdict(&p, "run_shell", false, json!({"command": cmd})).await;
+            assert_eq!(v.decision, Decision::Deny, "{cmd}: {}", v.reason);
+        }
+        for cmd in ["ls $HOME", "echo rm", "git status"] {
+            let v = verdict(&p, "run_shell", false, json!({"command": cmd})).await;
+            assert_eq!(v.decision, Decision::Allow, "{cmd}: {}", v.reason);
         }
     }
 

@@ -143,3 +143,22 @@ fn trust_is_not_borrowed_through_a_symlinked_project_file() {
     assert!(stderr.contains("cannot be trusted"), "{stderr}");
     assert!(!attacker.join("out.txt").exists(), "the borrowed allow rule took effect: {stderr}");
 }
+
+#[test]
+fn a_bad_value_is_named_by_its_key() {
+    let env = Env::new();
+    std::fs::write(env.path("bad.toml"), "[tools.shell]\nmax_processes = -1\n").unwrap();
+    let out = env.run(&["run", "x", "--provider", "mock", "--config", "bad.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`shell.max_processes`"), "{stderr}");
+}
+
+#[test]
+fn missing_schema_and_runnable_files_are_usage_errors() {
+    let env = Env::new();
+    let out = env.run(&["rlm", "q", "-i", "notes.txt", "--provider", "mock", "--schema", "missing.json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.run(&["run", "q", "--provider", "mock", "--agent", "x=missing.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -47,9 +47,11 @@ impl LoadedConfig {
     ) -> Result<T, ConfigError> {
         match table {
             None => Ok(T::default()),
-            Some(t) => t.clone().try_into().map_err(|e: toml::de::Error| {
+            Some(t) => serde_path_to_error::deserialize(toml::Value::Table(t.clone())).map_err(|e| {
                 let file = self.path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default();
-                ConfigError(format!("invalid [{name}] table in {file}: {}", e.message()))
+                let key = e.path().to_string();
+                let at = if key == "." { String::new() } else { format!("`{key}`: ") };
+                ConfigError(format!("invalid [{name}] table in {file}: {at}{}", e.inner().message()))
             }),
         }
     }

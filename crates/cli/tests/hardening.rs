@@ -333,3 +333,27 @@ fn a_slow_mcp_server_does_not_hold_up_the_run_and_is_stopped_with_it() {
     }
     panic!("the server still starting outlived the run");
 }
+
+#[test]
+fn a_planted_state_symlink_never_leads_the_hosts_writes_outside() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), env.path(".recursive")).unwrap();
+    let script = env.script(
+        "s.json",
+        json!([{"tool_calls": [{"name": "remember", "arguments": {"key": "k", "value": "v"}}]}, "done"]),
+    );
+    let out = env.run(&["run", "x", "--mock-script", s(&script), "--yes", "--json"]);
+    let results = tool_results(&out);
+    assert!(results[0].contains("outside the workspace"), "{results:?}");
+    std::fs::write(env.path("flow.toml"), "name = \"flow\"\n[state]\nx = \"string\"\n[[nodes]]\nname = \"a\"\ntool = \"list_dir\"\noutput = \"x\"\n[[edges]]\nfrom = \"START\"\nto = \"a\"\n").unwrap();
+    let graph = env.run(&["graph", "run", "flow.toml", "--provider", "mock"]);
+    assert_ne!(graph.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&graph.stderr).contains("outside the workspace"),
+        "{}",
+        String::from_utf8_lossy(&graph.stderr)
+    );
+    let planted: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
+    assert!(planted.is_empty(), "the host wrote outside: {planted:?}");
+}

@@ -89,8 +89,16 @@ impl BlueprintTool {
         self.workspace.join(Self::relative_path_of(name))
     }
 
+    /// The state file `name` under the workspace's `.recursive/`, refused when that place leads
+    /// outside the workspace.
+    fn state_path(&self, name: &str) -> Result<PathBuf, ToolError> {
+        recursive_tools::Workspace::new(&self.workspace)
+            .and_then(|ws| ws.state_path(name))
+            .map_err(|e| ToolError::failed(format!("the workspace's state: {e}")))
+    }
+
     fn save(&self, name: &str, text: &str) -> Result<PathBuf, ToolError> {
-        let path = self.path_of(name);
+        let path = self.state_path(&format!("blueprints/{name}.toml"))?;
         let dir = path.parent().ok_or_else(|| ToolError::failed("no directory for blueprints"))?;
         std::fs::create_dir_all(dir).map_err(|e| ToolError::failed(format!("cannot create {}: {e}", dir.display())))?;
         std::fs::write(&path, text).map_err(|e| ToolError::failed(format!("cannot write {}: {e}", path.display())))?;
@@ -173,7 +181,9 @@ impl Tool for BlueprintTool {
         let store = self
             .store
             .get_or_try_init(|| async {
-                let path = self.workspace.join(".recursive").join("graphs.db");
+                let path = self
+                    .state_path("graphs.db")
+                    .map_err(|e| recursive_graph::checkpoint::StoreError::Backend(e.to_string()))?;
                 recursive_graph::checkpoint::open(&path.display().to_string()).await
             })
             .await

@@ -51,12 +51,11 @@ pub const READ_ONLY_TOOL_NAMES: &[&str] = &["list_dir", "read_file", "recall", "
 /// The memory store the built-in tools use: `config.memory_path` (relative to the workspace
 /// root) or `<workspace>/.recursive/memory.db`.
 pub fn memory_store(workspace: &Workspace, config: &ToolsConfig) -> Arc<MemoryStore> {
-    let path = match &config.memory_path {
-        Some(p) if p.is_absolute() => p.clone(),
-        Some(p) => workspace.root().join(p),
-        None => workspace.state_dir().join("memory.db"),
-    };
-    Arc::new(MemoryStore::new(path))
+    Arc::new(match &config.memory_path {
+        Some(p) if p.is_absolute() => MemoryStore::new(p.clone()),
+        Some(p) => MemoryStore::new(workspace.root().join(p)),
+        None => MemoryStore::in_workspace(workspace),
+    })
 }
 
 /// Every built-in tool: `read_file`, `write_file`, `list_dir`, `apply_patch`, `run_shell`,

@@ -41,6 +41,9 @@ pub enum MemoryError {
     /// The lock around the connection was poisoned by a panic.
     #[error("memory database lock poisoned")]
     Poisoned,
+    /// The default database's place leads outside the workspace.
+    #[error("memory database: {0}")]
+    Outside(#[from] crate::sandbox::SandboxError),
 }
 
 /// One remembered entry.
@@ -60,7 +63,12 @@ pub struct MemoryEntry {
 pub struct MemoryStore {
     path: PathBuf,
     conn: Mutex<Option<Connection>>,
+    /// The workspace whose `.recursive/` holds the file, checked again when it is opened.
+    state_of: Option<crate::sandbox::Workspace>,
 }
+
+/// The default database's file name under `.recursive/`.
+const MEMORY_FILE: &str = "memory.db";
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS memories (
     key TEXT PRIMARY KEY NOT NULL,
@@ -71,7 +79,14 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS memories (
 impl MemoryStore {
     /// A store backed by the database file at `path` (created on the first write).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), conn: Mutex::new(None) }
+        Self { path: path.into(), conn: Mutex::new(None), state_of: None }
+    }
+
+    /// The default store of a workspace, `<root>/.recursive/memory.db`, whose place is checked
+    /// to stay inside the workspace when it is opened ([`crate::sandbox::Workspace::state_path`]).
+    pub fn in_workspace(workspace: &crate::sandbox::Workspace) -> Self {
+        let path = workspace.state_dir().join(MEMORY_FILE);
+        Self { path, conn: Mutex::new(None), state_of: Some(workspace.clone()) }
     }
 
     /// The database file.
@@ -94,6 +109,9 @@ impl MemoryStore {
         if guard.is_none() {
             if !create && !self.path.exists() {
                 return Ok(None);
+            }
+            if let Some(ws) = &self.state_of {
+                ws.state_path(MEMORY_FILE)?;
             }
             if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)

@@ -90,6 +90,14 @@ impl Workspace {
         self.root.join(".recursive")
     }
 
+    /// The state file `name` under `<root>/.recursive`, resolved as a tool's path is: a
+    /// `.recursive` (or a file in it) that a command turned into a symlink leading outside the
+    /// workspace is refused, so the host never writes its state there. Resolve it right before
+    /// opening the file.
+    pub fn state_path(&self, name: &str) -> Result<PathBuf, SandboxError> {
+        self.resolve(&format!(".recursive/{name}"))
+    }
+
     /// Resolves a path a tool received to an absolute path inside the workspace, or refuses
     /// it. Relative paths are taken from the root; absolute paths must point inside it. The
     /// empty path and `.` are the root itself. Nothing is created, read or written.

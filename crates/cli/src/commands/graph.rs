@@ -347,7 +347,8 @@ fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir()?,
     };
-    Ok(dir.join(".recursive").join("graphs.db").display().to_string())
+    let path = recursive_tools::Workspace::new(&dir).and_then(|ws| ws.state_path("graphs.db"));
+    Ok(path.map_err(|e| anyhow::anyhow!("the graph store: {e}"))?.display().to_string())
 }
 
 async fn open_store(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<Arc<dyn Checkpointer>> {

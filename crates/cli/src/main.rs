@@ -95,6 +95,10 @@ pub struct ProviderArgs {
     /// permission widenings take effect, and the trust is recorded until the file changes.
     #[arg(long)]
     pub trust: bool,
+    /// With OpenTelemetry export on (`OTEL_EXPORTER_OTLP_ENDPOINT` or `[telemetry]`): put
+    /// prompts, completions, inputs and code in the spans.
+    #[arg(long)]
+    pub otel_content: bool,
 }
 
 impl ProviderArgs {
@@ -114,6 +118,7 @@ impl ProviderArgs {
             append: false,
             quiet: true,
             trust: false,
+            otel_content: false,
         }
     }
 
@@ -161,6 +166,7 @@ async fn run() -> ExitCode {
         Command::Trace(args) => commands::trace::execute(args),
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };
+    commands::finish_telemetry();
     match outcome {
         Ok(code) => match commands::incomplete_log() {
             // A run that lost part of its log did not do all that was asked.

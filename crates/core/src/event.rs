@@ -52,6 +52,19 @@ pub struct AgentEvent {
     pub kind: EventKind,
 }
 
+/// What a `Usage` event says about the model call itself (for tracing backends).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelCallInfo {
+    /// The provider (`openai`, `anthropic`...).
+    pub provider: String,
+    /// The model asked for (the answering model is `model`).
+    pub request_model: String,
+    /// How long the call took, retries included.
+    pub duration_ms: u64,
+    /// Why generation stopped.
+    pub stop_reason: String,
+}
+
 /// A permission decision taken for one tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -122,8 +135,11 @@ pub enum EventKind {
         usage: Usage,
         /// USD cost, where known.
         cost_usd: Option<f64>,
-        /// The model.
+        /// The model that answered.
         model: String,
+        /// The call as made (absent in logs of older versions).
+        #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+        call: Option<ModelCallInfo>,
     },
     /// A model call is being retried.
     Retry {
@@ -422,7 +438,7 @@ impl StderrSink {
             EventKind::Permission { name, decision, reason, .. } => {
                 format!("permission {name}: {decision:?} ({reason})")
             }
-            EventKind::Usage { usage, cost_usd, model } => format!(
+            EventKind::Usage { usage, cost_usd, model, .. } => format!(
                 "usage {model}: {} in / {} out{}",
                 usage.input_tokens,
                 usage.output_tokens,

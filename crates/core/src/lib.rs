@@ -28,8 +28,8 @@ pub mod transcript;
 
 pub use budget::{Budget, BudgetLimitError, BudgetLimits};
 pub use event::{
-    AgentEvent, Decision, EventKind, EventSink, Extension, ExtensionEvent, FanoutSink, JsonlSink, MemorySink, NullSink,
-    RunIds, StderrSink,
+    AgentEvent, Decision, EventKind, EventSink, Extension, ExtensionEvent, FanoutSink, JsonlSink, MemorySink,
+    ModelCallInfo, NullSink, RunIds, StderrSink,
 };
 pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
 pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};

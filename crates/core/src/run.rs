@@ -389,11 +389,19 @@ impl RunScope {
     /// Accounts for one model call made by this node: records its usage and cost (budget and
     /// every ancestor's totals) and emits the `Usage` event.
     pub fn record_response(&self, step: u32, response: &crate::provider::ChatResponse) {
+        self.record_call(step, response, None);
+    }
+
+    /// [`Self::record_response`] with what is known of the call made.
+    fn record_call(
+        &self,
+        step: u32,
+        response: &crate::provider::ChatResponse,
+        call: Option<crate::event::ModelCallInfo>,
+    ) {
         self.record_usage(&response.usage, response.cost_usd);
-        self.emit(
-            step,
-            EventKind::Usage { usage: response.usage, cost_usd: response.cost_usd, model: response.model.clone() },
-        );
+        let model = response.model.clone();
+        self.emit(step, EventKind::Usage { usage: response.usage, cost_usd: response.cost_usd, model, call });
     }
 
     /// The one guarded model call of the run tree. Before the call: cancellation and the
@@ -416,6 +424,8 @@ impl RunScope {
             self.budget.reserve_calls(1).map_err(ModelCallError::Stopped)?;
         }
         let step = call.step;
+        let started = std::time::Instant::now();
+        let request_model = request.options.model.clone();
         let work = async {
             let mut stream = provider.stream(request).await?;
             while let Some(event) = stream.next().await {
@@ -458,7 +468,13 @@ impl RunScope {
                 Err(ModelCallError::Provider(e))
             }
             Some(Ok(response)) => {
-                self.record_response(step, &response);
+                let info = crate::event::ModelCallInfo {
+                    provider: provider.name().to_string(),
+                    request_model,
+                    duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    stop_reason: response.stop_reason.to_string(),
+                };
+                self.record_call(step, &response, Some(info));
                 Ok(response)
             }
         }

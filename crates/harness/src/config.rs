@@ -27,6 +27,8 @@ pub struct FileConfig {
     pub limits: Option<toml::Table>,
     /// `[rlm]`: defaults for `recursive rlm`.
     pub rlm: Option<toml::Table>,
+    /// `[telemetry]`: OpenTelemetry export.
+    pub telemetry: Option<toml::Table>,
 }
 
 /// A loaded configuration and where it came from.
@@ -153,6 +155,7 @@ pub fn layer(user: FileConfig, project: FileConfig, trusted: bool) -> FileConfig
         tools: merge_tables(user.tools.clone(), project.tools),
         limits: merge_tables(user.limits.clone(), project.limits),
         rlm: merge_tables(user.rlm.clone(), project.rlm),
+        telemetry: merge_tables(user.telemetry.clone(), project.telemetry),
     };
     if !trusted {
         crate::trust::keep_stricter(&user, &mut merged);

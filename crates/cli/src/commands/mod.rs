@@ -49,7 +49,55 @@ pub async fn harness(
         runnables: runnables.to_vec(),
         rlm,
     };
-    Ok(Harness::build(options).await?)
+    let harness = Harness::build(options).await?;
+    let telemetry: recursive_telemetry::TelemetryFile =
+        harness.config.section(&harness.config.file.telemetry, "telemetry")?;
+    let _ = TELEMETRY.set(telemetry);
+    Ok(harness)
+}
+
+/// The `[telemetry]` table of the configuration the command loaded.
+static TELEMETRY: std::sync::OnceLock<recursive_telemetry::TelemetryFile> = std::sync::OnceLock::new();
+/// The span exporter of this process, once a run scope started it.
+static OTLP: std::sync::OnceLock<Arc<recursive_telemetry::OtlpSink>> = std::sync::OnceLock::new();
+/// How long the end of the process waits for the last spans to go out.
+const TELEMETRY_FLUSH: Duration = Duration::from_secs(5);
+
+/// The span exporter when export is configured (standard `OTEL_*` variables or
+/// `[telemetry]`); a configuration that cannot start is said once and the run goes on.
+fn telemetry_sink(args: &ProviderArgs) -> Option<Arc<dyn EventSink>> {
+    if let Some(sink) = OTLP.get() {
+        return Some(sink.clone());
+    }
+    let file = TELEMETRY.get().cloned().unwrap_or_default();
+    let settings = match recursive_telemetry::Settings::from_env(&file, args.otel_content) {
+        Ok(Some(s)) => s,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("warning: OpenTelemetry export is off: {e}");
+            return None;
+        }
+    };
+    match recursive_telemetry::OtlpSink::start(settings) {
+        Ok(sink) => Some(OTLP.get_or_init(|| Arc::new(sink)).clone()),
+        Err(e) => {
+            eprintln!("warning: {e}; the run goes on without it");
+            None
+        }
+    }
+}
+
+/// Sends the last spans (waiting at most [`TELEMETRY_FLUSH`]) and says what was lost.
+pub fn finish_telemetry() {
+    let Some(sink) = OTLP.get() else { return };
+    let counts = sink.shutdown(TELEMETRY_FLUSH);
+    let failed = counts.failed.load(std::sync::atomic::Ordering::Relaxed);
+    let dropped = counts.dropped.load(std::sync::atomic::Ordering::Relaxed);
+    if failed > 0 || dropped > 0 {
+        eprintln!(
+            "warning: OpenTelemetry export lost {failed} span(s) the collector did not take and dropped {dropped} event(s)"
+        );
+    }
 }
 
 /// Builds the root run scope: sinks (stderr/stdout, optional JSONL), the tree budget, and the
@@ -91,6 +139,9 @@ pub fn scope_with(
     }
     if let Some(extra) = extra {
         sink.push(extra);
+    }
+    if let Some(otlp) = telemetry_sink(args) {
+        sink.push(otlp);
     }
     Ok(RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)))
         .with_max_depth(recursive_core::run::DEFAULT_MAX_DEPTH))

@@ -29,6 +29,22 @@ pub struct TraceArgs {
     /// digests; the log keeps it whole).
     #[arg(long)]
     pub raw: bool,
+    /// Write the run tree as one self-contained HTML page (to `-o`, else stdout).
+    #[arg(long, conflicts_with_all = ["json", "otlp"])]
+    pub html: bool,
+    /// Where `--html` writes the page.
+    #[arg(short = 'o', long = "output", value_name = "PATH", requires = "html")]
+    pub output: Option<PathBuf>,
+    /// Export the run's spans to this OTLP endpoint (`http://host:4318` for HTTP/protobuf,
+    /// `http://host:4317` with `--otlp-protocol grpc`) instead of printing the tree.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub otlp: Option<String>,
+    /// The OTLP transport: http/protobuf (default) or grpc.
+    #[arg(long, value_name = "PROTOCOL", default_value = "http/protobuf", requires = "otlp")]
+    pub otlp_protocol: String,
+    /// Put prompts, completions, inputs and code in the exported spans.
+    #[arg(long, requires = "otlp")]
+    pub otel_content: bool,
 }
 
 /// One node of the printed tree.
@@ -309,8 +325,14 @@ pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
     Ok(tree)
 }
 
-/// Prints the tree.
+/// Prints the tree (or writes its page, or exports its spans).
 pub fn execute(args: TraceArgs) -> anyhow::Result<u8> {
+    if let Some(endpoint) = &args.otlp {
+        return export(&args, endpoint);
+    }
+    if args.html {
+        return write_html(&args);
+    }
     let mut tree = read_tree(&args.path)?;
     tree.show_raw = args.raw;
     if args.json {
@@ -322,6 +344,64 @@ pub fn execute(args: TraceArgs) -> anyhow::Result<u8> {
             anyhow::bail!("no matching nodes in {}", args.path.display());
         }
         print!("{text}");
+    }
+    Ok(0)
+}
+
+/// The events of a `--events` file, in order.
+fn read_events(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
+    let lines: Vec<(usize, Value)> =
+        recursive_core::read_jsonl(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(lines.into_iter().map(|(_, v)| v).collect())
+}
+
+/// `--html`: the page of the run tree.
+fn write_html(args: &TraceArgs) -> anyhow::Result<u8> {
+    let events = read_events(&args.path)?;
+    if !events.iter().any(|e| e.get("run_id").is_some()) {
+        anyhow::bail!("{} holds no run events (write them with --events)", args.path.display());
+    }
+    let title = format!("recursive trace — {}", args.path.display());
+    let page = recursive_telemetry::html::render(&events, &title);
+    match &args.output {
+        Some(path) => std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{page}"),
+    }
+    Ok(0)
+}
+
+/// `--otlp`: the run's spans sent to a collector; exit 1 when it did not take them all.
+fn export(args: &TraceArgs, endpoint: &str) -> anyhow::Result<u8> {
+    use std::sync::atomic::Ordering;
+    let transport = recursive_telemetry::Transport::parse(&args.otlp_protocol).map_err(crate::ConfigError)?;
+    let events = read_events(&args.path)?;
+    let settings = recursive_telemetry::Settings {
+        endpoint: recursive_telemetry::signal_endpoint(endpoint, transport),
+        transport,
+        service_name: "recursive".into(),
+        options: recursive_telemetry::Options { content: args.otel_content },
+    };
+    let sink = recursive_telemetry::OtlpSink::start(settings)?;
+    let mut runs = 0;
+    for (line, v) in events.into_iter().enumerate() {
+        if v.get("run_id").is_none() {
+            continue;
+        }
+        let e: AgentEvent = serde_json::from_value(v)
+            .with_context(|| format!("{}:{}: not a Recursive event", args.path.display(), line + 1))?;
+        runs += usize::from(matches!(e.kind, EventKind::RunStarted { .. }));
+        sink.send(&e);
+    }
+    let counts = sink.shutdown(std::time::Duration::from_secs(30));
+    let (exported, failed, dropped) = (
+        counts.exported.load(Ordering::Relaxed),
+        counts.failed.load(Ordering::Relaxed),
+        counts.dropped.load(Ordering::Relaxed),
+    );
+    eprintln!("exported {exported} span(s) of {runs} run(s) to {endpoint}");
+    if failed > 0 || dropped > 0 {
+        eprintln!("error: {failed} span(s) were not taken by the collector, {dropped} event(s) dropped");
+        return Ok(crate::EXIT_ERROR);
     }
     Ok(0)
 }

@@ -1,0 +1,540 @@
+//! The run tree's events as spans: one span per run node (agent, sub-agent, RLM, goal, graph),
+//! per RLM iteration, goal and graph node, per model call (a GenAI client span: operation,
+//! provider, request and response model, token usage, finish reasons) and per tool call (with
+//! its permission decision). Ids are derived from the run ids, so the same events give the same
+//! tree live and after the fact, and a child finds its parent without shared state.
+//!
+//! The model is fed events in order ([`SpanModel::push`]) and hands back each span once it has
+//! ended; [`SpanModel::finish`] ends what is still open (a killed run) at the last event's time.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, SystemTime};
+
+use recursive_core::{AgentEvent, Decision, EventKind, FinishReason, RunnableKind};
+use recursive_goal::GoalRunEvent;
+use recursive_graph::{GraphEvent, NodeOutcome};
+use recursive_rlm::RlmEvent;
+
+/// A span's attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attr {
+    /// Text.
+    Str(String),
+    /// A whole number.
+    Int(i64),
+    /// A fraction.
+    Float(f64),
+    /// A flag.
+    Bool(bool),
+    /// A list of texts.
+    Strs(Vec<String>),
+}
+
+/// Client (a call out: model) or internal (everything else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Work inside the program.
+    Internal,
+    /// A call to another service.
+    Client,
+}
+
+/// A timestamped note on a span (code run, a goal's decision, a completion with content on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    /// What it is.
+    pub name: String,
+    /// When.
+    pub at: SystemTime,
+    /// Its attributes.
+    pub attrs: Vec<(String, Attr)>,
+}
+
+/// One ended span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    /// The trace (one per root run).
+    pub trace_id: u128,
+    /// This span.
+    pub span_id: u64,
+    /// Its parent, if any.
+    pub parent: Option<u64>,
+    /// Its name.
+    pub name: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Start.
+    pub start: SystemTime,
+    /// End.
+    pub end: SystemTime,
+    /// Attributes.
+    pub attrs: Vec<(String, Attr)>,
+    /// Notes in time order.
+    pub notes: Vec<Note>,
+    /// `Some(message)` when it failed or was cut short.
+    pub error: Option<String>,
+}
+
+/// What the model keeps beyond structure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Prompts, completions, inputs and code (off by default: they may hold secrets).
+    pub content: bool,
+}
+
+/// Events in, ended spans out (see the module docs).
+#[derive(Debug, Default)]
+pub struct SpanModel {
+    options: Options,
+    open: HashMap<String, Span>,
+    /// Open keys in order of opening, to end them deterministically.
+    order: Vec<String>,
+    /// A child run's runnable kind and name, from its parent's `sub_agent_started`.
+    children: HashMap<String, (RunnableKind, String)>,
+    /// The open RLM iteration of each run.
+    iteration: HashMap<String, String>,
+    /// Permission decisions by tool call id.
+    decisions: HashMap<String, Decision>,
+    /// Runs whose span has ended (later events of theirs open nothing new).
+    ended: std::collections::HashSet<String>,
+    last: Option<SystemTime>,
+}
+
+/// At most this many characters of one content attribute.
+const CONTENT_CHARS: usize = 4000;
+
+impl SpanModel {
+    /// A model keeping what `options` say.
+    pub fn new(options: Options) -> Self {
+        Self { options, ..Default::default() }
+    }
+
+    /// Takes one event; returns the spans it ended.
+    pub fn push(&mut self, event: &AgentEvent) -> Vec<Span> {
+        let at = SystemTime::from(event.timestamp);
+        self.last = Some(self.last.map_or(at, |l| l.max(at)));
+        let run = event.ids.run_id.clone();
+        let mut ended = Vec::new();
+        if !self.open.contains_key(&run_key(&run)) && !self.ended.contains(&run) {
+            self.open_run(event, at);
+        }
+        match &event.kind {
+            EventKind::RunStarted { goal } if self.options.content => {
+                self.set(&run_key(&run), "recursive.input", Attr::Str(clip(goal)));
+            }
+            EventKind::SubAgentStarted { agent, kind, child_run_id, .. } => {
+                self.children.insert(child_run_id.clone(), (*kind, agent.clone()));
+            }
+            EventKind::Usage { usage, cost_usd, model, call: Some(call) } => {
+                let start = at.checked_sub(Duration::from_millis(call.duration_ms)).unwrap_or(at);
+                let mut attrs = vec![
+                    attr("gen_ai.operation.name", "chat"),
+                    attr("gen_ai.provider.name", &call.provider),
+                    attr("gen_ai.system", &call.provider),
+                    attr("gen_ai.request.model", &call.request_model),
+                    attr("gen_ai.response.model", model),
+                    int("gen_ai.usage.input_tokens", usage.input_tokens),
+                    int("gen_ai.usage.output_tokens", usage.output_tokens),
+                    ("gen_ai.response.finish_reasons".into(), Attr::Strs(vec![call.stop_reason.clone()])),
+                ];
+                if let Some(cost) = cost_usd {
+                    attrs.push(("recursive.cost_usd".into(), Attr::Float(*cost)));
+                }
+                let shown = if call.request_model.is_empty() { model } else { &call.request_model };
+                let key = format!("chat:{run}:{}", event.step);
+                let parent = self.innermost(&run);
+                ended.push(self.whole(&key, &run, parent, format!("chat {shown}"), Kind::Client, start, at, attrs));
+            }
+            EventKind::AssistantText { text } if self.options.content => {
+                let parent = self.innermost(&run);
+                self.note(&parent, "gen_ai.choice", at, vec![attr("gen_ai.completion", &clip(text))]);
+            }
+            EventKind::Permission { id, decision, .. } => {
+                self.decisions.insert(id.clone(), *decision);
+            }
+            EventKind::ToolResult { id, name, is_error, duration_ms, output } => {
+                let start = at.checked_sub(Duration::from_millis(*duration_ms)).unwrap_or(at);
+                let mut attrs = vec![
+                    attr("gen_ai.operation.name", "execute_tool"),
+                    attr("gen_ai.tool.name", name),
+                    attr("gen_ai.tool.call.id", id),
+                ];
+                if let Some(d) = self.decisions.remove(id) {
+                    attrs.push(attr("recursive.permission", if d == Decision::Allow { "allow" } else { "deny" }));
+                }
+                let parent = self.innermost(&run);
+                let mut span = self.whole(
+                    &format!("tool:{run}:{id}"),
+                    &run,
+                    parent,
+                    format!("execute_tool {name}"),
+                    Kind::Internal,
+                    start,
+                    at,
+                    attrs,
+                );
+                if *is_error {
+                    span.error = Some(clip(output));
+                }
+                ended.push(span);
+            }
+            EventKind::RunFinished { finish_reason, error, usage, cost_usd } => {
+                ended.extend(self.end_iteration(&run, at));
+                let key = run_key(&run);
+                self.set(&key, "recursive.finish_reason", Attr::Str(finish_reason.to_string()));
+                self.set(&key, "gen_ai.usage.input_tokens", Attr::Int(to_i64(usage.input_tokens)));
+                self.set(&key, "gen_ai.usage.output_tokens", Attr::Int(to_i64(usage.output_tokens)));
+                self.set(&key, "recursive.cost_usd", Attr::Float(*cost_usd));
+                self.ended.insert(run.clone());
+                if !finish_reason.is_success() || error.is_some() {
+                    let why = match (finish_reason, error) {
+                        (_, Some(e)) => format!("{finish_reason}: {e}"),
+                        (FinishReason::Cancelled, None) => "cancelled".to_string(),
+                        (other, None) => other.to_string(),
+                    };
+                    self.fail(&key, why);
+                }
+                ended.extend(self.end(&key, at));
+            }
+            EventKind::Extension(ext) => ended.extend(self.extension(event, ext, at)),
+            _ => {}
+        }
+        ended
+    }
+
+    /// Ends every span still open at the last event's time (marked unfinished).
+    pub fn finish(&mut self) -> Vec<Span> {
+        let at = self.last.unwrap_or_else(SystemTime::now);
+        let keys: Vec<String> = self.order.iter().rev().cloned().collect();
+        let mut ended = Vec::new();
+        for key in keys {
+            self.set(&key, "recursive.unfinished", Attr::Bool(true));
+            ended.extend(self.end(&key, at));
+        }
+        ended
+    }
+
+    fn extension(&mut self, event: &AgentEvent, ext: &recursive_core::Extension, at: SystemTime) -> Vec<Span> {
+        let run = event.ids.run_id.clone();
+        if let Some(e) = ext.get::<RlmEvent>() {
+            self.claim(&run, RunnableKind::Rlm);
+            return self.rlm(&run, e, at);
+        }
+        if let Some(GoalRunEvent::Goal { event: what, goal_id, goal, parent_goal_id, status, data, .. }) =
+            ext.get::<GoalRunEvent>()
+        {
+            self.claim(&run, RunnableKind::Goal);
+            let key = format!("goal:{run}:{goal_id}");
+            if !self.open.contains_key(&key) {
+                let parent = match parent_goal_id {
+                    Some(p) if self.open.contains_key(&format!("goal:{run}:{p}")) => format!("goal:{run}:{p}"),
+                    _ => run_key(&run),
+                };
+                let attrs = vec![attr("recursive.goal.id", &goal_id), attr("recursive.goal", &clip(&goal))];
+                self.start(&key, &run, &parent, format!("goal {goal_id}"), at, attrs);
+            }
+            let mut attrs = vec![];
+            if self.options.content && !data.is_null() {
+                attrs.push(attr("recursive.data", &clip(&data.to_string())));
+            }
+            self.note(&key, what.as_str(), at, attrs);
+            if let Some(status) = status {
+                self.set(&key, "recursive.goal.status", Attr::Str(status.to_string()));
+                if !matches!(status.as_str(), "achieved" | "completed") {
+                    self.fail(&key, status.to_string());
+                }
+                return self.end(&key, at);
+            }
+            return Vec::new();
+        }
+        if let Some(e) = ext.get::<GraphEvent>() {
+            return self.graph(&run, e, at);
+        }
+        Vec::new()
+    }
+
+    fn rlm(&mut self, run: &str, event: RlmEvent, at: SystemTime) -> Vec<Span> {
+        match event {
+            RlmEvent::RlmIteration { iteration, .. } => {
+                let ended = self.end_iteration(run, at);
+                let key = format!("rlm-iteration:{run}:{iteration}");
+                let attrs = vec![int("recursive.rlm.iteration", u64::from(iteration))];
+                self.start(&key, run, &run_key(run), format!("rlm iteration {iteration}"), at, attrs);
+                self.iteration.insert(run.to_string(), key);
+                ended
+            }
+            RlmEvent::RlmSnippet { code, block, .. } => {
+                let parent = self.innermost(run);
+                let mut attrs = vec![int("recursive.rlm.block", block as u64)];
+                if self.options.content {
+                    attrs.push(attr("recursive.rlm.code", &clip(&code)));
+                }
+                self.note(&parent, "rlm.snippet", at, attrs);
+                Vec::new()
+            }
+            RlmEvent::RlmObservation { observation, error, duration_ms, .. } => {
+                let parent = self.innermost(run);
+                let mut attrs = vec![int("recursive.rlm.duration_ms", duration_ms)];
+                if let Some(e) = error {
+                    attrs.push(attr("recursive.rlm.error", &format!("{e:?}")));
+                }
+                if self.options.content {
+                    attrs.push(attr("recursive.rlm.observation", &clip(&observation)));
+                }
+                self.note(&parent, "rlm.observation", at, attrs);
+                Vec::new()
+            }
+            RlmEvent::RlmSubCall { kind, prompt_chars, ok, error, prompt_head, answer_head, .. } => {
+                let parent = self.innermost(run);
+                let mut attrs =
+                    vec![attr("recursive.rlm.sub_call", &kind), int("recursive.rlm.prompt_chars", prompt_chars as u64)];
+                attrs.push(("recursive.rlm.ok".into(), Attr::Bool(ok)));
+                if let Some(e) = error {
+                    attrs.push(attr("recursive.rlm.error", &clip(&e)));
+                }
+                if self.options.content {
+                    attrs.push(attr("gen_ai.prompt", &prompt_head));
+                    attrs.push(attr("gen_ai.completion", &answer_head.unwrap_or_default()));
+                }
+                self.note(&parent, "rlm.sub_call", at, attrs);
+                Vec::new()
+            }
+            RlmEvent::RlmFinished { outcome } => {
+                self.set(&run_key(run), "recursive.rlm.outcome", Attr::Str(outcome.as_str().to_string()));
+                self.end_iteration(run, at)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn graph(&mut self, run: &str, event: GraphEvent, at: SystemTime) -> Vec<Span> {
+        match event {
+            GraphEvent::GraphStarted { graph, thread, .. } => {
+                self.claim(run, RunnableKind::Graph);
+                self.set(&run_key(run), "recursive.graph", Attr::Str(graph));
+                self.set(&run_key(run), "recursive.graph.thread", Attr::Str(thread));
+                Vec::new()
+            }
+            GraphEvent::GraphNodeStarted { node, kind } => {
+                let key = format!("graph-node:{run}:{node}");
+                let attrs = vec![attr("recursive.graph.node", &node), attr("recursive.graph.node_kind", &kind)];
+                self.start(&key, run, &run_key(run), format!("graph node {node}"), at, attrs);
+                Vec::new()
+            }
+            GraphEvent::GraphNodeFinished { node, outcome, .. } => {
+                let key = format!("graph-node:{run}:{node}");
+                self.set(&key, "recursive.graph.outcome", Attr::Str(outcome.as_str().to_string()));
+                if outcome != NodeOutcome::Ok {
+                    self.fail(&key, outcome.as_str().to_string());
+                }
+                self.end(&key, at)
+            }
+            GraphEvent::GraphSuperstep { step, nodes, .. } => {
+                let attrs =
+                    vec![int("recursive.graph.step", step), ("recursive.graph.nodes".into(), Attr::Strs(nodes))];
+                self.note(&run_key(run), "graph.superstep", at, attrs);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn open_run(&mut self, event: &AgentEvent, at: SystemTime) {
+        let run = &event.ids.run_id;
+        let parent = event.ids.parent_run_id.as_deref().map(run_key);
+        // A runnable's run (started by its parent, or a command's root) invokes an agent in
+        // GenAI terms; any other node of the tree (a graph node's own scope) is just a run.
+        let runnable = match self.children.get(run).cloned() {
+            Some(known) => Some(known),
+            None if parent.is_none() => {
+                let name = base_name(&event.ids.name);
+                Some((root_kind(&name), name))
+            }
+            None => None,
+        };
+        let mut attrs = vec![attr("recursive.run_id", run), int("recursive.depth", u64::from(event.ids.depth))];
+        let name = match &runnable {
+            Some((kind, name)) => {
+                attrs.push(attr("gen_ai.operation.name", "invoke_agent"));
+                attrs.push(attr("gen_ai.agent.name", name));
+                attrs.push(attr("recursive.kind", kind.as_str()));
+                format!("invoke_agent {name}")
+            }
+            None => format!("run {}", base_name(&event.ids.name)),
+        };
+        let span = Span {
+            trace_id: trace_id(&event.ids.root_run_id),
+            span_id: span_id(&run_key(run)),
+            parent: parent.as_deref().map(span_id),
+            name,
+            kind: Kind::Internal,
+            start: at,
+            end: at,
+            attrs,
+            notes: Vec::new(),
+            error: None,
+        };
+        self.insert(run_key(run), span);
+    }
+
+    /// Makes a run whose kind was not known (its parent started no runnable for it) an
+    /// invocation of the kind its own events show.
+    fn claim(&mut self, run: &str, kind: RunnableKind) {
+        let Some(span) = self.open.get_mut(&run_key(run)) else { return };
+        if span.attrs.iter().any(|(k, _)| k == "recursive.kind") {
+            return;
+        }
+        let name = span.name.strip_prefix("run ").unwrap_or(&span.name).to_string();
+        span.name = format!("invoke_agent {name}");
+        span.attrs.push(attr("gen_ai.operation.name", "invoke_agent"));
+        span.attrs.push(attr("gen_ai.agent.name", &name));
+        span.attrs.push(attr("recursive.kind", kind.as_str()));
+    }
+
+    fn start(&mut self, key: &str, run: &str, parent: &str, name: String, at: SystemTime, attrs: Vec<(String, Attr)>) {
+        let trace = self.open.get(&run_key(run)).map(|s| s.trace_id).unwrap_or_default();
+        let span = Span {
+            trace_id: trace,
+            span_id: span_id(key),
+            parent: Some(span_id(parent)),
+            name,
+            kind: Kind::Internal,
+            start: at,
+            end: at,
+            attrs,
+            notes: Vec::new(),
+            error: None,
+        };
+        self.insert(key.to_string(), span);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn whole(
+        &self,
+        key: &str,
+        run: &str,
+        parent: String,
+        name: String,
+        kind: Kind,
+        start: SystemTime,
+        end: SystemTime,
+        attrs: Vec<(String, Attr)>,
+    ) -> Span {
+        Span {
+            trace_id: self.open.get(&run_key(run)).map(|s| s.trace_id).unwrap_or_default(),
+            span_id: span_id(key),
+            parent: Some(span_id(&parent)),
+            name,
+            kind,
+            start,
+            end,
+            attrs,
+            notes: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn insert(&mut self, key: String, span: Span) {
+        if self.open.insert(key.clone(), span).is_none() {
+            self.order.push(key);
+        }
+    }
+
+    /// The span new work of `run` belongs under: its open RLM iteration, else the run.
+    fn innermost(&self, run: &str) -> String {
+        self.iteration.get(run).cloned().unwrap_or_else(|| run_key(run))
+    }
+
+    fn end_iteration(&mut self, run: &str, at: SystemTime) -> Vec<Span> {
+        match self.iteration.remove(run) {
+            Some(key) => self.end(&key, at),
+            None => Vec::new(),
+        }
+    }
+
+    fn end(&mut self, key: &str, at: SystemTime) -> Vec<Span> {
+        self.order.retain(|k| k != key);
+        match self.open.remove(key) {
+            Some(mut span) => {
+                span.end = at.max(span.start);
+                vec![span]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn set(&mut self, key: &str, name: &str, value: Attr) {
+        if let Some(span) = self.open.get_mut(key) {
+            span.attrs.retain(|(k, _)| k != name);
+            span.attrs.push((name.to_string(), value));
+        }
+    }
+
+    fn fail(&mut self, key: &str, why: String) {
+        if let Some(span) = self.open.get_mut(key) {
+            span.error = Some(why);
+        }
+    }
+
+    fn note(&mut self, key: &str, name: &str, at: SystemTime, attrs: Vec<(String, Attr)>) {
+        if let Some(span) = self.open.get_mut(key) {
+            span.notes.push(Note { name: name.to_string(), at, attrs });
+        }
+    }
+}
+
+fn run_key(run: &str) -> String {
+    format!("run:{run}")
+}
+
+/// A run's name without its depth suffix (`reader-d1` → `reader`).
+fn base_name(name: &str) -> String {
+    match name.rsplit_once("-d") {
+        Some((base, depth)) if !base.is_empty() && depth.chars().all(|c| c.is_ascii_digit()) => base.to_string(),
+        _ => name.to_string(),
+    }
+}
+
+/// The kind of a root run, from the command that started it.
+fn root_kind(name: &str) -> RunnableKind {
+    match name {
+        "rlm" | "repl" => RunnableKind::Rlm,
+        "goal" => RunnableKind::Goal,
+        "graph" | "graph-new" => RunnableKind::Graph,
+        _ => RunnableKind::Agent,
+    }
+}
+
+fn hash(text: &str, salt: u8) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    salt.hash(&mut h);
+    text.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// The trace of a root run.
+pub fn trace_id(root_run_id: &str) -> u128 {
+    (u128::from(hash(root_run_id, 1)) << 64) | u128::from(hash(root_run_id, 2))
+}
+
+/// The span of a key.
+fn span_id(key: &str) -> u64 {
+    hash(key, 3)
+}
+
+fn attr(name: &str, value: &str) -> (String, Attr) {
+    (name.to_string(), Attr::Str(value.to_string()))
+}
+
+fn int(name: &str, value: u64) -> (String, Attr) {
+    (name.to_string(), Attr::Int(to_i64(value)))
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn clip(text: &str) -> String {
+    recursive_core::text::clip_chars(text, CONTENT_CHARS)
+}

@@ -223,16 +223,7 @@ fn the_html_trace_is_one_page_that_chromium_renders_without_errors() {
     for external in ["src=\"http", "href=\"http", "@import", "url(http"] {
         assert!(!text.contains(external), "the page loads {external}");
     }
-    let chromium = chromium();
-    let dom = Command::new(&chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
-        .args(["--disable-component-update", "--disable-sync", "--virtual-time-budget=3000"])
-        .arg(format!("--user-data-dir={}", env.path("chromium-profile").display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&dom.stdout);
+    let dom = render(&env, &page);
     assert!(dom.contains("data-rendered=\"2\""), "the script drew both runs: {}", &dom[..dom.len().min(2000)]);
     assert!(!dom.contains("data-error=\""), "the page raised an error");
     assert!(dom.contains("rlm iteration") || dom.contains("iteration 1"), "RLM iterations are drawn");
@@ -253,4 +244,44 @@ fn chromium() -> String {
         }
     }
     panic!("Chromium is not installed (scripts/test installs it)");
+}
+
+#[test]
+fn the_html_of_the_readmes_main_job_renders_without_errors() {
+    let env = Env::new();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rlm");
+    let events = env.path("events.jsonl");
+    let question = "Which access code opens the east server room now, and who issued it?";
+    let out = env.run(&[
+        "rlm",
+        question,
+        "--input",
+        s(&examples.join("station-log.txt")),
+        "--replay",
+        s(&examples.join("station-log.cassette.jsonl")),
+        "--events",
+        s(&events),
+        "-q",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = env.path("trace.html");
+    let html = env.run(&["trace", s(&events), "--html", "-o", s(&page)]);
+    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
+    let dom = render(&env, &page);
+    assert!(dom.contains("data-rendered=\"1\""), "{}", &dom[..dom.len().min(2000)]);
+    assert!(!dom.contains("data-error=\""), "the page raised an error");
+    assert!(dom.contains("llm_query_batched"), "the sub-calls are drawn");
+}
+
+/// The DOM headless Chromium built from a page (its scripts run).
+fn render(env: &Env, page: &std::path::Path) -> String {
+    let dom = Command::new(chromium())
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
+        .args(["--disable-component-update", "--disable-sync", "--virtual-time-budget=3000"])
+        .arg(format!("--user-data-dir={}", env.path("chromium-profile").display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&dom.stdout).into_owned()
 }

@@ -285,3 +285,26 @@ fn render(env: &Env, page: &std::path::Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&dom.stdout).into_owned()
 }
+
+#[test]
+fn served_runs_are_exported_as_configured_in_the_telemetry_table() {
+    let env = Env::new();
+    let receiver = Receiver::start(&env);
+    let config = env.path("otel.toml");
+    std::fs::write(
+        &config,
+        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"served\"\n", receiver.http),
+    )
+    .unwrap();
+    let script = env.script("s.json", json!(["served answer"]));
+    let server = common::Served::start(&env, &["--mock-script", s(&script), "--config", s(&config)], None);
+    let (status, _, body) =
+        common::http(&server.addr, "POST", "/v1/runs", &[], Some(&json!({"kind": "run", "input": "hi"})));
+    assert_eq!(status, 202, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let events = common::http(&server.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;
+    assert!(events.contains("run_finished"), "{events}");
+    common::wait_for("the served run's spans", std::time::Duration::from_secs(20), || {
+        receiver.spans().iter().any(|s| s["name"] == "invoke_agent main" && s["service"] == "served")
+    });
+}

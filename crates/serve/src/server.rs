@@ -76,6 +76,8 @@ pub struct Server {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     config: ServeConfig,
+    /// Sees every event of every run besides the run's own record (e.g. span export).
+    observer: Option<Arc<dyn recursive_core::EventSink>>,
 }
 
 /// Too many runs.
@@ -84,12 +86,22 @@ pub(crate) struct Busy;
 impl Server {
     /// A server over `runner`.
     pub fn new(runner: Arc<dyn Runner>, config: ServeConfig) -> Arc<Self> {
+        Self::observed(runner, config, None)
+    }
+
+    /// A server over `runner` whose runs' events also go to `observer`.
+    pub fn observed(
+        runner: Arc<dyn Runner>,
+        config: ServeConfig,
+        observer: Option<Arc<dyn recursive_core::EventSink>>,
+    ) -> Arc<Self> {
         Arc::new(Server {
             runner,
             store: RunStore::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),
             waiting: AtomicUsize::new(0),
             config,
+            observer,
         })
     }
 
@@ -116,8 +128,12 @@ impl Server {
                 RunKind::Run => "main",
                 other => other.as_str(),
             };
-            let scope = RunScope::root(name, Arc::new(RecordSink(run.clone())), Arc::new(Budget::unlimited()))
-                .with_cancel(run.cancel.clone());
+            let mut sink = recursive_core::FanoutSink::new().with(Arc::new(RecordSink(run.clone())));
+            if let Some(observer) = &server.observer {
+                sink.push(observer.clone());
+            }
+            let scope =
+                RunScope::root(name, Arc::new(sink), Arc::new(Budget::unlimited())).with_cancel(run.cancel.clone());
             let output = server.runner.run(request, scope).await;
             run.finish(output);
             drop(permit);

@@ -65,7 +65,7 @@ const TELEMETRY_FLUSH: Duration = Duration::from_secs(5);
 
 /// The span exporter when export is configured (standard `OTEL_*` variables or
 /// `[telemetry]`); a configuration that cannot start is said once and the run goes on.
-fn telemetry_sink(args: &ProviderArgs) -> Option<Arc<dyn EventSink>> {
+pub fn telemetry_sink(args: &ProviderArgs) -> Option<Arc<dyn EventSink>> {
     if let Some(sink) = OTLP.get() {
         return Some(sink.clone());
     }

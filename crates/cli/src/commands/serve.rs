@@ -120,7 +120,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         max_body_bytes: args.max_body_mib.saturating_mul(1024 * 1024),
         ..Default::default()
     };
-    let server = Server::new(Arc::new(runner), serve_config);
+    let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;
     let served = server
         .serve(shutdown_signal(), move |addr| {

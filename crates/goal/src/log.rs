@@ -43,6 +43,9 @@ pub enum GoalEventKind {
     Skipped,
     /// A resumed pursuit restored it as an earlier attempt finished it (no model call).
     Resumed,
+    /// The same goal (or a near duplicate) was already achieved in this pursuit: its result
+    /// was reused (no model call).
+    Reused,
 }
 
 impl GoalEventKind {
@@ -61,6 +64,7 @@ impl GoalEventKind {
             GoalEventKind::Failed => "failed",
             GoalEventKind::Skipped => "skipped",
             GoalEventKind::Resumed => "resumed",
+            GoalEventKind::Reused => "reused",
         }
     }
 }

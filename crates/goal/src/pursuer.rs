@@ -42,7 +42,7 @@ use crate::log::{ExecutionLog, GoalEvent, GoalEventKind, GoalRunEvent};
 use crate::outcome::{GoalOutcome, GoalResult, GoalStatus};
 use crate::prompts::{self, Phase};
 use crate::resume::ResumeLog;
-use crate::similarity::{CycleKind, CycleMatch, Embedder, cosine, find_text_cycle, normalize};
+use crate::similarity::{CycleKind, CycleMatch, Embedder, cosine, find_text_cycle, normalize, text_similarity};
 use crate::structured::{ActionPlan, Assessment, output_schema, parse_lenient};
 
 /// A fault that stopped a pursuit before it began. Limits, failed goals and unusable model
@@ -93,6 +93,8 @@ pub(crate) struct Pursuit {
     goal_count: AtomicUsize,
     /// What an earlier, interrupted attempt of this pursuit finished and decided.
     pub(crate) resume: Option<ResumeLog>,
+    /// Goals achieved in this pursuit so far: a goal planned again is not pursued again.
+    solved: Mutex<Vec<GoalOutcome>>,
 }
 
 impl Pursuit {
@@ -289,6 +291,7 @@ impl GoalPursuer {
             scope: scope.clone().with_budget(limits),
             goal_count: AtomicUsize::new(0),
             resume,
+            solved: Mutex::new(Vec::new()),
         };
         let node = Node {
             id,
@@ -317,6 +320,9 @@ impl GoalPursuer {
         if let Some(done) = p.resume.as_ref().and_then(|r| r.finished(&node.id, &node.goal)) {
             return self.restored(p, &node, parent_scope, done);
         }
+        if let Some(earlier) = self.solved_before(p, &node) {
+            return self.reused(&node, parent_scope, earlier);
+        }
         let started_at = Utc::now();
         let t0 = Instant::now();
         let scope = match parent_scope.child("goal") {
@@ -336,6 +342,11 @@ impl GoalPursuer {
         scope.emit(0, EventKind::RunStarted { goal: node.goal.clone() });
         let frame = Frame { node: &node, scope: Some(&scope), started_at, t0 };
         let outcome = self.run_goal(p, &frame, &scope).await;
+        if outcome.status.is_success()
+            && let Ok(mut solved) = p.solved.lock()
+        {
+            solved.push(outcome.clone());
+        }
         scope.emit(
             0,
             EventKind::RunFinished {
@@ -446,6 +457,55 @@ impl GoalPursuer {
         });
         self.record(node, scope, GoalEventKind::Resumed, Some(done.status), data);
         done
+    }
+
+    /// A goal of this pursuit already achieved that `node` repeats: the same text, or one at
+    /// least as similar as the cycle check's threshold (its own ancestors are never achieved
+    /// before it, so they cannot match).
+    fn solved_before(&self, p: &Pursuit, node: &Node) -> Option<GoalOutcome> {
+        let solved = p.solved.lock().ok()?;
+        let wanted = normalize(&node.goal);
+        solved
+            .iter()
+            .find(|o| normalize(&o.goal) == wanted)
+            .or_else(|| {
+                solved.iter().find(|o| {
+                    same_numbers(&o.goal, &node.goal)
+                        && text_similarity(&o.goal, &node.goal, self.config.similarity_metric)
+                            >= self.config.similarity_threshold
+                })
+            })
+            .cloned()
+    }
+
+    /// `node` answered by the result of an earlier goal of the pursuit: no model call, a
+    /// `reused` event naming the goal it came from.
+    fn reused(&self, node: &Node, scope: &RunScope, earlier: GoalOutcome) -> GoalOutcome {
+        let reason = format!(
+            "reuses the result of goal {} (`{}`), achieved earlier in this pursuit",
+            earlier.goal_id, earlier.goal
+        );
+        let data = json!({
+            "reason": reason,
+            "reused": earlier.goal_id,
+            "result": earlier.result,
+            "usage_total": recursive_core::Usage::default(),
+            "cost_total_usd": 0.0,
+        });
+        self.record(node, scope, GoalEventKind::Reused, Some(earlier.status), data);
+        GoalOutcome {
+            goal_id: node.id.clone(),
+            goal: node.goal.clone(),
+            depth: node.depth,
+            reason: Some(reason),
+            children: Vec::new(),
+            started_at: Utc::now(),
+            duration_ms: 0,
+            usage: Default::default(),
+            cost_usd: 0.0,
+            run_id: None,
+            ..earlier
+        }
     }
 
     pub(crate) fn context(&self, p: &Pursuit, node: &Node) -> GoalContext {
@@ -724,8 +784,8 @@ impl GoalPursuer {
         if status.is_some()
             && let Value::Object(map) = &mut data
         {
-            map.insert("usage_total".into(), serde_json::to_value(scope.usage()).unwrap_or(Value::Null));
-            map.insert("cost_total_usd".into(), Value::from(scope.cost_usd()));
+            map.entry("usage_total").or_insert_with(|| serde_json::to_value(scope.usage()).unwrap_or(Value::Null));
+            map.entry("cost_total_usd").or_insert_with(|| Value::from(scope.cost_usd()));
         }
         let event = GoalEvent {
             timestamp: Utc::now(),
@@ -755,6 +815,33 @@ impl GoalPursuer {
     }
 }
 
+/// Whether two goals name the same numbers (`place 1` and `place 2` are similar texts but
+/// different goals).
+fn same_numbers(a: &str, b: &str) -> bool {
+    let numbers = |t: &str| -> Vec<String> {
+        let mut n: Vec<String> = t
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+            .map(str::to_lowercase)
+            .collect();
+        n.sort();
+        n
+    };
+    numbers(a) == numbers(b)
+}
+
 pub(crate) fn clip(text: &str) -> String {
     recursive_core::text::clip_chars(text, 4000)
+}
+
+#[cfg(test)]
+mod memo_tests {
+    use super::same_numbers;
+
+    #[test]
+    fn goals_that_differ_in_a_number_are_different_goals() {
+        assert!(!same_numbers("Look in place 1", "Look in place 2"));
+        assert!(same_numbers("Collect the 2024 figures", "collect the 2024 figures."));
+        assert!(same_numbers("collect the figures", "Collect the figures"));
+    }
 }

@@ -1009,3 +1009,30 @@ async fn a_provider_fault_at_the_root_is_kept_as_the_fault() {
     assert!(out.fault.as_deref().is_some_and(|f| f.contains("HTTP 500")), "{:?}", out.fault);
     assert_eq!(out.finish_reason(), FinishReason::Fault);
 }
+
+#[tokio::test]
+async fn a_sub_goal_planned_again_in_a_gap_round_is_reused_not_pursued_again() {
+    // The check finds a gap after the first plan; the gap round plans the same sub-goal again.
+    let provider = World::new().plan("R", json!([sub("collect the figures", &[])])).not_achieved("R").provider();
+    let sink = MemorySink::default();
+    let config = GoalConfig { gap_rounds: 1, ..Default::default() };
+    let outcome = pursuer(&provider, config).pursue("R", &observed_root(sink.clone())).await.unwrap();
+    let requests = provider.requests();
+    assert_eq!(requests_for(&requests, "decompose", "R").len(), 2, "a gap round ran: {outcome:#?}");
+    assert_eq!(requests_for(&requests, "assess", "collect the figures").len(), 1, "pursued once");
+    assert_eq!(requests_for(&requests, "action:analyze", "collect the figures").len(), 1);
+    let reused: Vec<GoalRunEvent> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Extension(x) => x.get::<GoalRunEvent>(),
+            _ => None,
+        })
+        .filter(|e| matches!(e, GoalRunEvent::Goal { event: GoalEventKind::Reused, .. }))
+        .collect();
+    assert_eq!(reused.len(), 1, "the log says it was reused");
+    let again = &outcome.children[1];
+    assert_eq!(again.goal, "collect the figures");
+    assert_eq!(again.result, outcome.children[0].result, "the earlier result stands in");
+    assert_eq!(again.usage.total(), 0, "nothing was spent on it");
+}

@@ -5,9 +5,12 @@
 //! deadline is never later than its parent's.
 //!
 //! Model calls are reserved before they are made (all-or-nothing over every level), and the
-//! token and USD limits are checked before each call. A limit reached while calls are in
-//! flight lets those calls finish, so the tree overshoots a token or USD cap by at most the
-//! usage of the calls already in flight when it was reached; the model-call cap is never
+//! token and USD limits are checked before each call. A call whose cost the provider can
+//! estimate also holds that estimate against every USD cap while it runs ([`Budget::hold_cost`]):
+//! a call that would pass a cap counting what is spent and held waits until the calls in
+//! flight settle, and is refused once the cap is spent — so concurrent calls overshoot a USD
+//! cap by at most one call (the one that started alone), not by all of them. A token cap
+//! reached while calls are in flight lets those calls finish; the model-call cap is never
 //! overshot.
 
 use std::sync::Arc;
@@ -66,7 +69,42 @@ pub struct Budget {
     tokens: AtomicU64,
     cost_micro_usd: AtomicU64,
     calls: AtomicU64,
+    /// USD (micro) held by calls in flight under this node.
+    held_micro_usd: AtomicU64,
+    /// Woken whenever a hold anywhere in the tree is released.
+    released: Arc<tokio::sync::Notify>,
     parent: Option<Arc<Budget>>,
+}
+
+/// Why a cost hold was not granted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HoldRefused {
+    /// A cap is spent (or a token, time limit is reached): the call must not be made.
+    Stop(FinishReason),
+    /// Other calls in flight hold too much: wait for a release ([`Budget::released`]), then try
+    /// again.
+    Busy,
+}
+
+/// USD held against every cap above a call while it runs; released when dropped (after the
+/// call's real cost is recorded).
+#[derive(Debug)]
+pub struct CostHold {
+    budget: Arc<Budget>,
+    micro: u64,
+}
+
+impl Drop for CostHold {
+    fn drop(&mut self) {
+        for b in self.budget.chain() {
+            b.held_micro_usd.fetch_sub(self.micro, Ordering::SeqCst);
+        }
+        self.budget.released.notify_waiters();
+    }
+}
+
+fn micro_usd(cost: f64) -> u64 {
+    if cost.is_finite() { (cost * 1e6).round().max(0.0) as u64 } else { 0 }
 }
 
 impl Budget {
@@ -81,6 +119,8 @@ impl Budget {
             tokens: AtomicU64::new(0),
             cost_micro_usd: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            held_micro_usd: AtomicU64::new(0),
+            released: Arc::new(tokio::sync::Notify::new()),
             parent: None,
         }
     }
@@ -96,6 +136,7 @@ impl Budget {
     pub fn child(self: &Arc<Self>, limits: BudgetLimits) -> Arc<Budget> {
         let mut child = Budget::new(limits);
         child.deadline = earliest(child.deadline, self.deadline);
+        child.released = self.released.clone();
         child.parent = Some(self.clone());
         Arc::new(child)
     }
@@ -134,6 +175,44 @@ impl Budget {
             }
         }
         Ok(())
+    }
+
+    /// Holds `estimate` USD at every level for a call about to be made: granted when, at
+    /// every level with a USD cap, what is spent plus what is held plus the estimate stays
+    /// within the cap — or nothing else is held there (a lone call may overshoot by its own
+    /// cost). [`HoldRefused::Busy`] means wait for a release; [`HoldRefused::Stop`] that a limit
+    /// is reached.
+    pub fn hold_cost(self: &Arc<Self>, estimate: f64) -> Result<CostHold, HoldRefused> {
+        if let Some(reason) = self.exhausted() {
+            return Err(HoldRefused::Stop(reason));
+        }
+        let micro = micro_usd(estimate);
+        let levels: Vec<&Budget> = self.chain().collect();
+        for (i, b) in levels.iter().enumerate() {
+            let cap = b.limits.max_cost_usd.map(micro_usd);
+            let spent = b.cost_micro_usd.load(Ordering::SeqCst);
+            let granted = b.held_micro_usd.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| match cap {
+                Some(cap) if held > 0 && spent + held + micro > cap => None,
+                _ => Some(held + micro),
+            });
+            if granted.is_err() {
+                for done in &levels[..i] {
+                    done.held_micro_usd.fetch_sub(micro, Ordering::SeqCst);
+                }
+                return Err(HoldRefused::Busy);
+            }
+        }
+        Ok(CostHold { budget: self.clone(), micro })
+    }
+
+    /// Fires when a cost hold anywhere in the tree is released.
+    pub fn released(&self) -> &tokio::sync::Notify {
+        &self.released
+    }
+
+    /// USD held by calls in flight under this node.
+    pub fn cost_held(&self) -> f64 {
+        self.held_micro_usd.load(Ordering::SeqCst) as f64 / 1e6
     }
 
     fn try_take_calls(&self, n: u64) -> bool {
@@ -273,6 +352,24 @@ mod tests {
         });
         assert_eq!(granted.load(Ordering::SeqCst), 1000);
         assert_eq!(root.calls_used(), 1000);
+    }
+
+    #[test]
+    fn a_cost_hold_waits_while_others_would_pass_the_cap_and_stops_once_it_is_spent() {
+        let root = Arc::new(Budget::new(BudgetLimits { max_cost_usd: Some(0.10), ..Default::default() }));
+        let child = root.child(BudgetLimits::default());
+        let first = child.hold_cost(0.06).unwrap();
+        assert_eq!(child.hold_cost(0.06).err(), Some(HoldRefused::Busy), "0.12 held would pass 0.10");
+        let small = child.hold_cost(0.03).unwrap();
+        assert!((root.cost_held() - 0.09).abs() < 1e-9);
+        child.record(&usage(1), Some(0.05));
+        drop(first);
+        drop(small);
+        assert_eq!(root.cost_held(), 0.0);
+        let lone = child.hold_cost(0.50).expect("a lone call may start under the cap");
+        drop(lone);
+        child.record(&usage(1), Some(0.06));
+        assert_eq!(child.hold_cost(0.01).err(), Some(HoldRefused::Stop(FinishReason::CostBudgetExceeded)));
     }
 
     #[test]

@@ -235,6 +235,12 @@ pub trait ChatProvider: Send + Sync {
     /// [`StreamEvent::Completed`].
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError>;
 
+    /// What `request` may cost at most, in USD, when the provider knows the model's price: the
+    /// guarded model call holds it against the tree's USD caps while the call runs.
+    fn estimate_cost(&self, _request: &ChatRequest) -> Option<f64> {
+        None
+    }
+
     /// Runs a completion to the end and returns the assembled response.
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ProviderError> {
         let provider = self.name().to_string();

@@ -423,6 +423,11 @@ impl RunScope {
         if !call.reserved {
             self.budget.reserve_calls(1).map_err(ModelCallError::Stopped)?;
         }
+        // Held until the call's real cost is recorded (the end of this function).
+        let _held = match provider.estimate_cost(&request) {
+            Some(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
+            None => None,
+        };
         let step = call.step;
         let started = std::time::Instant::now();
         let request_model = request.options.model.clone();
@@ -476,6 +481,37 @@ impl RunScope {
                 };
                 self.record_call(step, &response, Some(info));
                 Ok(response)
+            }
+        }
+    }
+
+    /// Holds a call's estimated cost against the USD caps, waiting while calls in flight hold
+    /// too much (until cancellation or a deadline).
+    async fn hold_cost(
+        &self,
+        estimate: f64,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<crate::budget::CostHold, ModelCallError> {
+        let deadline = earliest(self.budget.deadline(), deadline);
+        loop {
+            let released = self.budget.released().notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.budget.hold_cost(estimate) {
+                Ok(hold) => return Ok(hold),
+                Err(crate::budget::HoldRefused::Stop(reason)) => return Err(ModelCallError::Stopped(reason)),
+                Err(crate::budget::HoldRefused::Busy) => {}
+            }
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(ModelCallError::Stopped(FinishReason::Cancelled)),
+                _ = timeout => return Err(ModelCallError::Stopped(FinishReason::WallClockExceeded)),
+                _ = released => {}
             }
         }
     }

@@ -41,7 +41,7 @@ use crate::context::{Evidence, GoalContext};
 use crate::log::{ExecutionLog, GoalEvent, GoalEventKind, GoalRunEvent};
 use crate::outcome::{GoalOutcome, GoalResult, GoalStatus};
 use crate::prompts::{self, Phase};
-use crate::resume::ResumeLog;
+use crate::resume::{PURSUIT_COST, PURSUIT_TOKENS, ResumeLog};
 use crate::similarity::{CycleKind, CycleMatch, Embedder, cosine, find_text_cycle, normalize, text_similarity};
 use crate::structured::{ActionPlan, Assessment, output_schema, parse_lenient};
 
@@ -74,6 +74,9 @@ pub struct GoalPursuer {
     observer: Option<GoalObserver>,
     pursuits: AtomicU64,
     embeddings: Mutex<HashMap<String, Vec<f32>>>,
+    /// The budget of each pursuit under way, by its root goal id (for the running totals every
+    /// logged event carries).
+    spending: Mutex<HashMap<String, Arc<recursive_core::Budget>>>,
     pub(crate) name: String,
     pub(crate) description: Option<String>,
 }
@@ -157,6 +160,7 @@ impl GoalPursuer {
             observer: None,
             pursuits: AtomicU64::new(0),
             embeddings: Mutex::new(HashMap::new()),
+            spending: Mutex::new(HashMap::new()),
             name: "goal".into(),
             description: None,
         }
@@ -293,6 +297,17 @@ impl GoalPursuer {
             resume,
             solved: Mutex::new(Vec::new()),
         };
+        // What earlier attempts spent counts against the same caps.
+        if let Some(log) = &pursuit.resume {
+            let (tokens, cost) = log.spent(&id);
+            if tokens > 0 || cost > 0.0 {
+                let usage = recursive_core::Usage { input_tokens: tokens, ..Default::default() };
+                pursuit.scope.record_usage(&usage, Some(cost));
+            }
+        }
+        if let Ok(mut spending) = self.spending.lock() {
+            spending.insert(id.clone(), pursuit.scope.budget().clone());
+        }
         let node = Node {
             id,
             goal: objective.to_string(),
@@ -302,7 +317,11 @@ impl GoalPursuer {
             evidence: Vec::new(),
             depth: 0,
         };
-        self.pursue_node(&pursuit, node, &pursuit.scope).await
+        let outcome = self.pursue_node(&pursuit, node, &pursuit.scope).await;
+        if let Ok(mut spending) = self.spending.lock() {
+            spending.remove(&outcome.goal_id);
+        }
+        outcome
     }
 
     pub(crate) fn pursue_node<'a>(
@@ -476,6 +495,12 @@ impl GoalPursuer {
                 })
             })
             .cloned()
+    }
+
+    /// The budget of the pursuit goal `id` belongs to.
+    fn pursuit_budget(&self, id: &str) -> Option<Arc<recursive_core::Budget>> {
+        let root = id.split('.').next()?;
+        self.spending.lock().ok()?.get(root).cloned()
     }
 
     /// `node` answered by the result of an earlier goal of the pursuit: no model call, a
@@ -786,6 +811,12 @@ impl GoalPursuer {
         {
             map.entry("usage_total").or_insert_with(|| serde_json::to_value(scope.usage()).unwrap_or(Value::Null));
             map.entry("cost_total_usd").or_insert_with(|| Value::from(scope.cost_usd()));
+        }
+        // Every event carries the pursuit's running totals, so a resumed pursuit knows what
+        // the interrupted one spent.
+        if let (Value::Object(map), Some(budget)) = (&mut data, self.pursuit_budget(&node.id)) {
+            map.insert(PURSUIT_TOKENS.into(), Value::from(budget.tokens_used()));
+            map.insert(PURSUIT_COST.into(), Value::from(budget.cost_used()));
         }
         let event = GoalEvent {
             timestamp: Utc::now(),

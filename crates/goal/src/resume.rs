@@ -17,6 +17,11 @@ use crate::log::{GoalEvent, GoalEventKind};
 use crate::outcome::{GoalOutcome, GoalResult};
 use crate::structured::{ActionPlan, Assessment, Decomposition};
 
+/// The data key of the pursuit's running token total, in every logged event.
+pub(crate) const PURSUIT_TOKENS: &str = "pursuit_tokens";
+/// The data key of the pursuit's running USD total, in every logged event.
+pub(crate) const PURSUIT_COST: &str = "pursuit_cost_usd";
+
 /// What an interrupted pursuit's log says.
 #[derive(Debug, Clone)]
 pub struct ResumeLog {
@@ -109,6 +114,20 @@ impl ResumeLog {
             .rev()
             .find(|e| e.event == GoalEventKind::Started && e.parent_goal_id.is_none())
             .map(|e| (e.goal_id.clone(), e.goal.clone()))
+    }
+
+    /// What the pursuit of root goal `root` had spent by its last logged event, over every
+    /// attempt the log holds: tokens and USD (each event carries the pursuit's running totals).
+    pub fn spent(&self, root: &str) -> (u64, f64) {
+        let nested = format!("{root}.");
+        self.events.iter().filter(|e| e.goal_id == root || e.goal_id.starts_with(&nested)).fold(
+            (0, 0.0),
+            |(tokens, cost), e| {
+                let t = e.data.get(PURSUIT_TOKENS).and_then(Value::as_u64).unwrap_or(0);
+                let c = e.data.get(PURSUIT_COST).and_then(Value::as_f64).unwrap_or(0.0);
+                (tokens.max(t), cost.max(c))
+            },
+        )
     }
 
     /// How many goals the log shows finished with a result.

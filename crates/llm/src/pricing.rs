@@ -204,6 +204,9 @@ fn is_version_tag(rest: &str) -> bool {
     }
 }
 
+/// Output tokens a call is assumed to produce at most when its request sets no cap.
+pub const OUTPUT_ESTIMATE_TOKENS: u32 = 4096;
+
 /// A provider that fills `cost_usd` of each response from a [`PriceTable`], using the model
 /// the response reports (or the requested or default model when it reports none). A cost the
 /// inner provider already set is kept.
@@ -228,6 +231,25 @@ impl ChatProvider for PricedProvider {
 
     fn default_model(&self) -> &str {
         self.inner.default_model()
+    }
+
+    /// The request's input at about four characters a token, and its output cap (or
+    /// [`OUTPUT_ESTIMATE_TOKENS`]) at the output price.
+    fn estimate_cost(&self, request: &ChatRequest) -> Option<f64> {
+        let model = if request.options.model.is_empty() { self.inner.default_model() } else { &request.options.model };
+        let price = self.table.lookup(model)?;
+        let chars: usize = request
+            .messages
+            .iter()
+            .map(|m| m.content.len() + m.tool_calls.iter().map(|c| c.arguments.to_string().len()).sum::<usize>() + 16)
+            .sum::<usize>()
+            + request.tools.iter().map(|t| t.parameters.to_string().len() + t.description.len()).sum::<usize>();
+        let usage = Usage {
+            input_tokens: (chars / 4) as u64,
+            output_tokens: u64::from(request.options.max_tokens.unwrap_or(OUTPUT_ESTIMATE_TOKENS)),
+            ..Default::default()
+        };
+        Some(price.cost(&usage))
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {

@@ -1,0 +1,134 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Budgets that hold: concurrent goals cannot overshoot a USD cap by more than one call, and a
+//! pursuit killed and resumed spends no more than its cap over all its attempts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recursive_core::{
+    Budget, BudgetLimits, ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, MockProvider, NullSink,
+    ProviderError, Role, RunScope, StopReason, ToolInvoker, Usage,
+};
+use recursive_goal::{GoalConfig, GoalPursuer, ResumeLog};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Every call of the world costs this much.
+const PER_CALL: f64 = 0.001;
+
+/// The root goal splits into `n` independent leaves; each leaf is analysed in one call.
+fn world(n: usize) -> MockProvider {
+    MockProvider::with_handler(move |req: &ChatRequest| {
+        let system =
+            req.messages.iter().find(|m| m.role == Role::System).map(|m| m.content.clone()).unwrap_or_default();
+        let user = req.messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.clone()).collect::<String>();
+        let root = user.contains("Current goal: R\n") || user.ends_with("Current goal: R");
+        let text = if system.starts_with("Step: assess") && root {
+            json!({ "executable": false, "reasoning": "too big", "action": null }).to_string()
+        } else if system.starts_with("Step: assess") {
+            json!({ "executable": true, "reasoning": "one step", "action": {"type": "analyze", "target": "", "input": "x"} })
+                .to_string()
+        } else if system.starts_with("Step: decompose") {
+            let subs: Vec<_> = (1..=n)
+                .map(|i| json!({ "goal": format!("leaf {i}"), "rationale": "needed", "depends_on": [], "complexity": "low" }))
+                .collect();
+            json!({ "reasoning": "split", "sub_goals": subs }).to_string()
+        } else if system.starts_with("Step: check") {
+            json!({ "reasoning": "judged", "achieved": false, "confidence": 0.9, "remaining_gaps": [] }).to_string()
+        } else if system.starts_with("Step: synthesize") {
+            json!({ "summary": "s", "key_findings": [], "confidence": 0.8, "limitations": [] }).to_string()
+        } else {
+            "analysis".to_string()
+        };
+        Ok(ChatResponse {
+            message: Message::assistant(text),
+            stop_reason: StopReason::EndTurn,
+            usage: Usage { input_tokens: 10, output_tokens: 5, ..Default::default() },
+            cost_usd: Some(PER_CALL),
+            model: "priced".into(),
+        })
+    })
+}
+
+/// The world behind a priced, slow provider: each call takes a while (so goals overlap),
+/// its cost is estimated at [`PER_CALL`], and calls are counted (and may trip a cancel).
+struct Priced {
+    inner: MockProvider,
+    calls: AtomicUsize,
+    cancel_after: Option<(usize, CancellationToken)>,
+}
+
+#[async_trait]
+impl ChatProvider for Priced {
+    fn name(&self) -> &str {
+        "priced"
+    }
+
+    fn estimate_cost(&self, _request: &ChatRequest) -> Option<f64> {
+        Some(PER_CALL)
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((limit, token)) = &self.cancel_after
+            && n >= *limit
+        {
+            token.cancel();
+        }
+        self.inner.stream(request).await
+    }
+}
+
+fn priced(n: usize, cancel_after: Option<(usize, CancellationToken)>) -> Arc<Priced> {
+    Arc::new(Priced { inner: world(n), calls: AtomicUsize::new(0), cancel_after })
+}
+
+fn pursuer(provider: Arc<Priced>, config: GoalConfig) -> GoalPursuer {
+    GoalPursuer::new(provider, ToolInvoker::default(), config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_concurrent_goals_overshoot_a_cost_cap_by_at_most_one_call() {
+    let cap = 0.0105;
+    let budget = Arc::new(Budget::new(BudgetLimits { max_cost_usd: Some(cap), ..Default::default() }));
+    let scope = RunScope::root("t", Arc::new(NullSink), budget.clone());
+    let provider = priced(16, None);
+    let config = GoalConfig { layer_concurrency: 8, ..Default::default() };
+    let _ = pursuer(provider.clone(), config).pursue("R", &scope).await.unwrap();
+    let spent = budget.cost_used();
+    assert!(
+        spent <= cap + PER_CALL + 1e-9,
+        "spent {spent} over a cap of {cap} with {} calls",
+        provider.calls.load(Ordering::SeqCst)
+    );
+    assert!(spent >= cap - PER_CALL, "the cap was used, not starved: {spent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pursuit_killed_and_resumed_twice_spends_no_more_than_its_cap_in_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("goal.jsonl");
+    let mut config = GoalConfig { layer_concurrency: 2, ..Default::default() };
+    config.constraints.max_cost_usd = 0.012;
+    let mut calls = 0;
+    for attempt in 0..3 {
+        let stop = CancellationToken::new();
+        let cancel_after = (attempt < 2).then(|| (5, stop.clone()));
+        let provider = priced(20, cancel_after);
+        let scope = RunScope::root("t", Arc::new(NullSink), Arc::new(Budget::unlimited())).with_cancel(stop);
+        let pursuer = pursuer(provider.clone(), config.clone()).with_log(&log).unwrap();
+        let _ = if attempt == 0 {
+            pursuer.pursue("R", &scope).await.unwrap()
+        } else {
+            pursuer.resume(ResumeLog::open(&log).unwrap(), &scope).await.unwrap()
+        };
+        calls += provider.calls.load(Ordering::SeqCst);
+    }
+    let spent = calls as f64 * PER_CALL;
+    assert!(spent <= 0.012 + PER_CALL + 1e-9, "three attempts spent {spent} of a 0.012 cap ({calls} calls)");
+    let (_, logged) = ResumeLog::open(&log).unwrap().spent("1");
+    assert!((logged - spent).abs() < PER_CALL * 2.0 + 1e-9, "the log knows what was spent: {logged} vs {spent}");
+}

@@ -95,6 +95,16 @@ pub(crate) fn max_depth_note() -> &'static str {
      action if at all possible.\n"
 }
 
+/// A leaf assessed again after its action failed.
+pub(crate) fn after_failure(reason: &str, at_max_depth: bool) -> String {
+    let choices = if at_max_depth {
+        "choose another action that avoids the failure (it cannot be decomposed: it is at the maximum depth)"
+    } else {
+        "choose another action that avoids the failure, or decompose it into sub-goals (executable: false)"
+    };
+    format!("\nA first attempt at this goal failed: {}\nAssess it again: {choices}.\n", reason.trim())
+}
+
 /// Why the assessment found the goal not directly executable, for the decomposition.
 pub(crate) fn why_decompose(reasoning: &str) -> String {
     if reasoning.trim().is_empty() {

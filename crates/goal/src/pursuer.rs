@@ -427,7 +427,11 @@ impl GoalPursuer {
         );
 
         if let (true, Some(plan)) = (assessment.executable, assessment.action.as_ref()) {
-            return self.execute(frame, scope, &ctx, plan).await;
+            let first = self.execute(frame, scope, &ctx, plan).await;
+            if first.status != GoalStatus::Failed || first.fault.is_some() {
+                return first;
+            }
+            return self.after_failure(p, frame, scope, &ctx, first, at_max_depth).await;
         }
         if at_max_depth {
             let reason = format!(
@@ -442,6 +446,64 @@ impl GoalPursuer {
             assessment.why_decompose.clone()
         };
         self.decompose_and_pursue(p, frame, scope, &ctx, &why).await
+    }
+
+    /// A leaf whose action failed is assessed once more with the failure as evidence: it may
+    /// try another action (once) or, above the depth limit and within the goal count, be
+    /// decomposed. Otherwise the first failure stands.
+    async fn after_failure(
+        &self,
+        p: &Pursuit,
+        frame: &Frame<'_>,
+        scope: &RunScope,
+        ctx: &GoalContext,
+        first: GoalOutcome,
+        at_max_depth: bool,
+    ) -> GoalOutcome {
+        let node = frame.node;
+        let reason = first.reason.clone().unwrap_or_else(|| "the action failed".into());
+        if self.spending_stop(p, scope).is_some() {
+            return first;
+        }
+        let mut ctx = ctx.clone();
+        ctx.evidence.push(Evidence {
+            goal: node.goal.clone(),
+            source: "failed attempt".into(),
+            content: format!("The first attempt ({}) failed: {reason}", action_name(first.action.as_ref())),
+            reference: None,
+        });
+        let mut prompt = ctx.prompt_to_act(&node.goal);
+        prompt.text(prompts::after_failure(&reason, at_max_depth));
+        let actions = &self.actions;
+        let again = self
+            .structured::<Assessment>(Phase::Assess, prompt, scope, |a| match (&a.executable, &a.action) {
+                (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
+                (true, Some(plan)) => actions.check(plan),
+                (false, _) => Ok(()),
+            })
+            .await;
+        let Ok(assessment) = again else { return first };
+        self.record(
+            node,
+            scope,
+            GoalEventKind::Assessed,
+            None,
+            json!({
+                "after_failure": reason,
+                "reasoning": assessment.reasoning,
+                "executable": assessment.executable,
+                "action": assessment.action,
+                "why_decompose": assessment.why_decompose,
+            }),
+        );
+        match (assessment.executable, assessment.action.as_ref()) {
+            (true, Some(plan)) => self.execute(frame, scope, &ctx, plan).await,
+            _ if at_max_depth || p.goal_count.load(Ordering::SeqCst) >= self.config.constraints.max_goals => first,
+            _ => {
+                let why = format!("the direct attempt failed ({reason}); {}", assessment.why_decompose.trim());
+                self.decompose_and_pursue(p, frame, scope, &ctx, &why).await
+            }
+        }
     }
 
     async fn assess(
@@ -843,6 +905,15 @@ impl GoalPursuer {
         if let Some(observer) = &self.observer {
             observer(&event);
         }
+    }
+}
+
+/// An action's name for a message.
+fn action_name(plan: Option<&ActionPlan>) -> String {
+    match plan {
+        Some(p) if p.target.is_empty() => p.kind.clone(),
+        Some(p) => format!("{}:{}", p.kind, p.target),
+        None => "its action".into(),
     }
 }
 

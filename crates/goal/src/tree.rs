@@ -67,7 +67,8 @@ impl GoalPursuer {
                     break;
                 }
             };
-            let (outcomes, v) = self.pursue_plan(p, frame.node, scope, ctx, &plan, &children).await;
+            let can_revise = round < self.config.gap_rounds;
+            let (outcomes, v) = self.pursue_plan(p, frame.node, scope, ctx, &plan, &children, can_revise).await;
             children.extend(outcomes);
             verdict = v;
             if matches!(verdict, Verdict::Achieved(_)) {
@@ -137,7 +138,11 @@ impl GoalPursuer {
         Ok(Plan { subs: plan.sub_goals, layers: layering.layers })
     }
 
-    /// Pursues one round's sub-goals batch by batch, checking after each batch.
+    /// Pursues one round's sub-goals batch by batch, checking after each batch — alongside the
+    /// next batch when that one starts a new dependency layer (it waited for these results
+    /// anyway), before it otherwise (an achieved goal then skips it). With `can_revise`, a
+    /// failed sub-goal ends the round early so the next round plans around it.
+    #[allow(clippy::too_many_arguments)]
     async fn pursue_plan(
         &self,
         p: &Pursuit,
@@ -146,17 +151,24 @@ impl GoalPursuer {
         ctx: &GoalContext,
         plan: &Plan,
         earlier: &[GoalOutcome],
+        can_revise: bool,
     ) -> (Vec<GoalOutcome>, Verdict) {
         let offset = earlier.len();
         let concurrency = self.config.layer_concurrency.max(1);
-        let batches: Vec<Vec<usize>> =
-            plan.layers.iter().flat_map(|l| l.chunks(concurrency).map(<[usize]>::to_vec)).collect();
+        let batches: Vec<(usize, Vec<usize>)> = plan
+            .layers
+            .iter()
+            .enumerate()
+            .flat_map(|(l, layer)| layer.chunks(concurrency).map(move |c| (l, c.to_vec())))
+            .collect();
         let mut known = node.known.clone();
         known.extend(plan.subs.iter().map(|s| s.goal.clone()));
         let mut stack = node.stack.clone();
         stack.push(node.goal.clone());
         let mut slots: Vec<Option<GoalOutcome>> = vec![None; plan.subs.len()];
-        for (b, batch) in batches.iter().enumerate() {
+        // A check left to run alongside the next batch: the results it judges, what was pending.
+        let mut deferred: Option<(Vec<GoalOutcome>, Vec<String>)> = None;
+        for (b, (_, batch)) in batches.iter().enumerate() {
             let children: Vec<Node> = batch
                 .iter()
                 .map(|&i| Node {
@@ -170,11 +182,41 @@ impl GoalPursuer {
                 })
                 .collect();
             let futures: Vec<_> = children.into_iter().map(|c| self.pursue_node(p, c, scope)).collect();
-            let outcomes: Vec<GoalOutcome> = futures::stream::iter(futures).buffered(concurrency).collect().await;
+            let run_batch = futures::stream::iter(futures).buffered(concurrency).collect::<Vec<GoalOutcome>>();
+            let (outcomes, verdict) = match deferred.take() {
+                Some((judged, pending)) => {
+                    let check = async {
+                        let refs: Vec<&GoalOutcome> = judged.iter().collect();
+                        self.check(node, scope, ctx, &refs, pending).await
+                    };
+                    let (verdict, outcomes) = futures::join!(check, run_batch);
+                    (outcomes, Some(verdict))
+                }
+                None => (run_batch.await, None),
+            };
             for (&i, o) in batch.iter().zip(outcomes) {
                 slots[i] = Some(o);
             }
-            let rest: Vec<usize> = batches[b + 1..].iter().flatten().copied().collect();
+            let rest: Vec<usize> = batches[b + 1..].iter().flat_map(|(_, c)| c.iter().copied()).collect();
+            if let Some(Verdict::Achieved(check)) = verdict {
+                for &i in &rest {
+                    slots[i] = Some(self.skipped(node, scope, offset + i, &plan.subs[i].goal));
+                }
+                return (slots.into_iter().flatten().collect(), Verdict::Achieved(check));
+            }
+            if can_revise && !rest.is_empty() {
+                let failed: Vec<&GoalOutcome> = batch
+                    .iter()
+                    .filter_map(|&i| slots[i].as_ref())
+                    .filter(|o| o.status == GoalStatus::Failed)
+                    .collect();
+                if !failed.is_empty() {
+                    let pending: Vec<String> = rest.iter().map(|&i| plan.subs[i].goal.clone()).collect();
+                    let check = revise_after(&failed, &pending);
+                    self.record(node, scope, GoalEventKind::Checked, None, json!({ "revised_after_failure": check }));
+                    return (slots.into_iter().flatten().collect(), Verdict::NotAchieved(check));
+                }
+            }
             let done: Vec<&GoalOutcome> = earlier.iter().chain(slots.iter().flatten()).collect();
             if !done.iter().any(|o| o.status.has_result()) || self.spending_stop(p, scope).is_some() {
                 continue;
@@ -189,6 +231,11 @@ impl GoalPursuer {
                 continue;
             }
             let pending: Vec<String> = rest.iter().map(|&i| plan.subs[i].goal.clone()).collect();
+            let next_layer_starts = batches.get(b + 1).is_some_and(|(l, _)| *l != batches[b].0);
+            if next_layer_starts {
+                deferred = Some((done.into_iter().cloned().collect(), pending));
+                continue;
+            }
             match self.check(node, scope, ctx, &done, pending).await {
                 Verdict::Achieved(check) => {
                     for &i in &rest {
@@ -290,6 +337,12 @@ impl GoalPursuer {
             },
         };
         result.limitations.extend(limitations);
+        // What the sub-goals found contradictory stays visible above them.
+        for c in children.iter().flat_map(|c| c.result.contradictions.iter()) {
+            if !result.contradictions.contains(c) {
+                result.contradictions.push(c.clone());
+            }
+        }
         result.evidence = with_result.iter().map(|c| evidence_of(c)).collect();
         let (status, reason) = synthesis_status(&children, &verdict, stopped);
         self.record(
@@ -371,6 +424,22 @@ impl GoalPursuer {
     }
 }
 
+/// The verdict that ends a round early after failed sub-goals: their failures are the gaps the
+/// next round plans around, with what was not yet pursued.
+fn revise_after(failed: &[&GoalOutcome], pending: &[String]) -> AchievedCheck {
+    let mut gaps: Vec<String> = failed
+        .iter()
+        .map(|o| format!("sub-goal `{}` failed: {}", o.goal, o.reason.as_deref().unwrap_or("no result")))
+        .collect();
+    gaps.push(format!("not yet pursued (replan them around the failure): {}", pending.join("; ")));
+    AchievedCheck {
+        reasoning: "a sub-goal failed, so the rest of the plan is revised".into(),
+        achieved: false,
+        confidence: 1.0,
+        remaining_gaps: gaps,
+    }
+}
+
 fn valid_plan(d: &Decomposition) -> Result<(), String> {
     if d.sub_goals.is_empty() {
         return Err("`sub_goals` is empty; give at least one sub-goal".into());
@@ -430,6 +499,12 @@ fn result_item(o: &GoalOutcome) -> String {
     for f in &o.result.key_findings {
         out.push_str(&format!("\n  finding: {f}"));
     }
+    for l in &o.result.limitations {
+        out.push_str(&format!("\n  limitation: {l}"));
+    }
+    for c in &o.result.contradictions {
+        out.push_str(&format!("\n  contradiction: {c}"));
+    }
     if let Some(c) = o.result.confidence {
         out.push_str(&format!("\n  confidence: {c:.2}"));
     }
@@ -447,7 +522,13 @@ fn synthesis_status(
 ) -> (GoalStatus, Option<String>) {
     let considered = children.iter().filter(|c| c.status != GoalStatus::Skipped).count();
     let failed = children.iter().filter(|c| c.status != GoalStatus::Skipped && !c.status.has_result()).count();
+    let constrained: Vec<&str> =
+        children.iter().filter(|c| c.status == GoalStatus::Constrained).map(|c| c.goal.as_str()).collect();
     match verdict {
+        Verdict::Achieved(_) if !constrained.is_empty() => (
+            GoalStatus::Achieved,
+            Some(format!("{} sub-goal(s) constrained: {}", constrained.len(), constrained.join("; "))),
+        ),
         Verdict::Achieved(_) => (GoalStatus::Achieved, None),
         _ if stopped.is_some() => (GoalStatus::Constrained, stopped),
         _ if failed * 2 > considered => {

@@ -428,9 +428,11 @@ async fn achieved_goal_skips_its_remaining_sub_goals() {
 
     assert_eq!(out.status, GoalStatus::Achieved);
     let statuses: Vec<GoalStatus> = out.children.iter().map(|c| c.status).collect();
-    assert_eq!(statuses, vec![GoalStatus::Completed, GoalStatus::Skipped, GoalStatus::Skipped]);
+    // The check after the first layer runs alongside the next layer (which waited for the
+    // first layer's results anyway): that layer finishes, the one after it is skipped.
+    assert_eq!(statuses, vec![GoalStatus::Completed, GoalStatus::Completed, GoalStatus::Skipped]);
     let requests = provider.requests();
-    assert!(requests.iter().all(|r| goal_of(r) != "Compare prices" && goal_of(r) != "Read reviews"));
+    assert!(requests.iter().all(|r| goal_of(r) != "Read reviews"));
     assert_eq!(out.result.summary, "synthesis of Find a hotel");
     assert!(!out.result.limitations.iter().any(|l| l.contains("Compare prices")), "skipped goals are not failures");
 }

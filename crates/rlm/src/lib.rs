@@ -89,7 +89,7 @@ pub use sandbox::{
     SnippetErrorKind, SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
 };
 pub use schema::{OutputSchema, default_output_schema};
-pub use session::RlmSession;
+pub use session::{RlmSession, needs_more_input};
 
 /// Python objects as the sandbox exchanges them (re-exported from `monty-types`).
 pub use monty_types::{ExcType, MontyException, MontyObject};

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use monty::{ReplContinuationMode, detect_repl_continuation_mode};
+
 use recursive_core::RunScope;
 use tokio_util::sync::CancellationToken;
 
@@ -79,5 +81,52 @@ impl RlmSession {
     /// The session's run scope.
     pub fn scope(&self) -> &RunScope {
         &self.scope
+    }
+}
+
+/// Whether a cell typed at a prompt goes on (as CPython's interactive prompt decides, by
+/// Monty's parser): an open bracket, string or decorator continues; a cell whose first
+/// statement opens a block (`for …:`, `def …:`) goes on until a blank line ends it.
+pub fn needs_more_input(cell: &str) -> bool {
+    let first = cell.lines().next().unwrap_or_default();
+    let block = detect_repl_continuation_mode(first) == ReplContinuationMode::IncompleteBlock;
+    match detect_repl_continuation_mode(cell) {
+        ReplContinuationMode::IncompleteImplicit => true,
+        ReplContinuationMode::IncompleteBlock => !cell.ends_with('\n'),
+        ReplContinuationMode::Complete => block && !cell.ends_with('\n'),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_more_input;
+
+    #[test]
+    fn a_plain_statement_is_complete() {
+        assert!(!needs_more_input("x = 1"));
+        assert!(!needs_more_input("d = {'a': 1}"));
+        assert!(!needs_more_input("print('a:')"));
+    }
+
+    #[test]
+    fn a_block_goes_on_until_an_empty_line() {
+        assert!(needs_more_input("for i in range(3):"));
+        assert!(needs_more_input("for i in range(3):\n    print(i)"));
+        assert!(needs_more_input("for i in range(3):\n    a = i\n    print(a)"));
+        assert!(!needs_more_input("for i in range(3):\n    print(i)\n"));
+    }
+
+    #[test]
+    fn open_brackets_and_triple_quotes_go_on() {
+        assert!(needs_more_input("xs = [1,\n 2,"));
+        assert!(!needs_more_input("xs = [1,\n 2]"));
+        assert!(needs_more_input("s = \'\'\'a\nb"));
+        assert!(!needs_more_input("s = \'\'\'a\nb\'\'\'"));
+    }
+
+    #[test]
+    fn colons_in_comments_and_strings_do_not_open_blocks() {
+        assert!(!needs_more_input("x = 1  # note:"));
+        assert!(!needs_more_input("s = 'if x:'"));
     }
 }

@@ -2,7 +2,7 @@
 //! the confined CPython backend), with the run tree's functions — `model_query`, `tool_call`,
 //! `agent_query`, `rlm_query`, `goal_query`, `graph_run` — and `inputs` from `--input`. Line
 //! editing and history come from rustyline; a cell that opens a block (or a bracket or a triple
-//! quote) continues until it is complete. Ctrl-C at the prompt clears the line; during a cell it
+//! quote) continues until it is complete, as the sandbox's parser judges it. Ctrl-C at the prompt clears the line; during a cell it
 //! interrupts the cell, not the session. With stdin not a terminal, the whole input runs as one
 //! script and the exit status says how it went.
 
@@ -317,124 +317,7 @@ struct CellInput;
 
 impl Validator for CellInput {
     fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
-        Ok(if needs_more(ctx.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
-    }
-}
-
-/// Whether a cell goes on: an open bracket or triple-quoted string, a trailing backslash, or a
-/// block (a line ending with `:`) not yet closed by an empty line.
-fn needs_more(cell: &str) -> bool {
-    let scan = scan(cell);
-    if scan.depth > 0 || scan.open_string {
-        return true;
-    }
-    let last = cell.rsplit('\n').next().unwrap_or_default();
-    if last.trim_end().ends_with('\\') {
-        return true;
-    }
-    scan.opens_block && !last.trim().is_empty()
-}
-
-/// What a lexical pass over a cell found.
-#[derive(Debug, Default, PartialEq)]
-struct Scan {
-    /// Brackets open at the end.
-    depth: i32,
-    /// A triple-quoted string open at the end.
-    open_string: bool,
-    /// Some line ends (outside strings and comments) with `:`.
-    opens_block: bool,
-}
-
-fn scan(cell: &str) -> Scan {
-    let mut scan = Scan::default();
-    let chars: Vec<char> = cell.chars().collect();
-    let mut i = 0;
-    let mut last_significant = ' ';
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            '\'' | '"' => {
-                let triple = chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c);
-                let (end, closed) = string_end(&chars, i, c, triple);
-                if !closed && triple {
-                    scan.open_string = true;
-                }
-                i = end;
-                last_significant = c;
-                continue;
-            }
-            '(' | '[' | '{' => scan.depth += 1,
-            ')' | ']' | '}' => scan.depth -= 1,
-            '\n' => {
-                if last_significant == ':' && scan.depth == 0 {
-                    scan.opens_block = true;
-                }
-                last_significant = ' ';
-            }
-            c if !c.is_whitespace() => last_significant = c,
-            _ => {}
-        }
-        i += 1;
-    }
-    if last_significant == ':' && scan.depth == 0 {
-        scan.opens_block = true;
-    }
-    scan
-}
-
-/// Where a string starting at `start` ends (the index after it) and whether it was closed.
-fn string_end(chars: &[char], start: usize, quote: char, triple: bool) -> (usize, bool) {
-    let mut i = start + if triple { 3 } else { 1 };
-    while i < chars.len() {
-        match chars[i] {
-            '\\' => i += 2,
-            '\n' if !triple => return (i, false),
-            c if c == quote && (!triple || (chars.get(i + 1) == Some(&quote) && chars.get(i + 2) == Some(&quote))) => {
-                return (i + if triple { 3 } else { 1 }, true);
-            }
-            _ => i += 1,
-        }
-    }
-    (chars.len(), false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_plain_statement_is_complete() {
-        assert!(!needs_more("x = 1"));
-        assert!(!needs_more("d = {'a': 1}"));
-        assert!(!needs_more("print('a:')"));
-    }
-
-    #[test]
-    fn a_block_goes_on_until_an_empty_line() {
-        assert!(needs_more("for i in range(3):"));
-        assert!(needs_more("for i in range(3):\n    print(i)"));
-        assert!(!needs_more("for i in range(3):\n    print(i)\n"));
-    }
-
-    #[test]
-    fn open_brackets_and_triple_quotes_go_on() {
-        assert!(needs_more("xs = [1,\n 2,"));
-        assert!(!needs_more("xs = [1,\n 2]"));
-        assert!(needs_more("s = '''a\nb"));
-        assert!(!needs_more("s = '''a\nb'''"));
-        assert!(needs_more("x = 1 + \\"));
-    }
-
-    #[test]
-    fn colons_in_comments_and_strings_do_not_open_blocks() {
-        assert!(!needs_more("x = 1  # note:"));
-        assert!(!needs_more("s = 'if x:'"));
+        let more = recursive_rlm::needs_more_input(ctx.input());
+        Ok(if more { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
     }
 }

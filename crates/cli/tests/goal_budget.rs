@@ -11,25 +11,8 @@ use common::{Env, stdout_json};
 use recursive_testkit::{ModelServer, RecordedRequest, Reply};
 use serde_json::json;
 
-/// `(step, goal)` of a request, from its system and user messages.
 fn phase(r: &RecordedRequest) -> (String, String) {
-    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = |role: &str| -> String {
-        messages
-            .iter()
-            .filter(|m| m["role"] == role)
-            .filter_map(|m| m["content"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let system = text("system");
-    let step = system
-        .strip_prefix("Step: ")
-        .map(|r| r.split('.').next().unwrap_or("").to_string())
-        .or_else(|| system.strip_prefix("Action: ").map(|r| format!("action:{}", r.split('.').next().unwrap_or(""))))
-        .unwrap_or_default();
-    let goal = text("user").lines().find_map(|l| l.strip_prefix("Current goal: ")).unwrap_or("").to_string();
-    (step, goal)
+    common::goal_phase(r)
 }
 
 const OBJECTIVE: &str = "Survey sixteen regions";

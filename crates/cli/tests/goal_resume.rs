@@ -24,29 +24,8 @@ fn provider_args(server: &ModelServer) -> Vec<String> {
     ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
 }
 
-/// `(step, goal)` of a request: `assess`, `decompose`, `check`, `synthesize`, `digest` or
-/// `action:<type>`, and the `Current goal:` line.
 fn phase(r: &RecordedRequest) -> (String, String) {
-    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = |role: &str| -> String {
-        messages
-            .iter()
-            .filter(|m| m["role"] == role)
-            .filter_map(|m| m["content"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let system = text("system");
-    let step = if let Some(rest) = system.strip_prefix("Step: ") {
-        rest.split('.').next().unwrap_or("").to_string()
-    } else if let Some(rest) = system.strip_prefix("Action: ") {
-        format!("action:{}", rest.split('.').next().unwrap_or(""))
-    } else {
-        String::new()
-    };
-    let user = text("user");
-    let goal = user.lines().find_map(|l| l.strip_prefix("Current goal: ")).unwrap_or("").to_string();
-    (step, goal)
+    common::goal_phase(r)
 }
 
 /// The scripted model: the objective splits into the three reads, each read is one analysis,

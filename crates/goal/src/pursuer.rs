@@ -474,14 +474,7 @@ impl GoalPursuer {
         });
         let mut prompt = ctx.prompt_to_act(&node.goal);
         prompt.text(prompts::after_failure(&reason, at_max_depth));
-        let actions = &self.actions;
-        let again = self
-            .structured::<Assessment>(Phase::Assess, prompt, scope, |a| match (&a.executable, &a.action) {
-                (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
-                (true, Some(plan)) => actions.check(plan),
-                (false, _) => Ok(()),
-            })
-            .await;
+        let again = self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| self.usable(a)).await;
         let Ok(assessment) = again else { return first };
         self.record(
             node,
@@ -517,13 +510,16 @@ impl GoalPursuer {
         if at_max_depth {
             prompt.text(prompts::max_depth_note());
         }
-        let actions = &self.actions;
-        self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| match (&a.executable, &a.action) {
+        self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| self.usable(a)).await
+    }
+
+    /// Whether an assessment can be acted on: an executable one names a known action.
+    fn usable(&self, a: &Assessment) -> Result<(), String> {
+        match (&a.executable, &a.action) {
             (true, None) => Err("`executable` is true but `action` is null; give the action".into()),
-            (true, Some(plan)) => actions.check(plan),
+            (true, Some(plan)) => self.actions.check(plan),
             (false, _) => Ok(()),
-        })
-        .await
+        }
     }
 
     /// A goal the log of an interrupted attempt shows finished: its outcome as it was, with a

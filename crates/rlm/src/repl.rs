@@ -26,9 +26,6 @@ pub enum Backend {
 /// A persistent Python session that runs snippets.
 #[async_trait]
 pub trait Repl: Send + Sync {
-    /// Runs one snippet; `cancel` ends it at once.
-    async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome;
-
     /// Runs one snippet that `interrupt` stops without ending the session (Ctrl-C in a REPL);
     /// `cancel` ends it at once.
     async fn run_cell(
@@ -39,16 +36,17 @@ pub trait Repl: Send + Sync {
         interrupt: &CancellationToken,
     ) -> SnippetOutcome;
 
+    /// Runs one snippet; `cancel` ends it at once.
+    async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
+        self.run_cell(code, host, cancel, &CancellationToken::new()).await
+    }
+
     /// The limits every snippet runs under.
     fn limits(&self) -> &SandboxLimits;
 }
 
 #[async_trait]
 impl Repl for Sandbox {
-    async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
-        Sandbox::execute(self, code, host, cancel).await
-    }
-
     async fn run_cell(
         &self,
         code: &str,
@@ -66,10 +64,6 @@ impl Repl for Sandbox {
 
 #[async_trait]
 impl Repl for CPythonSandbox {
-    async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
-        CPythonSandbox::execute(self, code, host, cancel).await
-    }
-
     async fn run_cell(
         &self,
         code: &str,

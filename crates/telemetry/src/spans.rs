@@ -393,22 +393,11 @@ impl SpanModel {
     }
 
     fn start(&mut self, key: &str, run: &str, parent: &str, name: String, at: SystemTime, attrs: Vec<(String, Attr)>) {
-        let trace = self.open.get(&run_key(run)).map(|s| s.trace_id).unwrap_or_default();
-        let span = Span {
-            trace_id: trace,
-            span_id: span_id(key),
-            parent: Some(span_id(parent)),
-            name,
-            kind: Kind::Internal,
-            start: at,
-            end: at,
-            attrs,
-            notes: Vec::new(),
-            error: None,
-        };
+        let span = self.whole(key, run, parent.to_string(), name, Kind::Internal, at, at, attrs);
         self.insert(key.to_string(), span);
     }
 
+    /// A span of `run`'s trace under `parent` (its end is set when it ends).
     #[allow(clippy::too_many_arguments)]
     fn whole(
         &self,

@@ -247,6 +247,29 @@ pub struct RunnableArgs {
     pub agents: Vec<String>,
 }
 
+/// The RLM sandbox of `rlm` and `repl`: the interpreter, its memory and the conventions of its
+/// functions.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SandboxArgs {
+    /// The interpreter running the snippets: monty (default: a Python subset in this program's
+    /// sandbox worker) or cpython (full Python with the interpreter's packages, in a worker
+    /// confined by the OS sandbox).
+    #[arg(long, value_name = "monty|cpython")]
+    pub sandbox: Option<String>,
+    /// The CPython interpreter for `--sandbox cpython` (default: `python3` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<std::path::PathBuf>,
+    /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit;
+    /// default 512). Past it a snippet gets a `MemoryError` and the session goes on.
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit: Option<u64>,
+    /// The conventions the sandbox (and an RLM's prompt) present: recursive (sub-calls return
+    /// `{"result": ...}`, finish with `submit`), rlm (text, `FINAL`/`FINAL_VAR`) or dspy (text,
+    /// `SUBMIT`). Every dialect's finishing forms are understood whatever this is.
+    #[arg(long, value_name = "NAME")]
+    pub dialect: Option<String>,
+}
+
 /// The budget of a whole run tree: its wall clock, tokens and USD.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct BudgetArgs {

@@ -33,13 +33,6 @@ pub struct ReplArgs {
     /// An input file bound in `inputs` (as in `recursive rlm`): PATH or NAME=PATH. Repeatable.
     #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH")]
     pub inputs: Vec<String>,
-    /// The interpreter: monty (default: a Python subset in this program's sandbox worker) or
-    /// cpython (full Python with the interpreter's packages, confined by the OS sandbox).
-    #[arg(long, value_name = "monty|cpython")]
-    pub sandbox: Option<String>,
-    /// The CPython interpreter for `--sandbox cpython` (default: `python3` on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub python: Option<PathBuf>,
     /// Model of `model_query` / `llm_query` (default: the configuration's).
     #[arg(long)]
     pub sub_model: Option<String>,
@@ -49,13 +42,6 @@ pub struct ReplArgs {
     /// Wall-clock limit of each cell, in seconds (default 3600).
     #[arg(long, value_name = "SECS")]
     pub snippet_timeout: Option<f64>,
-    /// Memory the session's Python values may take beyond the inputs, in MiB (0: no limit).
-    #[arg(long, value_name = "MIB")]
-    pub memory_limit: Option<u64>,
-    /// The conventions of the functions: recursive (results as `{"result": ...}` /
-    /// `{"error": ...}`), rlm or dspy (plain text). Default: `[rlm] dialect`, else recursive.
-    #[arg(long, value_name = "NAME")]
-    pub dialect: Option<String>,
     /// A tool the session may call (built-in or from a configured MCP server), through the
     /// permission rules. Repeatable. By default every built-in tool is offered.
     #[arg(long = "tool", value_name = "NAME")]
@@ -65,6 +51,8 @@ pub struct ReplArgs {
     pub workspace: Option<PathBuf>,
     #[command(flatten)]
     pub budget: super::BudgetArgs,
+    #[command(flatten)]
+    pub sandbox: super::SandboxArgs,
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
     #[command(flatten)]
@@ -79,11 +67,11 @@ impl ReplArgs {
             sub_model: self.sub_model.clone(),
             max_llm_calls: Some(self.max_llm_calls.unwrap_or(u32::MAX)),
             snippet_timeout_secs: Some(self.snippet_timeout.unwrap_or(CELL_TIMEOUT_SECS)),
-            memory_limit_mib: self.memory_limit,
-            dialect: self.dialect.clone(),
+            memory_limit_mib: self.sandbox.memory_limit,
+            dialect: self.sandbox.dialect.clone(),
             tools,
-            sandbox: self.sandbox.clone(),
-            python: self.python.clone(),
+            sandbox: self.sandbox.sandbox.clone(),
+            python: self.sandbox.python.clone(),
             ..RlmOptions::default()
         }
     }

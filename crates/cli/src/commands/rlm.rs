@@ -37,6 +37,8 @@ pub struct RlmArgs {
     pub max_depth: Option<u32>,
     #[command(flatten)]
     pub budget: super::BudgetArgs,
+    #[command(flatten)]
+    pub sandbox: super::SandboxArgs,
     /// Wall-clock limit for each snippet, in seconds (default 60); past it the snippet gets a
     /// `TimeoutError` and the run goes on.
     #[arg(long, value_name = "SECS")]
@@ -45,21 +47,12 @@ pub struct RlmArgs {
     /// observation, sub-call (with the heads of its prompt and answer) and submit.
     #[arg(long, value_name = "PATH")]
     pub trajectory: Option<PathBuf>,
-    /// Memory the sandbox's Python values may take beyond the inputs, in MiB (0: no limit;
-    /// default 512). Past it a snippet gets a `MemoryError` and the run goes on.
-    #[arg(long, value_name = "MIB")]
-    pub memory_limit: Option<u64>,
     /// Deepest Python call stack in the sandbox (at most 8192; default 1000).
     #[arg(long, value_name = "N")]
     pub recursion_limit: Option<usize>,
     /// Printed characters kept per snippet (head and tail; default 100000).
     #[arg(long, value_name = "N")]
     pub max_output_chars: Option<usize>,
-    /// The conventions the sandbox and prompt present: recursive (sub-calls return
-    /// `{"result": ...}`, finish with `submit`), rlm (text, `FINAL`/`FINAL_VAR`) or dspy (text,
-    /// `SUBMIT`). Every dialect's finishing forms are understood whatever this is.
-    #[arg(long, value_name = "NAME")]
-    pub dialect: Option<String>,
     /// Replace the default working rules of the prompt with this file's text.
     #[arg(long, value_name = "FILE")]
     pub instructions: Option<PathBuf>,
@@ -72,14 +65,6 @@ pub struct RlmArgs {
     /// the measurement).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// The interpreter running the snippets: monty (default: a Python subset in this program's
-    /// sandbox worker) or cpython (full Python with the interpreter's packages, in a worker
-    /// confined by the OS sandbox).
-    #[arg(long, value_name = "monty|cpython")]
-    pub sandbox: Option<String>,
-    /// The CPython interpreter for `--sandbox cpython` (default: `python3` on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub python: Option<PathBuf>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -104,15 +89,15 @@ impl RlmArgs {
             max_llm_calls: self.max_llm_calls,
             max_depth: self.max_depth,
             snippet_timeout_secs: self.snippet_timeout,
-            memory_limit_mib: self.memory_limit,
+            memory_limit_mib: self.sandbox.memory_limit,
             recursion_limit: self.recursion_limit,
             max_output_chars: self.max_output_chars,
-            dialect: self.dialect.clone(),
+            dialect: self.sandbox.dialect.clone(),
             instructions: self.instructions.clone(),
             tools: (!self.tools.is_empty()).then(|| self.tools.clone()),
             concurrency: self.concurrency,
-            sandbox: self.sandbox.clone(),
-            python: self.python.clone(),
+            sandbox: self.sandbox.sandbox.clone(),
+            python: self.sandbox.python.clone(),
             schema: self.schema.clone(),
         }
     }

@@ -154,3 +154,28 @@ pub fn http(
 pub fn serve(env: &Env, args: &[&str]) -> Served {
     Served::start(env, args, None)
 }
+
+/// `(step, goal)` of a goal pursuit's request to a scripted server: `assess`, `decompose`,
+/// `check`, `synthesize`, `digest` or `action:<type>` (from the system message), and the
+/// `Current goal:` line of the user message.
+pub fn goal_phase(r: &recursive_testkit::RecordedRequest) -> (String, String) {
+    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+    let text = |role: &str| -> String {
+        messages
+            .iter()
+            .filter(|m| m["role"] == role)
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let system = text("system");
+    let step = if let Some(rest) = system.strip_prefix("Step: ") {
+        rest.split('.').next().unwrap_or("").to_string()
+    } else if let Some(rest) = system.strip_prefix("Action: ") {
+        format!("action:{}", rest.split('.').next().unwrap_or(""))
+    } else {
+        String::new()
+    };
+    let goal = text("user").lines().find_map(|l| l.strip_prefix("Current goal: ")).unwrap_or("").to_string();
+    (step, goal)
+}

@@ -136,6 +136,8 @@ fn read_text(path: &Path) -> Result<String, String> {
 enum Ending {
     Lf,
     CrLf,
+    /// A bare CR (old Mac files, and lines some tools write): a line ending too, as codex reads it.
+    Cr,
 }
 
 impl Ending {
@@ -143,6 +145,7 @@ impl Ending {
         match self {
             Ending::Lf => "\n",
             Ending::CrLf => "\r\n",
+            Ending::Cr => "\r",
         }
     }
 }
@@ -154,18 +157,29 @@ struct FileLine<'a> {
     ending: Option<Ending>,
 }
 
+/// The lines of a text, each ending at LF, CRLF or a bare CR.
 fn split_lines(text: &str) -> Vec<FileLine<'_>> {
-    text.split_inclusive('\n')
-        .map(|piece| {
-            if let Some(body) = piece.strip_suffix("\r\n") {
-                FileLine { text: body, ending: Some(Ending::CrLf) }
-            } else if let Some(body) = piece.strip_suffix('\n') {
-                FileLine { text: body, ending: Some(Ending::Lf) }
-            } else {
-                FileLine { text: piece, ending: None }
+    let bytes = text.as_bytes();
+    let mut lines = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        let (ending, width) = match (bytes[i], bytes.get(i + 1)) {
+            (b'\r', Some(b'\n')) => (Ending::CrLf, 2),
+            (b'\r', _) => (Ending::Cr, 1),
+            (b'\n', _) => (Ending::Lf, 1),
+            _ => {
+                i += 1;
+                continue;
             }
-        })
-        .collect()
+        };
+        lines.push(FileLine { text: &text[start..i], ending: Some(ending) });
+        i += width;
+        start = i;
+    }
+    if start < text.len() {
+        lines.push(FileLine { text: &text[start..], ending: None });
+    }
+    lines
 }
 
 /// The ending lines written by a patch take: the file's first line ending (as codex,

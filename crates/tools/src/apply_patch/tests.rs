@@ -529,6 +529,13 @@ fn updated_file_gets_a_trailing_newline() {
 }
 
 #[test]
+fn a_bare_cr_is_a_line_ending_too() {
+    let dir = dir_with(&[("a.txt", b"one\r\ntwo\rthree\nfour\r\n")]);
+    apply(&dir, "*** Update File: a.txt\n@@\n-three\n+THREE\n").unwrap();
+    assert_eq!(read(&dir, "a.txt"), "one\r\ntwo\rTHREE\r\nfour\r\n");
+}
+
+#[test]
 fn crlf_line_endings_are_preserved() {
     let dir = dir_with(&[("a.txt", b"one\r\ntwo\r\nthree\r\n")]);
     apply(&dir, "*** Update File: a.txt\n one\n-two\n+TWO\n+extra\n@@\n+appended\n").unwrap();

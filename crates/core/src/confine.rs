@@ -7,8 +7,20 @@
 //!   alternatives, time zone) — not `/etc/shadow`, not `/root`, not other users' homes;
 //! - the directories on its `PATH` and [`Confinement::read_only`] read-only, and
 //!   [`Confinement::writable`] (the workspace, a scratch dir) read-write, each at its own path;
-//! - a private `/tmp`, an empty private home (`$HOME` on a tmpfs), its own `/proc` in its own PID
-//!   namespace (no view of the parent or its environment), a minimal `/dev`;
+//! - of the home directory only the workspace, what is configured, and what programs on `PATH`
+//!   need: each `PATH` directory itself (`~/.local/bin`, never `~/.local` with other sessions'
+//!   transcripts), the libraries beside a `bin` directory, a toolchain's own parts (`~/.rustup`
+//!   and cargo's `bin`, `registry` and `git` — never `~/.cargo` with `credentials.toml`; a pyenv
+//!   root's shims, versions and scripts), virtualenvs with the installation they were made from,
+//!   and where a program that is a symlink (pipx, `uv tool`) leads ([`interpreter_dirs`] does the
+//!   same for one interpreter);
+//! - a private `/tmp`, an empty private home (`$HOME` on a tmpfs) and `/dev/shm`, each capped at
+//!   [`Protections::tmp_size_bytes`] when `bwrap` can size a tmpfs (0.8 and later), its own
+//!   `/proc` in its own PID namespace (no view of the parent or its environment), a minimal,
+//!   read-only `/dev`;
+//! - the `.git/config` and `.git/hooks` of a writable directory read-only, and its `.git` pinned
+//!   in place (it cannot be renamed or replaced), so a command cannot plant a hook or an
+//!   `core.fsmonitor` that the user's next `git` runs outside ([`Protections::protect_git`]);
 //! - no network (its own network namespace, with only its own loopback) unless
 //!   [`Confinement::network`] is set, which shares the host's network unfiltered (there is no
 //!   allowlisting proxy);
@@ -83,6 +95,26 @@ pub struct Confinement {
     pub limits: ProcessLimits,
 }
 
+/// Protections of a confined process beyond what it may reach, which callers seldom change:
+/// [`Sandbox::command`] uses the defaults, [`Sandbox::command_with`] takes others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protections {
+    /// Size of each private tmpfs (`/tmp`, the home directory, `/dev/shm`), so writing there
+    /// cannot fill the host's memory (`None`: bubblewrap's default, half the RAM).
+    pub tmp_size_bytes: Option<u64>,
+    /// Keep the `.git/config` and `.git/hooks` of each writable directory read-only.
+    pub protect_git: bool,
+}
+
+/// The default size of each private tmpfs.
+pub const DEFAULT_TMP_SIZE_BYTES: u64 = 1024 * 1024 * 1024;
+
+impl Default for Protections {
+    fn default() -> Self {
+        Self { tmp_size_bytes: Some(DEFAULT_TMP_SIZE_BYTES), protect_git: true }
+    }
+}
+
 /// Why confinement cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the OS sandbox is not available: {0}")]
@@ -127,6 +159,8 @@ const ETC_ENTRIES: &[&str] = &[
 pub struct Sandbox {
     bwrap: PathBuf,
     prlimit: Option<PathBuf>,
+    /// Whether this `bwrap` takes `--size` (0.8 and later).
+    sized_tmpfs: bool,
 }
 
 /// The variable naming the `bwrap` to use instead of the one on `PATH`.
@@ -159,7 +193,14 @@ fn probe() -> Result<Sandbox, Unavailable> {
         let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
         return Err(Unavailable(format!("{} cannot create namespaces here: {why}", bwrap.display())));
     }
-    Ok(Sandbox { bwrap, prlimit: find_program("prlimit") })
+    let sized_tmpfs = takes_size(&bwrap);
+    Ok(Sandbox { bwrap, prlimit: find_program("prlimit"), sized_tmpfs })
+}
+
+/// Whether `bwrap` can size a tmpfs (`--size`, bubblewrap 0.8 and later), per its `--help`.
+fn takes_size(bwrap: &Path) -> bool {
+    let help = std::process::Command::new(bwrap).arg("--help").env_clear().stdin(std::process::Stdio::null()).output();
+    help.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--size"))
 }
 
 /// A program on `PATH`, else in the system's bin directories.
@@ -210,18 +251,30 @@ impl Plan {
 }
 
 impl Sandbox {
-    /// The command line that runs `command` (program and arguments) confined, in `cwd`.
-    /// Start it with the allowlisted environment; keep the returned [`ProcessCgroup`] until
-    /// the process has ended.
+    /// The command line that runs `command` (program and arguments) confined, in `cwd`, with the
+    /// default [`Protections`]. Start it with the allowlisted environment; keep the returned
+    /// [`ProcessCgroup`] until the process has ended.
     pub fn command(
         &self,
         confinement: &Confinement,
         cwd: &Path,
         command: &[OsString],
     ) -> (Vec<OsString>, Option<ProcessCgroup>) {
+        self.command_with(confinement, &Protections::default(), cwd, command)
+    }
+
+    /// [`Sandbox::command`] with these `protections`.
+    pub fn command_with(
+        &self,
+        confinement: &Confinement,
+        protections: &Protections,
+        cwd: &Path,
+        command: &[OsString],
+    ) -> (Vec<OsString>, Option<ProcessCgroup>) {
+        let protections = Protections { tmp_size_bytes: self.tmp_size(protections.tmp_size_bytes), ..*protections };
         let mut argv: Vec<OsString> = vec![self.bwrap.clone().into()];
         argv.extend(self.namespace_args(confinement).into_iter().map(OsString::from));
-        argv.extend(mount_args(confinement, cwd));
+        argv.extend(mount_args(confinement, &protections, cwd));
         argv.push("--".into());
         argv.extend(self.limit_args(&confinement.limits));
         argv.extend(command.iter().cloned());
@@ -230,6 +283,22 @@ impl Sandbox {
             Some(group) => (group.enter_then(argv), cgroup),
             None => (argv, None),
         }
+    }
+
+    /// The size to give each private tmpfs: `wanted`, unless this `bwrap` cannot size one (said
+    /// once per process).
+    fn tmp_size(&self, wanted: Option<u64>) -> Option<u64> {
+        if wanted.is_some() && !self.sized_tmpfs {
+            static WARNED: OnceLock<()> = OnceLock::new();
+            WARNED.get_or_init(|| {
+                tracing::warn!(
+                    "{} cannot size a tmpfs (`--size`, bubblewrap 0.8); the sandbox's /tmp is not capped",
+                    self.bwrap.display()
+                )
+            });
+            return None;
+        }
+        wanted
     }
 
     fn namespace_args(&self, confinement: &Confinement) -> Vec<&'static str> {
@@ -267,8 +336,9 @@ impl Sandbox {
 }
 
 /// The bind mounts: system, selected `/etc`, `/proc`, `/dev`, private `/tmp` and home, then
-/// the read-only and writable paths of `confinement`, then the working directory.
-fn mount_args(confinement: &Confinement, cwd: &Path) -> Vec<OsString> {
+/// the read-only and writable paths of `confinement`, the protected parts of `.git`, then the
+/// working directory.
+fn mount_args(confinement: &Confinement, protections: &Protections, cwd: &Path) -> Vec<OsString> {
     let mut args = Args::default();
     for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
@@ -283,9 +353,11 @@ fn mount_args(confinement: &Confinement, cwd: &Path) -> Vec<OsString> {
     }
     args.push(["--proc".into(), "/proc".into()]);
     args.push(["--dev".into(), "/dev".into()]);
-    args.push(["--tmpfs".into(), "/tmp".into()]);
-    if let Some(home) = crate::env::var_os("HOME").filter(|h| Path::new(h).is_absolute() && h != "/") {
-        args.push(["--tmpfs".into(), home]);
+    args.tmpfs(Path::new("/dev/shm"), protections.tmp_size_bytes);
+    args.push(["--remount-ro".into(), "/dev".into()]);
+    args.tmpfs(Path::new("/tmp"), protections.tmp_size_bytes);
+    if let Some(home) = home_dir() {
+        args.tmpfs(&home, protections.tmp_size_bytes);
     }
     for dir in toolchain_dirs().into_iter().chain(confinement.read_only.iter().cloned()) {
         args.push(["--ro-bind-try".into(), dir.clone().into(), dir.into()]);
@@ -293,36 +365,247 @@ fn mount_args(confinement: &Confinement, cwd: &Path) -> Vec<OsString> {
     for dir in &confinement.writable {
         args.push(["--bind".into(), dir.into(), dir.into()]);
     }
+    if protections.protect_git {
+        for dir in &confinement.writable {
+            args.0.extend(git_protection(dir));
+        }
+    }
     args.push(["--chdir".into(), cwd.into()]);
     args.0
 }
 
-/// Variables naming where toolchains live; each is readable inside when set.
+/// For a writable directory with a `.git` directory: `.git` bound onto itself (a mount point
+/// cannot be renamed or removed, so it stays the repository), then its `config` and `hooks`
+/// read-only. A missing `hooks` is made (empty) first, so none can be planted.
+fn git_protection(dir: &Path) -> Vec<OsString> {
+    let git = dir.join(".git");
+    if !is_real_dir(&git) {
+        return Vec::new();
+    }
+    let hooks = git.join("hooks");
+    if std::fs::symlink_metadata(&hooks).is_err() {
+        let _ = std::fs::create_dir(&hooks);
+    }
+    let mut args = Args::default();
+    args.push(["--bind".into(), git.clone().into(), git.clone().into()]);
+    let config = git.join("config");
+    if std::fs::symlink_metadata(&config).is_ok_and(|m| m.is_file()) {
+        args.push(["--ro-bind".into(), config.clone().into(), config.into()]);
+    }
+    if is_real_dir(&hooks) {
+        args.push(["--ro-bind".into(), hooks.clone().into(), hooks.into()]);
+    }
+    args.0
+}
+
+/// A directory that is not a symlink.
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The home directory, unless unset, relative or `/`.
+fn home_dir() -> Option<PathBuf> {
+    crate::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute() && h != Path::new("/"))
+}
+
+/// Variables naming where toolchains live; each is readable inside when set (cargo's home and
+/// pyenv's root only in the parts their programs need).
 const TOOLCHAIN_VARS: &[&str] =
     &["CARGO_HOME", "RUSTUP_HOME", "PYENV_ROOT", "VIRTUAL_ENV", "CONDA_PREFIX", "GOROOT", "JAVA_HOME", "NVM_DIR"];
 
-/// What programs on `PATH` need, read-only: each `PATH` directory outside the system dirs —
-/// for one under the home directory, its top directory there (`~/.pyenv` for
-/// `~/.pyenv/shims`, `~/.cargo` for `~/.cargo/bin`, with `~/.rustup` beside it) — and the
-/// directories named by [`TOOLCHAIN_VARS`].
+/// What programs on `PATH` need, read-only: each `PATH` directory outside the system dirs
+/// itself, with what its programs need ([`bin_dir_needs`]), and the directories named by
+/// [`TOOLCHAIN_VARS`] — never the home directory or a directory above it.
 fn toolchain_dirs() -> Vec<PathBuf> {
-    let home = crate::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute() && h != Path::new("/"));
+    let home = home_dir();
     let path = crate::env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = Vec::new();
     for dir in std::env::split_paths(&path).filter(|d| d.is_absolute() && !under_system_dir(d)) {
-        let top = home.as_ref().and_then(|h| Some(h.join(dir.strip_prefix(h).ok()?.components().next()?)));
-        if let (Some(home), Some(top)) = (&home, &top)
-            && top.ends_with(".cargo")
-        {
-            dirs.push(home.join(".rustup"));
-        }
-        dirs.push(top.unwrap_or(dir));
+        dirs.extend(bin_dir_needs(&dir, home.as_deref()));
+        dirs.push(dir);
     }
-    dirs.extend(TOOLCHAIN_VARS.iter().filter_map(crate::env::var_os).map(PathBuf::from));
-    dirs.retain(|d| d.is_absolute());
+    for var in TOOLCHAIN_VARS {
+        let Some(dir) = crate::env::var_os(var).map(PathBuf::from).filter(|d| d.is_absolute()) else { continue };
+        match *var {
+            "CARGO_HOME" => dirs.extend(cargo_parts(&dir, home.as_deref())),
+            "PYENV_ROOT" => dirs.extend(pyenv_parts(&dir)),
+            "VIRTUAL_ENV" => dirs.extend(venv_dirs(&dir.join("bin"))),
+            _ => dirs.push(dir),
+        }
+    }
+    mountable(dirs, home.as_deref())
+}
+
+/// `dirs` sorted, without duplicates, paths under the system dirs or under another of them,
+/// relative paths, and the home directory or anything above it.
+fn mountable(mut dirs: Vec<PathBuf>, home: Option<&Path>) -> Vec<PathBuf> {
+    dirs.retain(|d| d.is_absolute() && !under_system_dir(d) && !home.is_some_and(|h| h.starts_with(d)));
     dirs.sort();
     dirs.dedup();
-    dirs
+    let mut kept: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        if !kept.last().is_some_and(|k| dir.starts_with(k)) {
+            kept.push(dir);
+        }
+    }
+    kept
+}
+
+/// What the programs of the `PATH` directory `dir` need besides it: a cargo home's parts for
+/// its `bin`, a pyenv root's parts for one of its shims directories, a virtualenv for its `bin`,
+/// the `lib` beside a `bin` directory (`pip --user`'s packages, a node installation's modules),
+/// and where the symlinks in it lead ([`link_needs`]).
+fn bin_dir_needs(dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut needs = Vec::new();
+    let cargo_home = crate::env::var_os("CARGO_HOME").map(PathBuf::from);
+    if let Some(parent) = dir.parent().filter(|_| dir.ends_with("bin"))
+        && (parent.ends_with(".cargo") || cargo_home.as_deref() == Some(parent))
+    {
+        needs.extend(cargo_parts(parent, home));
+    }
+    if let Some(root) = pyenv_root_of(dir) {
+        needs.extend(pyenv_parts(&root));
+    }
+    needs.extend(venv_dirs(dir));
+    if let Some(parent) = dir.parent().filter(|p| dir.ends_with("bin") && !home.is_some_and(|h| h.starts_with(p))) {
+        needs.push(parent.join("lib"));
+    }
+    needs.extend(link_needs(dir));
+    needs
+}
+
+/// What cargo and the rustup proxies in `cargo_home/bin` read: the registry and git checkouts
+/// (not `credentials.toml`, not `config.toml`) and the rustup home with the toolchains.
+fn cargo_parts(cargo_home: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let rustup = crate::env::var_os("RUSTUP_HOME").map(PathBuf::from).or_else(|| Some(home?.join(".rustup")));
+    ["bin", "registry", "git"].iter().map(|p| cargo_home.join(p)).chain(rustup).collect()
+}
+
+/// The pyenv root a directory is in: `$PYENV_ROOT`, else the nearest ancestor named `.pyenv`.
+fn pyenv_root_of(dir: &Path) -> Option<PathBuf> {
+    let root = crate::env::var_os("PYENV_ROOT").map(PathBuf::from);
+    if let Some(root) = root.filter(|r| dir.starts_with(r)) {
+        return Some(root);
+    }
+    dir.ancestors().find(|a| a.ends_with(".pyenv")).map(Path::to_path_buf)
+}
+
+/// What pyenv's shims run: its scripts, plugins and hooks, the installed versions and the
+/// global version file.
+fn pyenv_parts(root: &Path) -> Vec<PathBuf> {
+    ["shims", "bin", "libexec", "plugins", "pyenv.d", "versions", "version"].iter().map(|p| root.join(p)).collect()
+}
+
+/// Most entries of one `PATH` directory looked at for symlinks.
+const MAX_LINKS_PER_DIR: usize = 4096;
+
+/// Where the symlinks in `dir` that lead out of it go (pipx's and `uv tool`'s programs are
+/// symlinks into virtualenvs): the virtualenvs on the way, or else the executable they end at.
+fn link_needs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut needs = Vec::new();
+    for entry in entries.take(MAX_LINKS_PER_DIR).flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
+        let chain = symlink_chain(&entry.path());
+        let venvs: Vec<PathBuf> = chain.iter().filter_map(|hop| hop.parent()).flat_map(venv_dirs).collect();
+        if !venvs.is_empty() {
+            needs.extend(venvs);
+        } else if let Some(end) = chain.last().filter(|end| !end.starts_with(dir) && is_executable(end)) {
+            needs.push(end.clone());
+        }
+    }
+    needs
+}
+
+/// What running the Python interpreter `interpreter` (a path, or a name looked up on `PATH`)
+/// needs, read-only: the virtualenvs on its symlink chain with the installations they were made
+/// from, pyenv's parts for one of its shims, the installation the chain ends in (`<prefix>` of
+/// `<prefix>/bin/python3.x` with a `<prefix>/lib/python3.x`) or else that executable alone, and
+/// the interpreter's own path when none of these holds it (bound as the file it leads to).
+/// Nothing under the system dirs, never the home directory or above: `~/bin/python3` mounts the
+/// interpreter and its environment, not `~`.
+pub fn interpreter_dirs(interpreter: &Path) -> Vec<PathBuf> {
+    let given = if interpreter.components().count() > 1 {
+        std::path::absolute(interpreter).unwrap_or_else(|_| interpreter.to_path_buf())
+    } else {
+        match find_program(&interpreter.to_string_lossy()) {
+            Some(found) => found,
+            None => return Vec::new(),
+        }
+    };
+    let chain = symlink_chain(&given);
+    let mut dirs: Vec<PathBuf> = chain.iter().filter_map(|hop| hop.parent()).flat_map(venv_dirs).collect();
+    let shims = given.parent().filter(|d| d.ends_with("shims")).and_then(pyenv_root_of);
+    dirs.extend(shims.iter().flat_map(|root| pyenv_parts(root)));
+    if let Some(end) = chain.last() {
+        dirs.push(python_installation(end).unwrap_or_else(|| end.clone()));
+    }
+    if !dirs.iter().any(|d| given.starts_with(d)) {
+        dirs.push(given);
+    }
+    mountable(dirs, home_dir().as_deref())
+}
+
+/// The installation an interpreter binary belongs to: `<prefix>` for `<prefix>/bin/<name>`
+/// when `<prefix>/lib` has a `python*` directory.
+fn python_installation(binary: &Path) -> Option<PathBuf> {
+    let prefix = binary.parent().filter(|b| b.ends_with("bin"))?.parent()?;
+    let lib = std::fs::read_dir(prefix.join("lib")).ok()?;
+    lib.flatten().any(|e| e.file_name().to_string_lossy().starts_with("python")).then(|| prefix.to_path_buf())
+}
+
+/// Most symlinks followed on one chain.
+const MAX_HOPS: usize = 40;
+
+/// `path` and every path its symlinks lead to, in order (the last is not a symlink, or the
+/// chain was cut after [`MAX_HOPS`]).
+fn symlink_chain(path: &Path) -> Vec<PathBuf> {
+    let mut chain = vec![path.to_path_buf()];
+    let mut cur = path.to_path_buf();
+    for _ in 0..MAX_HOPS {
+        let Ok(target) = std::fs::read_link(&cur) else { break };
+        let base = cur.parent().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+        cur = normalize(&base.map(|b| b.join(&target)).unwrap_or(target));
+        chain.push(cur.clone());
+    }
+    chain
+}
+
+/// `path` with `.` and `..` resolved lexically (a symlink's target is taken from the physical
+/// directory of the link, so only symlinked directories inside the target itself can differ).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for comp in path.components() {
+        match comp {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// For a directory holding a virtualenv's programs (`pyvenv.cfg` in it or its parent): the
+/// virtualenv, and the installation its `home` names (whose `bin` holds the base interpreter).
+fn venv_dirs(bin: &Path) -> Vec<PathBuf> {
+    let Some(root) = [Some(bin), bin.parent()].into_iter().flatten().find(|d| d.join("pyvenv.cfg").is_file()) else {
+        return Vec::new();
+    };
+    let base = std::fs::read_to_string(root.join("pyvenv.cfg")).ok().and_then(|cfg| {
+        let home = cfg.lines().find_map(|l| Some(l.split_once('=')?).filter(|(k, _)| k.trim() == "home"))?.1.trim();
+        let home = PathBuf::from(home);
+        Some(if home.ends_with("bin") { home.parent()?.to_path_buf() } else { home })
+    });
+    [root.to_path_buf()].into_iter().chain(base).collect()
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[derive(Default)]
@@ -331,6 +614,14 @@ struct Args(Vec<OsString>);
 impl Args {
     fn push<const N: usize>(&mut self, words: [OsString; N]) {
         self.0.extend(words);
+    }
+
+    /// A tmpfs at `dir`, of `size` bytes when given.
+    fn tmpfs(&mut self, dir: &Path, size: Option<u64>) {
+        if let Some(size) = size {
+            self.push(["--size".into(), size.to_string().into()]);
+        }
+        self.push(["--tmpfs".into(), dir.into()]);
     }
 }
 
@@ -452,7 +743,8 @@ mod tests {
 
     #[test]
     fn limits_become_prlimit_flags() {
-        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: Some("/usr/bin/prlimit".into()) };
+        let sandbox =
+            Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: Some("/usr/bin/prlimit".into()), sized_tmpfs: true };
         let limits = ProcessLimits { cpu_secs: Some(5), file_size_bytes: Some(10), ..Default::default() };
         let args = sandbox.limit_args(&limits);
         assert_eq!(args, ["/usr/bin/prlimit", "--cpu=5", "--fsize=10", "--"].map(OsString::from));
@@ -461,7 +753,7 @@ mod tests {
 
     #[test]
     fn the_command_binds_the_workspace_writable_and_hides_the_rest_of_etc() {
-        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: None };
+        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: None, sized_tmpfs: true };
         let confinement = Confinement { writable: vec!["/work/ws".into()], ..Default::default() };
         let (argv, _) = sandbox.command(&confinement, Path::new("/work/ws"), &["ls".into()]);
         let text: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -472,5 +764,111 @@ mod tests {
         assert!(!joined.contains("/etc/shadow"), "{joined}");
         assert!(!joined.contains("--ro-bind / /"), "{joined}");
         assert_eq!(text.last().map(String::as_str), Some("ls"));
+    }
+
+    fn joined(argv: &[OsString]) -> String {
+        argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn each_private_tmpfs_is_capped_and_dev_is_read_only() {
+        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: None, sized_tmpfs: true };
+        let (argv, _) = sandbox.command(&Confinement::default(), Path::new("/"), &["ls".into()]);
+        let joined = joined(&argv);
+        let size = format!("--size {DEFAULT_TMP_SIZE_BYTES}");
+        assert!(joined.contains(&format!("{size} --tmpfs /tmp")), "{joined}");
+        assert!(joined.contains(&format!("{size} --tmpfs /dev/shm --remount-ro /dev")), "{joined}");
+    }
+
+    #[test]
+    fn a_bwrap_that_cannot_size_a_tmpfs_leaves_it_uncapped() {
+        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: None, sized_tmpfs: false };
+        let (argv, _) = sandbox.command(&Confinement::default(), Path::new("/"), &["ls".into()]);
+        let joined = joined(&argv);
+        assert!(!joined.contains("--size"), "{joined}");
+        assert!(joined.contains("--tmpfs /tmp"), "{joined}");
+    }
+
+    /// Runs `script` with `sh` in the real sandbox, `dir` writable; its exit status and output.
+    fn run_confined(dir: &Path, protections: &Protections, script: &str) -> (bool, String) {
+        let sandbox = sandbox().expect("bubblewrap is needed for this test (./scripts/test installs it)");
+        let confinement = Confinement { writable: vec![dir.to_path_buf()], ..Default::default() };
+        let command = ["sh".into(), "-c".into(), script.into()];
+        let (argv, _) = sandbox.command_with(&confinement, protections, dir, &command);
+        let out = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    #[test]
+    fn filling_the_private_tmp_home_or_dev_stops_at_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let protections = Protections { tmp_size_bytes: Some(8 * 1024 * 1024), ..Default::default() };
+        for target in ["/tmp/fill", "/dev/shm/fill", "\"$HOME/fill\""] {
+            let script = format!("dd if=/dev/zero of={target} bs=1M count=16 2>&1 && echo FILLED");
+            let (ok, out) = run_confined(dir.path(), &protections, &script);
+            assert!(!ok && !out.contains("FILLED"), "{target}: {out}");
+            assert!(out.contains("No space left on device"), "{target}: {out}");
+        }
+        let (ok, out) = run_confined(dir.path(), &protections, "echo x > /dev/planted");
+        assert!(!ok && out.contains("Read-only file system"), "{out}");
+        let (ok, out) = run_confined(dir.path(), &protections, "echo kept > /dev/null && echo fine");
+        assert!(ok && out.contains("fine"), "{out}");
+    }
+
+    #[test]
+    fn git_config_and_hooks_are_bound_read_only_over_the_writable_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        let sandbox = Sandbox { bwrap: "/usr/bin/bwrap".into(), prlimit: None, sized_tmpfs: true };
+        let confinement = Confinement { writable: vec![dir.path().to_path_buf()], ..Default::default() };
+        let (argv, _) = sandbox.command(&confinement, dir.path(), &["ls".into()]);
+        let (g, ws) = (git.display(), dir.path().display());
+        let expected =
+            format!("--bind {ws} {ws} --bind {g} {g} --ro-bind {g}/config {g}/config --ro-bind {g}/hooks {g}/hooks");
+        assert!(joined(&argv).contains(&expected), "{}", joined(&argv));
+        assert!(git.join("hooks").is_dir(), "a missing hooks directory is made, so none can be planted");
+
+        let off = Protections { protect_git: false, ..Default::default() };
+        let (argv, _) = sandbox.command_with(&confinement, &off, dir.path(), &["ls".into()]);
+        assert!(!joined(&argv).contains(".git"), "{}", joined(&argv));
+    }
+
+    /// `<root>/bin/python3` -> `<root>/venv/bin/python3` -> `<root>/base/bin/python3.11`, with
+    /// the virtualenv's `pyvenv.cfg` naming `<root>/base/bin`.
+    fn fake_interpreter(root: &Path) -> PathBuf {
+        use std::os::unix::fs::symlink;
+        std::fs::create_dir_all(root.join("base/bin")).unwrap();
+        std::fs::create_dir_all(root.join("base/lib/python3.11")).unwrap();
+        std::fs::write(root.join("base/bin/python3.11"), "").unwrap();
+        std::fs::create_dir_all(root.join("venv/bin")).unwrap();
+        std::fs::write(root.join("venv/pyvenv.cfg"), format!("home = {}\n", root.join("base/bin").display())).unwrap();
+        symlink(root.join("base/bin/python3.11"), root.join("venv/bin/python3")).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        symlink("../venv/bin/python3", root.join("bin/python3")).unwrap();
+        std::fs::write(root.join("secret.txt"), "secret").unwrap();
+        root.join("bin/python3")
+    }
+
+    #[test]
+    fn an_interpreter_mounts_its_virtualenv_and_base_not_the_directory_above_its_bin() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let python = fake_interpreter(&root);
+        let dirs = interpreter_dirs(&python);
+        assert_eq!(dirs, vec![root.join("base"), root.join("bin/python3"), root.join("venv")]);
+        let venv_python = interpreter_dirs(&root.join("venv/bin/python3"));
+        assert_eq!(venv_python, vec![root.join("base"), root.join("venv")]);
+    }
+
+    #[test]
+    fn the_home_directory_and_what_is_above_it_are_never_mounted() {
+        let home = Path::new("/home/someone");
+        let dirs = vec![home.into(), "/home".into(), "/".into(), home.join(".rustup"), "/usr/lib".into(), "rel".into()];
+        assert_eq!(mountable(dirs, Some(home)), vec![home.join(".rustup")]);
+        let nested = vec!["/opt2/a/b".into(), "/opt2/a".into(), "/opt2/ab".into()];
+        assert_eq!(mountable(nested, None), vec![PathBuf::from("/opt2/a"), "/opt2/ab".into()]);
     }
 }

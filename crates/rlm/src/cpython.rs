@@ -2,7 +2,11 @@
 //! (`cpython_worker.py`, run by the chosen interpreter) confined by the OS sandbox
 //! ([`recursive_core::confine`]), fed one snippet at a time over JSON lines. Whatever packages
 //! that interpreter has (pandas, numpy) are importable; the worker sees a scratch directory,
-//! no network and no host files beyond the system and the interpreter's own.
+//! no network and no host files beyond the system and the interpreter's own environment
+//! ([`recursive_core::confine::interpreter_dirs`]: its virtualenv and base installation, never
+//! the home directory an interpreter such as `~/bin/python3` sits in). The worker dies with the
+//! host: confined through `bwrap --die-with-parent`, unconfined by asking the kernel for it
+//! (`PR_SET_PDEATHSIG`, set by a few lines run before the worker's program).
 //!
 //! Host functions are bridged: the worker's stubs send a call, the host answers through the
 //! same [`SandboxHost`] as the Monty backend (awaited calls and `asyncio.gather` run
@@ -12,7 +16,7 @@
 //! worker); printed output is capped head and tail; host calls per snippet are capped.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use monty_types::MontyException;
-use recursive_core::confine::{Confinement, Plan, ProcessCgroup, ProcessLimits, SandboxMode};
+use recursive_core::confine::{Confinement, Plan, ProcessCgroup, ProcessLimits, SandboxMode, interpreter_dirs};
 use recursive_core::env::ChildEnv;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -37,6 +41,32 @@ use crate::sandbox::{
 
 /// The worker's program, run as `python -I -c <it>`.
 const WORKER: &str = include_str!("cpython_worker.py");
+
+/// Run before [`WORKER`] when unconfined, with the host's process id: the kernel kills the
+/// worker when the host ends (`PR_SET_PDEATHSIG`; without `ctypes`, a thread checks every 0.2 s),
+/// and a worker whose host ended before that was set ends at once.
+const DIE_WITH_HOST: &str = r#"
+def _die_with_host(host):
+    import os
+    try:
+        import ctypes
+        if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
+            raise OSError(ctypes.get_errno(), "prctl")
+    except Exception:
+        import threading, time
+        def watch(parent=os.getppid()):
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(3)
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != host:
+        try:
+            os.kill(host, 0)
+        except ProcessLookupError:
+            os._exit(3)
+        except OSError:
+            pass
+"#;
 
 /// Address space the interpreter itself needs on top of the memory limit (its own heap, shared
 /// libraries, numpy's and BLAS's reservations).
@@ -139,19 +169,9 @@ impl CPythonSandbox {
 
     fn confinement(&self) -> Confinement {
         let memory = self.limits.memory_limit_bytes.map(|m| m as u64 + INTERPRETER_HEADROOM);
-        let mut read_only = Vec::new();
-        // The interpreter's installation: a virtualenv's root, and the base interpreter's.
-        if let Some(root) = self.config.python.parent().and_then(Path::parent) {
-            read_only.push(root.to_path_buf());
-        }
-        if let Some(root) =
-            std::fs::canonicalize(&self.config.python).ok().and_then(|p| Some(p.parent()?.parent()?.to_path_buf()))
-        {
-            read_only.push(root);
-        }
         Confinement {
             writable: vec![self.scratch.path().to_path_buf()],
-            read_only,
+            read_only: interpreter_dirs(&self.config.python),
             network: false,
             limits: ProcessLimits {
                 cpu_secs: None,
@@ -165,10 +185,15 @@ impl CPythonSandbox {
     async fn open(&self) -> Result<Worker, SandboxError> {
         let plan = Plan::for_mode(self.config.sandbox).map_err(|e| SandboxError::Worker(e.to_string()))?;
         let python: OsString = self.config.python.clone().into();
-        let program = [python, "-I".into(), "-u".into(), "-c".into(), WORKER.into()];
+        let program = |code: String| [python.clone(), "-I".into(), "-u".into(), "-c".into(), code.into()];
         let (argv, cgroup) = match plan {
-            Plan::Confined(sandbox) => sandbox.command(&self.confinement(), self.scratch.path(), &program),
-            Plan::Unconfined(_) => (program.to_vec(), None),
+            Plan::Confined(sandbox) => {
+                sandbox.command(&self.confinement(), self.scratch.path(), &program(WORKER.to_string()))
+            }
+            Plan::Unconfined(_) => {
+                let guard = format!("{DIE_WITH_HOST}_die_with_host({})\ndel _die_with_host\n", std::process::id());
+                (program(guard + WORKER).to_vec(), None)
+            }
         };
         let mut command = tokio::process::Command::new(&argv[0]);
         command.args(&argv[1..]);
@@ -214,11 +239,6 @@ impl CPythonSandbox {
             Some("failed") => Err(SandboxError::Setup(reply["error"].as_str().unwrap_or_default().to_string())),
             _ => Err(SandboxError::Worker(with_tail(&format!("unexpected first message {line}"), &worker.stderr))),
         }
-    }
-
-    /// Runs one snippet. `cancel` kills the worker and ends the snippet at once.
-    pub async fn execute(&self, code: &str, host: Arc<dyn SandboxHost>, cancel: &CancellationToken) -> SnippetOutcome {
-        self.run_cell(code, host, cancel, &CancellationToken::new()).await
     }
 
     /// Runs one snippet that `interrupt` stops with a `KeyboardInterrupt` (the worker and its

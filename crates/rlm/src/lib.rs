@@ -85,7 +85,7 @@ pub use rlm::{
     sub_prompt_chars_for_window,
 };
 pub use sandbox::{
-    Global, HostCall, HostReply, HostResult, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError,
+    Global, HostCall, HostReply, HostResult, NoHost, Sandbox, SandboxError, SandboxHost, SandboxLimits, SnippetError,
     SnippetErrorKind, SnippetOutcome, WORKER_ARG, WorkerCommand, set_default_worker,
 };
 pub use schema::{OutputSchema, default_output_schema};

@@ -467,6 +467,8 @@ fn spawn(worker: &WorkerCommand) -> Result<Session, SandboxError> {
     let mut child = Command::new(&worker.program)
         .args(&worker.args)
         .env_clear()
+        // The worker ends when this process does, even when killed (see `crate::worker`).
+        .env(crate::worker::HOST_PID_VAR, std::process::id().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -854,7 +856,10 @@ fn to_answer(r: HostResult) -> CallAnswer {
     }
 }
 
-struct NoHost;
+/// A host with no functions: snippets run plain Python, and any call of an unknown name is a
+/// `NameError`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHost;
 
 impl SandboxHost for NoHost {
     fn is_host_function(&self, _name: &str) -> bool {

@@ -8,10 +8,15 @@
 //! `recursive` CLI does this; so does the `recursive-sandbox-worker` binary of this crate). The
 //! binary must install `monty_alloc::LimitedAllocator` as its global allocator for the memory
 //! limit to hold; [`serve`] refuses to run a memory-limited session otherwise.
+//!
+//! A worker dies with its host: a thread ends the process as soon as its parent is no longer the
+//! host that started it (the host killed with SIGKILL, its pipes never closed by a worker busy in
+//! a snippet), and a worker whose host ended before that thread began ends at once.
 
 use std::borrow::Cow;
 use std::io::{self, BufReader, BufWriter, Stdin, Stdout, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use monty::{MontyRepl, ReplProgress, ReplStartError};
 use monty_types::{
@@ -35,11 +40,20 @@ const STACK_BYTES_MAX: usize = 1024 * 1024 * 1024;
 pub const MAX_RECURSION_LIMIT: usize = 8192;
 /// Suspensions Monty allows per session; the host bounds host calls per snippet itself.
 const MAX_SUSPENSIONS: usize = usize::MAX / 2;
+/// The variable in which a host gives the worker its process id.
+pub(crate) const HOST_PID_VAR: &str = "RECURSIVE_SANDBOX_HOST_PID";
+/// How often the worker checks that its host is alive.
+const HOST_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// The exit code of a worker whose host is gone (as when the pipe to the host breaks).
+const HOST_GONE: u8 = 3;
 
 /// Runs the worker loop on stdin/stdout until the host closes stdin. Returns the process's exit
 /// code: success at a clean end, 2 when the session cannot be set up, 3 when the pipe to the
 /// host breaks.
 pub fn serve() -> ExitCode {
+    if !host_alive_then_watch() {
+        return ExitCode::from(HOST_GONE);
+    }
     let mut input = BufReader::new(io::stdin());
     let limits = match wire::read_frame::<ToWorker>(&mut input) {
         Ok(Some(ToWorker::Init(limits))) => limits,
@@ -65,6 +79,27 @@ pub fn serve() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether the host is still there; if so, starts the thread that ends this process when the
+/// parent changes (the host is gone and the worker was adopted). The host named by
+/// [`HOST_PID_VAR`] that is not the parent (a wrapper may sit between) must still exist.
+fn host_alive_then_watch() -> bool {
+    let parent = std::os::unix::process::parent_id();
+    let named = recursive_core::env::var(HOST_PID_VAR).and_then(|v| v.trim().parse::<u32>().ok());
+    if named.is_some_and(|host| host != parent && !std::path::Path::new(&format!("/proc/{host}")).exists()) {
+        return false;
+    }
+    let watch = std::thread::Builder::new().name("host-watch".into()).spawn(move || {
+        while std::os::unix::process::parent_id() == parent {
+            std::thread::sleep(HOST_CHECK_INTERVAL);
+        }
+        std::process::exit(i32::from(HOST_GONE));
+    });
+    if let Err(e) = watch {
+        eprintln!("sandbox worker: cannot watch the host (the worker may outlive it): {e}");
+    }
+    true
 }
 
 fn arm_memory_limit(limit: Option<usize>) -> Result<(), String> {

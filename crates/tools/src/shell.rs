@@ -1,6 +1,8 @@
 //! `run_shell`: runs `sh -c <command>` in the workspace with a timeout.
 //!
-//! The command runs in its own process group. When it times out — or when the call is
+//! The command runs in its own process group; unconfined (no OS sandbox), in a session of its
+//! own (`setsid`) with stdin from `/dev/null`, so it has no controlling terminal and cannot push
+//! keystrokes into the user's (`TIOCSTI`). When it times out — or when the call is
 //! abandoned (the agent loop's own timeout, cancellation) — the whole group is killed, so
 //! background jobs and grandchildren do not outlive it. When the shell exits normally, what it
 //! left running in its group is killed too: output pipes held open by a leftover process would
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use nix::sys::signal::Signal;
+use process_wrap::tokio::{CommandWrap, ProcessSession};
 use recursive_core::confine::{Plan, ProcessCgroup};
 use recursive_core::env::ChildEnv;
 use recursive_core::{ToolContext, ToolError, TypedTool};
@@ -139,21 +142,25 @@ impl RunShell {
         })
     }
 
-    /// The process that runs `line`: `<shell> -c <line>`, inside the sandbox when confined
-    /// (with the pids cgroup to keep until it ends).
-    fn command(&self, line: &str, cwd: &Path) -> Result<(tokio::process::Command, Option<ProcessCgroup>), ToolError> {
+    /// The process that runs `line`: `<shell> -c <line>`, leading a process group of its own:
+    /// inside the sandbox when confined (with the pids cgroup to keep until it ends), else in a
+    /// new session, without a controlling terminal.
+    fn command(&self, line: &str, cwd: &Path) -> Result<(CommandWrap, Option<ProcessCgroup>), ToolError> {
         let shell = [self.config.shell.clone().into(), OsString::from("-c"), line.into()];
         match self.plan()? {
             Plan::Unconfined(_) => {
                 let mut command = tokio::process::Command::new(&shell[0]);
                 command.args(&shell[1..]);
-                Ok((command, None))
+                let mut wrapped = CommandWrap::from(command);
+                // A session leader also leads its process group: the group guard still works.
+                wrapped.wrap(ProcessSession);
+                Ok((wrapped, None))
             }
             Plan::Confined(sandbox) => {
                 let (argv, cgroup) = sandbox.command(&self.config.confinement(self.ws.root()), cwd, &shell);
                 let mut command = tokio::process::Command::new(&argv[0]);
-                command.args(&argv[1..]);
-                Ok((command, cgroup))
+                command.args(&argv[1..]).process_group(0);
+                Ok((CommandWrap::from(command), cgroup))
             }
         }
     }
@@ -202,21 +209,21 @@ impl TypedTool for RunShell {
         let max_bytes = self.config.max_output_bytes;
 
         let (mut command, cgroup) = self.command(&args.command, &cwd)?;
-        self.env.apply_tokio(&mut command);
+        self.env.apply_tokio(command.command_mut());
         command
+            .command_mut()
             .current_dir(&cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| {
-            let program = command.as_std().get_program().to_string_lossy().into_owned();
+            let program = command.command().as_std().get_program().to_string_lossy().into_owned();
             ToolError::failed(format!("could not start `{program}`: {e}"))
         })?;
         let mut killer = GroupKiller::new(child.id());
-        let stdout = child.stdout.take().map(|p| collect(p, max_bytes));
-        let stderr = child.stderr.take().map(|p| collect(p, max_bytes));
+        let stdout = child.stdout().take().map(|p| collect(p, max_bytes));
+        let stderr = child.stderr().take().map(|p| collect(p, max_bytes));
 
         let waited = tokio::time::timeout(Duration::from_secs(timeout_secs), child.wait()).await;
         // Whether the shell finished or not, nothing it started may outlive the call.

@@ -50,6 +50,10 @@ pub struct Session {
     pub meta: SessionMeta,
 }
 
+/// The result given, on resume, to a tool call the session ended during.
+const INTERRUPTED_CALL: &str = "interrupted: the session ended before this tool call finished, so its result (and \
+whether it took effect) is unknown; check before relying on it";
+
 /// Where sessions are kept.
 pub fn root() -> anyhow::Result<PathBuf> {
     let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for sessions (set HOME)"))?;
@@ -121,14 +125,28 @@ impl Session {
         }
     }
 
-    /// The conversation so far, checked for call/result pairing.
+    /// The conversation so far, checked for call/result pairing. A session that ended during
+    /// tool calls (killed, the terminal closed) is repaired: each call still awaiting its result
+    /// gets one saying it was interrupted, also written to the transcript, so the conversation
+    /// can go on.
     pub fn history(&self) -> anyhow::Result<Vec<Message>> {
         if !self.meta.transcript.exists() {
             return Ok(Vec::new());
         }
         let transcript = TranscriptLog::read(&self.meta.transcript)
             .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
-        Ok(transcript.into_messages())
+        let pending: Vec<String> = transcript.pending_calls().map(str::to_string).collect();
+        let mut messages = transcript.into_messages();
+        if !pending.is_empty() {
+            let mut log = TranscriptLog::open(&self.meta.transcript)
+                .with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
+            for id in pending {
+                let result = Message::tool_result(id, INTERRUPTED_CALL, true);
+                log.append(&result).with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
+                messages.push(result);
+            }
+        }
+        Ok(messages)
     }
 
     /// Adds one turn's usage, cost and outcome.

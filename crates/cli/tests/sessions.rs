@@ -172,3 +172,76 @@ fn ctrl_c_at_the_chat_prompt_ends_the_chat_with_8() {
     let out = chat.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_session_killed_during_a_tool_call_resumes_with_the_call_marked_interrupted() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([
+        Reply::tool_call("run_shell", serde_json::json!({"command": "sleep 30"})),
+        Reply::text("resumed fine"),
+    ]));
+    let child = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "wait a while", "--yes", "--json"])
+        .args(provider_args(&server))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sessions = env.path(".local/share/recursive/sessions");
+    let transcript = || {
+        std::fs::read_dir(&sessions)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("transcript.jsonl"))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    };
+    common::wait_for("the tool call in the transcript", std::time::Duration::from_secs(30), || {
+        transcript().contains("sleep 30")
+    });
+    common::signal(child.id(), "KILL");
+    let _ = child.wait_with_output();
+    let id = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().file_name().into_string().unwrap();
+
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "go on", "--resume", &id, "--json"])
+        .args(provider_args(&server))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["output"], "resumed fine");
+    let sent = &server.request(1).body["messages"];
+    let tool = sent.as_array().unwrap().iter().find(|m| m["role"] == "tool").expect("the call got a result");
+    assert!(tool["content"].as_str().unwrap().starts_with("interrupted"), "{tool}");
+}
+
+#[test]
+fn chat_counts_each_turns_usage_once() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([
+        Reply::text("one").with_usage(1000, 10),
+        Reply::text("two").with_usage(1000, 10),
+        Reply::text("three").with_usage(1000, 10),
+    ]));
+    let mut chat = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["chat", "-q"])
+        .args(provider_args(&server))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    chat.stdin.take().unwrap().write_all(b"first\nsecond\nthird\n/cost\n").unwrap();
+    let out = chat.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("3 turn(s), 3000 tokens in, 30 out"), "{stderr}");
+}

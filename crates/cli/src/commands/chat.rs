@@ -198,6 +198,8 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
             Some(Line::Message(text)) => text,
         };
         let agent = chat_agent(&harness, &tools, &system, &model, &session, args.conversation.context_window)?;
+        // The chat's scope spans every turn: a turn's usage is what it adds.
+        let (usage_before, cost_before) = (scope.usage(), scope.cost_usd());
         let result = match agent.continue_in(std::mem::take(&mut history), &input, &scope).await {
             Ok(r) => r,
             Err(e) => {
@@ -208,7 +210,10 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         };
         println!();
         history = result.messages.clone();
-        if let Err(e) = session.record(&model, &result) {
+        let mut turn = result;
+        turn.usage = turn_usage(scope.usage(), usage_before);
+        turn.cost_usd = (scope.cost_usd() - cost_before).max(0.0);
+        if let Err(e) = session.record(&model, &turn) {
             eprintln!("warning: the session could not be updated: {e:#}");
         }
         if scope.cancel_token().is_cancelled() {
@@ -218,6 +223,16 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     }
     eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", session.meta.id);
     Ok(code)
+}
+
+/// What a turn added to the chat's usage.
+fn turn_usage(after: recursive_core::Usage, before: recursive_core::Usage) -> recursive_core::Usage {
+    recursive_core::Usage {
+        input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
+        output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
+        cache_read_tokens: after.cache_read_tokens.saturating_sub(before.cache_read_tokens),
+        cache_write_tokens: after.cache_write_tokens.saturating_sub(before.cache_write_tokens),
+    }
 }
 
 #[cfg(test)]

@@ -41,13 +41,15 @@ pub struct SessionMeta {
     pub last_outcome: String,
 }
 
-/// A session on disk.
-#[derive(Debug, Clone)]
+/// A session on disk, held by this process (one process at a time: see [`Session::lock`]).
+#[derive(Debug)]
 pub struct Session {
     /// Its directory.
     pub dir: PathBuf,
     /// What it is.
     pub meta: SessionMeta,
+    /// The lock this process holds on it, released when the session is dropped.
+    _lock: std::fs::File,
 }
 
 /// The result given, on resume, to a tool call the session ended during.
@@ -98,7 +100,7 @@ impl Session {
             cost_usd: 0.0,
             last_outcome: String::new(),
         };
-        let session = Session { dir, meta };
+        let session = Session { _lock: lock(&dir, &meta.id)?, dir, meta };
         session.save()?;
         Ok(session)
     }
@@ -113,7 +115,7 @@ impl Session {
             .map_err(|_| ConfigError(format!("no session `{id}`; `recursive sessions` lists them")))?;
         let meta: SessionMeta =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("session `{id}` is damaged: {e}"))?;
-        Ok(Session { dir, meta })
+        Ok(Session { _lock: lock(&dir, id)?, dir, meta })
     }
 
     /// The most recently updated session of `workspace`.
@@ -167,6 +169,27 @@ impl Session {
         std::fs::write(&tmp, serde_json::to_vec_pretty(&self.meta)?)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// Takes the session's lock (`<dir>/lock`, an advisory file lock the system releases when the
+/// process ends, however it ends): a second process on the same session is refused, so two
+/// never interleave one transcript.
+fn lock(dir: &Path, id: &str) -> anyhow::Result<std::fs::File> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ConfigError(format!(
+            "session `{id}` is in use by another process; wait for it to end, or start a new session"
+        ))
+        .into()),
+        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("cannot lock session `{id}`: {e}")),
     }
 }
 

@@ -245,3 +245,55 @@ fn chat_counts_each_turns_usage_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("3 turn(s), 3000 tokens in, 30 out"), "{stderr}");
 }
+
+#[test]
+fn a_second_process_on_one_session_is_refused() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("again")]));
+    let first = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "remember 41", "--json"])
+        .args(provider_args(&server))
+        .output()
+        .unwrap();
+    let id = stdout_json(&first)["session"].as_str().unwrap().to_string();
+    // A chat holds the session while it waits for input.
+    let mut chat = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["chat", "--resume", &id, "-q"])
+        .args(provider_args(&server))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its banner comes once it holds the session.
+    let mut banner = String::new();
+    let mut chat_stderr = std::io::BufReader::new(chat.stderr.take().unwrap());
+    std::io::BufRead::read_line(&mut chat_stderr, &mut banner).unwrap();
+    assert!(banner.contains(&id), "{banner}");
+    let second = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "and now?", "--resume", &id])
+        .args(provider_args(&server))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("in use by another process"));
+    drop(chat.stdin.take());
+    let _ = chat.wait();
+    drop(chat_stderr);
+    // Once the chat has ended, the session is free again.
+    let third = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "and now?", "--resume", &id, "--json"])
+        .args(provider_args(&server))
+        .output()
+        .unwrap();
+    assert_eq!(third.status.code(), Some(0), "{}", String::from_utf8_lossy(&third.stderr));
+}

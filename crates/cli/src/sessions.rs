@@ -127,10 +127,11 @@ impl Session {
         }
     }
 
-    /// The conversation so far, checked for call/result pairing. A session that ended during
-    /// tool calls (killed, the terminal closed) is repaired: each call still awaiting its result
-    /// gets one saying it was interrupted, also written to the transcript, so the conversation
-    /// can go on.
+    /// The conversation so far, checked for call/result pairing, without its system prompt (the
+    /// process continuing it builds its own: today's date, its `--system`/`--append-system`). A
+    /// session that ended during tool calls (killed, the terminal closed) is repaired: each call
+    /// still awaiting its result gets one saying it was interrupted, also written to the
+    /// transcript, so the conversation can go on.
     pub fn history(&self) -> anyhow::Result<Vec<Message>> {
         if !self.meta.transcript.exists() {
             return Ok(Vec::new());
@@ -139,6 +140,7 @@ impl Session {
             .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
         let pending: Vec<String> = transcript.pending_calls().map(str::to_string).collect();
         let mut messages = transcript.into_messages();
+        messages.retain(|m| m.role != recursive_core::Role::System);
         if !pending.is_empty() {
             let mut log = TranscriptLog::open(&self.meta.transcript)
                 .with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;

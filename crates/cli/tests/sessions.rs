@@ -297,3 +297,22 @@ fn a_second_process_on_one_session_is_refused() {
         .unwrap();
     assert_eq!(third.status.code(), Some(0), "{}", String::from_utf8_lossy(&third.stderr));
 }
+
+#[test]
+fn a_resumed_session_gets_the_system_prompt_of_the_process_continuing_it() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([Reply::text("one"), Reply::text("two")]));
+    let run = |args: &[&str]| {
+        env.cmd().env("OPENAI_API_KEY", "sk-test").args(args).args(provider_args(&server)).output().unwrap()
+    };
+    let first = run(&["run", "hello", "--system", "You are ALPHA.", "--json"]);
+    let id = stdout_json(&first)["session"].as_str().unwrap().to_string();
+    let second = run(&["run", "again", "--resume", &id, "--system", "You are BETA.", "--json"]);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let messages = server.request(1).body["messages"].as_array().unwrap().clone();
+    let systems: Vec<&str> =
+        messages.iter().filter(|m| m["role"] == "system").filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(systems, ["You are BETA."], "{messages:?}");
+    assert_eq!(contents(&server.request(1).body)[1..], ["hello", "one", "again"]);
+}

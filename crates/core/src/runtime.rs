@@ -335,19 +335,13 @@ impl Agent {
     }
 
     /// The history, the transcript log, the system prompt and the new user message.
+    /// A history without a system message gets this agent's first (the log gets it too).
     fn start(&self, rec: &mut Recorder, history: Vec<Message>, input: &str) -> Result<(), AgentError> {
-        for mut m in history {
-            // Out of plan mode (an approved plan is being carried out), the system prompt no
-            // longer forbids tools.
-            if !self.config.plan_mode && m.role == Role::System {
-                m.content = without_plan_mode(&m.content);
-            }
-            rec.push(m)?;
-        }
-        if let Some(p) = &self.config.transcript_path {
+        let needs_system = !history.iter().any(|m| m.role == Role::System);
+        if needs_system && let Some(p) = &self.config.transcript_path {
             rec.log = Some(TranscriptLog::open(p)?);
         }
-        if !rec.transcript.messages().iter().any(|m| m.role == Role::System) {
+        if needs_system {
             let mut system = self.config.system_prompt.clone().unwrap_or_default();
             if self.config.plan_mode {
                 if !system.is_empty() {
@@ -358,6 +352,21 @@ impl Agent {
             if !system.is_empty() {
                 rec.push(Message::system(system))?;
             }
+        }
+        let log = rec.log.take();
+        for mut m in history {
+            // Out of plan mode (an approved plan is being carried out), the system prompt no
+            // longer forbids tools.
+            if !self.config.plan_mode && m.role == Role::System {
+                m.content = without_plan_mode(&m.content);
+            }
+            rec.push(m)?;
+        }
+        rec.log = log;
+        if rec.log.is_none()
+            && let Some(p) = &self.config.transcript_path
+        {
+            rec.log = Some(TranscriptLog::open(p)?);
         }
         rec.push(Message::user(input))
     }

@@ -1,8 +1,9 @@
 //! The default system prompt of `run` (and `serve`'s agents): who the agent is, where it works
 //! (workspace, OS, shell and whether commands run confined, date), the working rules of its
-//! tools, and the instructions the project and the user keep in `AGENTS.md` files: the
-//! workspace's `AGENTS.md` and the user's `<config dir>/recursive/AGENTS.md`. `--system`
-//! replaces the whole prompt; `--append-system` adds to it.
+//! tools, and the instructions the project and the user keep in `AGENTS.md` files: the user's
+//! `<config dir>/recursive/AGENTS.md`, then those of the project from its git root down to the
+//! workspace (nearest last, as codex reads them). `--system` replaces the whole prompt;
+//! `--append-system` adds to it.
 
 use std::path::{Path, PathBuf};
 
@@ -72,14 +73,21 @@ fn default_prompt(facts: &PromptFacts<'_>) -> String {
     p
 }
 
-/// The `AGENTS.md` files that apply, most general first: the user's, then the project's (which
-/// must stay inside the workspace).
+/// The `AGENTS.md` files that apply, most general first: the user's, then the project's from
+/// its git root (the nearest directory above the workspace holding `.git`; the workspace when
+/// there is none) down to the workspace — each of which must stay inside its own directory.
 fn instruction_files(workspace: &Path) -> Vec<(&'static str, PathBuf, Option<PathBuf>)> {
     let mut files = Vec::new();
     if let Some(dir) = dirs::config_dir() {
         files.push(("Your user's instructions", dir.join("recursive").join("AGENTS.md"), None));
     }
-    files.push(("Project instructions", workspace.join("AGENTS.md"), Some(workspace.to_path_buf())));
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let root = workspace.ancestors().find(|d| d.join(".git").exists()).unwrap_or(&workspace).to_path_buf();
+    let mut dirs: Vec<&Path> = workspace.ancestors().take_while(|d| d.starts_with(&root)).collect();
+    dirs.reverse();
+    for dir in dirs {
+        files.push(("Project instructions", dir.join("AGENTS.md"), Some(dir.to_path_buf())));
+    }
     files
 }
 
@@ -130,6 +138,25 @@ mod tests {
         assert!(p.contains("Run `make check` before you finish."), "{p}");
         assert!(p.ends_with("Be terse."), "{p}");
         assert_eq!(system_prompt(&facts(dir.path()), Some("Only this."), None), "Only this.");
+    }
+
+    #[test]
+    fn agents_md_files_from_the_git_root_down_to_the_workspace_apply_nearest_last() {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::create_dir(repo.path().join(".git")).unwrap();
+        let workspace = repo.path().join("crates").join("app");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(repo.path().join("AGENTS.md"), "ROOT RULE").unwrap();
+        std::fs::write(workspace.join("AGENTS.md"), "APP RULE").unwrap();
+        let p = system_prompt(&facts(&workspace), None, None);
+        let (root, app) = (p.find("ROOT RULE").unwrap(), p.find("APP RULE").unwrap());
+        assert!(root < app, "the nearest comes last: {p}");
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("AGENTS.md"), "NOT A PROJECT RULE").unwrap();
+        let lone = outside.path().join("sub");
+        std::fs::create_dir(&lone).unwrap();
+        let p = system_prompt(&facts(&lone), None, None);
+        assert!(!p.contains("NOT A PROJECT RULE"), "without a git root only the workspace's own applies: {p}");
     }
 
     #[test]

@@ -222,6 +222,7 @@ pub(crate) fn parse_arguments(raw: &str) -> Value {
 struct Parts {
     text: String,
     refusal: String,
+    reasoning: String,
     calls: Vec<ToolCall>,
     finish_reason: Option<String>,
     usage: Option<wire::CompletionUsage>,
@@ -241,8 +242,13 @@ impl Parts {
                 None => StopReason::EndTurn,
             }
         };
+        let mut message = Message::assistant_with_tools(content, self.calls);
+        if !self.reasoning.is_empty() {
+            message.reasoning =
+                vec![recursive_core::Reasoning { text: self.reasoning, signature: String::new(), redacted: false }];
+        }
         ChatResponse {
-            message: Message::assistant_with_tools(content, self.calls),
+            message,
             stop_reason,
             usage: self.usage.as_ref().map(usage).unwrap_or_default(),
             cost_usd: None,
@@ -275,6 +281,7 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Provi
     Ok(Parts {
         text: choice.message.content.unwrap_or_default(),
         refusal: choice.message.refusal.unwrap_or_default(),
+        reasoning: choice.message.reasoning_content.unwrap_or_default(),
         calls,
         finish_reason: choice.finish_reason,
         usage: completion.usage,
@@ -297,6 +304,9 @@ struct PartialCall {
 pub struct ChunkAccumulator {
     text: String,
     refusal: String,
+    reasoning: String,
+    /// Reasoning that arrived since [`ChunkAccumulator::take_reasoning`] was last called.
+    new_reasoning: Vec<String>,
     calls: BTreeMap<u32, PartialCall>,
     last_index: Option<u32>,
     finish_reason: Option<String>,
@@ -329,6 +339,10 @@ impl ChunkAccumulator {
                 if let Some(r) = delta.refusal.filter(|r| !r.is_empty()) {
                     self.refusal.push_str(&r);
                     out.push(r);
+                }
+                if let Some(r) = delta.reasoning_content.filter(|r| !r.is_empty()) {
+                    self.reasoning.push_str(&r);
+                    self.new_reasoning.push(r);
                 }
                 for call in delta.tool_calls.unwrap_or_default() {
                     self.push_call(call);
@@ -372,6 +386,11 @@ impl ChunkAccumulator {
         }
     }
 
+    /// The reasoning that arrived since the last call, for streaming it.
+    pub fn take_reasoning(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.new_reasoning)
+    }
+
     /// Records the `[DONE]` marker.
     pub fn mark_done(&mut self) {
         self.done = true;
@@ -401,6 +420,7 @@ impl ChunkAccumulator {
         Parts {
             text: self.text.clone(),
             refusal: self.refusal.clone(),
+            reasoning: self.reasoning.clone(),
             calls,
             finish_reason: self.finish_reason.clone(),
             usage: self.usage,
@@ -417,6 +437,10 @@ struct ChunkDecoder {
 }
 
 impl Decoder for ChunkDecoder {
+    fn take_reasoning(&mut self) -> Vec<String> {
+        self.acc.take_reasoning()
+    }
+
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
         let data = frame.data.trim();
         if data == "[DONE]" {
@@ -667,6 +691,28 @@ mod tests {
         assert!(matches!(err, ProviderError::Http { status: 429, .. }), "{err:?}");
         let err = stream_error("p", &json!({"message": "boom"}));
         assert!(err.is_retryable(), "{err:?}");
+    }
+
+    #[test]
+    fn reasoning_content_of_compatible_servers_is_reasoning_not_text() {
+        let mut acc = ChunkAccumulator::new();
+        let visible = acc.push(chunk(json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think "}}]})));
+        assert!(visible.is_empty(), "reasoning is not the answer's text");
+        acc.push(chunk(json!({"choices": [{"index": 0, "delta": {"reasoning": "more"}}]})));
+        assert_eq!(acc.take_reasoning(), ["think ", "more"]);
+        acc.push(chunk(json!({"choices": [{"index": 0, "delta": {"content": "42"}, "finish_reason": "stop"}]})));
+        let r = acc.finish();
+        assert_eq!(r.message.content, "42");
+        assert_eq!(r.message.reasoning[0].text, "think more");
+        let whole = parse_response(
+            "openai",
+            json!({"model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "42", "reasoning_content": "because"}}]})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(whole.message.reasoning[0].text, "because");
     }
 
     #[test]

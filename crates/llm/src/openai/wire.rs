@@ -148,6 +148,10 @@ pub struct ResponseMessage {
     /// A refusal, instead of text.
     #[serde(default)]
     pub refusal: Option<String>,
+    /// The reasoning some compatible servers return beside the text (DeepSeek, vLLM, llama.cpp:
+    /// `reasoning_content`; OpenRouter: `reasoning`).
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
     /// Tool calls.
     #[serde(default)]
     pub tool_calls: Option<Vec<ToolCall>>,
@@ -215,6 +219,9 @@ pub struct Delta {
     /// A piece of a refusal.
     #[serde(default)]
     pub refusal: Option<String>,
+    /// A piece of reasoning (compatible servers: `reasoning_content`, or `reasoning`).
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
     /// Pieces of tool calls, by index.
     #[serde(default)]
     pub tool_calls: Option<Vec<ToolCallDelta>>,

@@ -281,6 +281,16 @@ fn input_object(arguments: &Value) -> Value {
     }
 }
 
+/// A refusal's `stop_details` as one line: its category and explanation, where given.
+fn refusal_explanation(details: &serde_json::Value) -> Option<String> {
+    let field = |k: &str| details.get(k).and_then(serde_json::Value::as_str).filter(|s| !s.trim().is_empty());
+    match (field("category"), field("explanation")) {
+        (Some(c), Some(e)) => Some(format!("{c}: {e}")),
+        (Some(one), None) | (None, Some(one)) => Some(one.to_string()),
+        (None, None) => None,
+    }
+}
+
 /// Maps a `stop_reason`.
 pub fn stop_reason(reason: &str) -> StopReason {
     match reason {
@@ -337,6 +347,7 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Provi
     acc.model = message.model;
     acc.usage = message.usage;
     acc.stop_reason = message.stop_reason;
+    acc.stop_details = message.stop_details;
     for (i, block) in message.content.into_iter().enumerate() {
         let index = i as u32;
         acc.blocks.insert(index, Block::start(block));
@@ -378,6 +389,7 @@ pub struct MessageAccumulator {
     model: String,
     blocks: BTreeMap<u32, Block>,
     stop_reason: Option<String>,
+    stop_details: Option<serde_json::Value>,
     usage: wire::WireUsage,
     stopped: bool,
 }
@@ -449,6 +461,9 @@ impl MessageAccumulator {
             E::MessageDelta { delta, usage } => {
                 if delta.stop_reason.is_some() {
                     self.stop_reason = delta.stop_reason;
+                }
+                if delta.stop_details.is_some() {
+                    self.stop_details = delta.stop_details;
                 }
                 if let Some(u) = usage {
                     let merge = |new: Option<u64>, old: Option<u64>| new.or(old);
@@ -532,6 +547,15 @@ impl MessageAccumulator {
             None if !calls.is_empty() => StopReason::ToolUse,
             None => StopReason::EndTurn,
         };
+        let mut text = text;
+        if stop_reason == StopReason::Refusal
+            && let Some(why) = self.stop_details.as_ref().and_then(refusal_explanation)
+        {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&format!("[refused by the API: {why}]"));
+        }
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
         ChatResponse { message, stop_reason, usage: usage(&self.usage), cost_usd: None, model: self.model.clone() }
@@ -889,6 +913,24 @@ mod tests {
         let r = acc.finish();
         assert_eq!(r.message.content, "found it");
         assert!(r.message.tool_calls.is_empty(), "a server tool is not a call for the client");
+    }
+
+    #[test]
+    fn a_refusal_carries_the_explanation_the_api_gives() {
+        let body = json!({
+            "model": "claude", "role": "assistant", "content": [{"type": "text", "text": "Hello.."}],
+            "stop_reason": "refusal",
+            "stop_details": {"type": "refusal", "category": "cyber", "explanation": "This looks like malware."},
+            "usage": {"input_tokens": 5, "output_tokens": 2}
+        });
+        let r = parse_response("anthropic", body.to_string().as_bytes()).unwrap();
+        assert_eq!(r.stop_reason, StopReason::Refusal);
+        assert_eq!(r.message.content, "Hello..\n\n[refused by the API: cyber: This looks like malware.]");
+        let mut acc = MessageAccumulator::new();
+        let delta = json!({"type": "message_delta", "delta": {"stop_reason": "refusal",
+            "stop_details": {"explanation": "Declined."}}, "usage": {"output_tokens": 1}});
+        acc.push("anthropic", serde_json::from_value(delta).unwrap()).unwrap();
+        assert_eq!(acc.finish().message.content, "[refused by the API: Declined.]");
     }
 
     #[test]

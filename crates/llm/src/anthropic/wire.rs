@@ -184,6 +184,9 @@ pub struct MessageResponse {
     /// Why it stopped (`null` in `message_start`).
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// What the API says about why it stopped (a refusal's category and explanation).
+    #[serde(default)]
+    pub stop_details: Option<serde_json::Value>,
     /// Token counts.
     #[serde(default)]
     pub usage: WireUsage,
@@ -333,6 +336,9 @@ pub struct MessageDeltaBody {
     /// Why generation stopped.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// What the API says about why it stopped (a refusal's category and explanation).
+    #[serde(default)]
+    pub stop_details: Option<serde_json::Value>,
 }
 
 /// An error object (`{"type": "...", "message": "..."}`).

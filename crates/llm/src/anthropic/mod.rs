@@ -547,7 +547,6 @@ impl MessageAccumulator {
             None if !calls.is_empty() => StopReason::ToolUse,
             None => StopReason::EndTurn,
         };
-        let mut text = text;
         if stop_reason == StopReason::Refusal
             && let Some(why) = self.stop_details.as_ref().and_then(refusal_explanation)
         {

@@ -316,3 +316,49 @@ fn a_resumed_session_gets_the_system_prompt_of_the_process_continuing_it() {
     assert_eq!(systems, ["You are BETA."], "{messages:?}");
     assert_eq!(contents(&server.request(1).body)[1..], ["hello", "one", "again"]);
 }
+
+#[test]
+fn chat_offers_the_configured_mcp_servers_tools() {
+    let Some(entry) = recursive_testkit::require_env("MCP_EVERYTHING_SERVER") else { return };
+    let env = Env::new();
+    std::fs::write(
+        env.path("recursive.toml"),
+        format!("[mcp.servers.everything]\ncommand = \"node\"\nargs = [{entry:?}]\nstartup_timeout_secs = 60\n"),
+    )
+    .unwrap();
+    let script = env.script(
+        "s.json",
+        serde_json::json!([
+            {"tool_calls": [{"name": "everything__echo", "arguments": {"message": "hello from chat"}}]},
+            "echoed"
+        ]),
+    );
+    // The servers start in the background: the first message waits until the server is ready.
+    let mut chat = env
+        .cmd()
+        .args(["chat", "--provider", "mock", "--mock-script", common::s(&script), "--trust", "--yes"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = std::io::BufReader::new(chat.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("mcp server everything: ready")) {
+        seen.push(rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the server is ready"));
+    }
+    stdin.write_all(b"echo something\n").unwrap();
+    drop(stdin);
+    let _ = chat.wait_with_output().unwrap();
+    seen.extend(rx.iter());
+    let stderr = seen.join("\n");
+    assert!(stderr.contains("hello from chat"), "the MCP tool ran: {stderr}");
+    assert!(!stderr.contains("unknown tool"), "{stderr}");
+}

@@ -98,9 +98,16 @@ impl Prompter {
 }
 
 /// The agent of one turn: the chat's tools, policy, system prompt, model and session transcript.
+/// The tools of a chat: the built-in ones and the runnables, and the configured MCP servers'
+/// as they become ready.
+struct ChatTools {
+    tools: recursive_core::ToolRegistry,
+    late: recursive_core::LateTools,
+}
+
 fn chat_agent(
     harness: &Harness,
-    tools: &recursive_core::ToolRegistry,
+    tools: &ChatTools,
     system: &str,
     model: &str,
     session: &Session,
@@ -110,7 +117,7 @@ fn chat_agent(
     config.options.model = model.to_string();
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(context_window, model)?;
-    Ok(harness.agent_from(tools.clone(), config))
+    Ok(harness.agent_from(tools.tools.clone(), config).with_late_tools(tools.late.clone()))
 }
 
 /// Runs the command.
@@ -140,6 +147,18 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let tools = harness.tools();
     let system =
         setup.system_prompt(&tools, args.conversation.system.as_deref(), args.conversation.append_system.as_deref());
+    // MCP servers start in the background, as for `run`: their tools join when ready.
+    let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
+    let late = recursive_core::LateTools::new();
+    let starting = {
+        let (late, scope) = (late.clone(), scope.clone());
+        tokio::spawn(async move {
+            let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
+            late.add(mcp.registry().clone());
+            mcp
+        })
+    };
+    let tools = ChatTools { tools, late };
     eprintln!(
         "recursive chat — session {} ({} earlier message(s)); /exit, /cost, /model NAME, /compact, /session",
         session.meta.id,
@@ -220,6 +239,14 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
             code = 8;
             break;
         }
+    }
+    // Servers still starting are abandoned (their processes are killed as they are dropped).
+    if starting.is_finished() {
+        if let Ok(mcp) = starting.await {
+            mcp.shutdown().await;
+        }
+    } else {
+        starting.abort();
     }
     eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", session.meta.id);
     Ok(code)

@@ -106,29 +106,56 @@ pub fn split(messages: &[Message], keep_turns: usize) -> Option<Split> {
 /// Most characters of one message shown to the summariser.
 const SUMMARY_INPUT_MESSAGE_CHARS: usize = 4_000;
 
-/// The request text asking for a summary of `old`.
-pub fn summary_prompt(old: &[Message]) -> String {
-    let mut text = String::from(
-        "Summarise the conversation below so that it can be continued from the summary alone: the user's goals, \
+/// Estimated tokens the tool specs of a request take (they are sent with every call).
+pub fn estimate_spec_tokens(specs: &[crate::message::ToolSpec]) -> usize {
+    specs.iter().map(|s| (s.name.len() + s.description.len() + s.parameters.to_string().len()) / 4 + 8).sum()
+}
+
+/// The request text asking for a summary of `old`, at most `max_chars` long: when the older
+/// turns do not fit, the most recent of them are kept (a note says how many were left out).
+pub fn summary_prompt(old: &[Message], max_chars: usize) -> String {
+    let head = "Summarise the conversation below so that it can be continued from the summary alone: the user's goals, \
          decisions made, facts and results found (with file names, commands and values), what was changed, and \
-         what is still open. Be complete and concise; write plain text.\n\n--- conversation ---\n",
-    );
-    for m in old {
-        let role = match m.role {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool result",
-        };
-        let body = crate::text::clip_chars(&m.content, SUMMARY_INPUT_MESSAGE_CHARS);
-        text.push_str(&format!("{role}: {body}\n"));
-        for c in &m.tool_calls {
-            text.push_str(&format!(
-                "assistant calls {}({})\n",
-                c.name,
-                crate::text::clip_chars(&c.arguments.to_string(), 500)
-            ));
+         what is still open. Be complete and concise; write plain text.\n\n--- conversation ---\n";
+    let items: Vec<String> = old.iter().map(summary_item).collect();
+    let mut budget = max_chars.saturating_sub(head.len() + 80);
+    let mut kept: Vec<&String> = Vec::new();
+    for item in items.iter().rev() {
+        if item.len() > budget {
+            break;
         }
+        budget -= item.len();
+        kept.push(item);
+    }
+    kept.reverse();
+    let mut text = String::from(head);
+    if kept.len() < items.len() {
+        text.push_str(&format!(
+            "[{} earlier message(s) left out to fit the context window]\n",
+            items.len() - kept.len()
+        ));
+    }
+    for item in kept {
+        text.push_str(item);
+    }
+    text
+}
+
+/// One message as the summariser sees it.
+fn summary_item(m: &Message) -> String {
+    let role = match m.role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool result",
+    };
+    let mut text = format!("{role}: {}\n", crate::text::clip_chars(&m.content, SUMMARY_INPUT_MESSAGE_CHARS));
+    for c in &m.tool_calls {
+        text.push_str(&format!(
+            "assistant calls {}({})\n",
+            c.name,
+            crate::text::clip_chars(&c.arguments.to_string(), 500)
+        ));
     }
     text
 }
@@ -151,6 +178,15 @@ pub fn rebuild(split: Split, summary: &str) -> Vec<Message> {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn the_summary_request_fits_its_bound_keeping_the_latest_turns() {
+        let old: Vec<Message> = (0..100).map(|i| Message::user(format!("turn {i}: {}", "x".repeat(1000)))).collect();
+        let prompt = summary_prompt(&old, 20_000);
+        assert!(prompt.len() <= 20_000, "{}", prompt.len());
+        assert!(prompt.contains("turn 99") && !prompt.contains("turn 0:"), "the latest turns are kept");
+        assert!(prompt.contains("earlier message(s) left out"));
+    }
 
     use super::*;
     use crate::message::ToolCall;
@@ -184,7 +220,7 @@ mod tests {
         let messages = conversation();
         let s = split(&messages, 1).unwrap();
         assert_eq!(s.old.len(), 4);
-        assert!(summary_prompt(&s.old).contains("first goal"));
+        assert!(summary_prompt(&s.old, 100_000).contains("first goal"));
         let rebuilt = rebuild(s, "they read a");
         assert_eq!(rebuilt[0].content, "sys");
         assert!(rebuilt[1].content.starts_with(SUMMARY_HEADING) && rebuilt[1].content.ends_with("second goal"));

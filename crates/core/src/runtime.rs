@@ -480,7 +480,9 @@ impl Agent {
         deadline: Option<Instant>,
         config: &crate::compact::CompactionConfig,
     ) -> Result<Option<FinishReason>, AgentError> {
-        let before = crate::compact::estimate_tokens(rec.transcript.messages());
+        // The tool specs go with every request: they count toward the window too.
+        let specs = crate::compact::estimate_spec_tokens(&self.tools.specs());
+        let before = crate::compact::estimate_tokens(rec.transcript.messages()) + specs;
         if before <= config.limit() {
             return Ok(None);
         }
@@ -526,7 +528,8 @@ impl Agent {
             && let Some(parts) = split(&compacted, config.keep_turns)
         {
             let request = ChatRequest {
-                messages: vec![Message::user(summary_prompt(&parts.old))],
+                // Bounded by the window, as every request is (four characters a token).
+                messages: vec![Message::user(summary_prompt(&parts.old, config.limit().saturating_mul(4)))],
                 tools: Vec::new(),
                 options: self.config.options.clone(),
             };

@@ -117,8 +117,11 @@ pub fn summary_prompt(old: &[Message], max_chars: usize) -> String {
     let head = "Summarise the conversation below so that it can be continued from the summary alone: the user's goals, \
          decisions made, facts and results found (with file names, commands and values), what was changed, and \
          what is still open. Be complete and concise; write plain text.\n\n--- conversation ---\n";
-    let items: Vec<String> = old.iter().map(summary_item).collect();
     let mut budget = max_chars.saturating_sub(head.len() + 80);
+    // Each message gets a fair share first (long ones shortened); then, if still too long, the
+    // oldest are left out.
+    let share = (budget / old.len().max(1)).clamp(120, SUMMARY_INPUT_MESSAGE_CHARS);
+    let items: Vec<String> = old.iter().map(|m| summary_item(m, share)).collect();
     let mut kept: Vec<&String> = Vec::new();
     for item in items.iter().rev() {
         if item.len() > budget {
@@ -142,19 +145,19 @@ pub fn summary_prompt(old: &[Message], max_chars: usize) -> String {
 }
 
 /// One message as the summariser sees it.
-fn summary_item(m: &Message) -> String {
+fn summary_item(m: &Message, max_chars: usize) -> String {
     let role = match m.role {
         Role::System => "system",
         Role::User => "user",
         Role::Assistant => "assistant",
         Role::Tool => "tool result",
     };
-    let mut text = format!("{role}: {}\n", crate::text::clip_chars(&m.content, SUMMARY_INPUT_MESSAGE_CHARS));
+    let mut text = format!("{role}: {}\n", crate::text::clip_chars(&m.content, max_chars));
     for c in &m.tool_calls {
         text.push_str(&format!(
             "assistant calls {}({})\n",
             c.name,
-            crate::text::clip_chars(&c.arguments.to_string(), 500)
+            crate::text::clip_chars(&c.arguments.to_string(), max_chars.min(500))
         ));
     }
     text

@@ -413,18 +413,7 @@ impl GoalPursuer {
                 Err(e) => return self.phase_failed(p, frame, scope, Phase::Assess, e),
             },
         };
-        self.record(
-            node,
-            scope,
-            GoalEventKind::Assessed,
-            None,
-            json!({
-                "reasoning": assessment.reasoning,
-                "executable": assessment.executable,
-                "action": assessment.action,
-                "why_decompose": assessment.why_decompose,
-            }),
-        );
+        self.record_assessment(node, scope, &assessment, None);
 
         if let (true, Some(plan)) = (assessment.executable, assessment.action.as_ref()) {
             let first = self.execute(frame, scope, &ctx, plan).await;
@@ -476,19 +465,7 @@ impl GoalPursuer {
         prompt.text(prompts::after_failure(&reason, at_max_depth));
         let again = self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| self.usable(a)).await;
         let Ok(assessment) = again else { return first };
-        self.record(
-            node,
-            scope,
-            GoalEventKind::Assessed,
-            None,
-            json!({
-                "after_failure": reason,
-                "reasoning": assessment.reasoning,
-                "executable": assessment.executable,
-                "action": assessment.action,
-                "why_decompose": assessment.why_decompose,
-            }),
-        );
+        self.record_assessment(node, scope, &assessment, Some(&reason));
         match (assessment.executable, assessment.action.as_ref()) {
             (true, Some(plan)) => self.execute(frame, scope, &ctx, plan).await,
             _ if at_max_depth || p.goal_count.load(Ordering::SeqCst) >= self.config.constraints.max_goals => first,
@@ -511,6 +488,20 @@ impl GoalPursuer {
             prompt.text(prompts::max_depth_note());
         }
         self.structured::<Assessment>(Phase::Assess, prompt, scope, |a| self.usable(a)).await
+    }
+
+    /// Logs an assessment (made again after `failure`, when given).
+    fn record_assessment(&self, node: &Node, scope: &RunScope, a: &Assessment, failure: Option<&str>) {
+        let mut data = json!({
+            "reasoning": a.reasoning,
+            "executable": a.executable,
+            "action": a.action,
+            "why_decompose": a.why_decompose,
+        });
+        if let (Some(why), Value::Object(map)) = (failure, &mut data) {
+            map.insert("after_failure".into(), Value::from(why));
+        }
+        self.record(node, scope, GoalEventKind::Assessed, None, data);
     }
 
     /// Whether an assessment can be acted on: an executable one names a known action.

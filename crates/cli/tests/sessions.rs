@@ -16,6 +16,16 @@ fn provider_args(server: &ModelServer) -> Vec<String> {
     ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
 }
 
+/// `recursive chat` with `args`, every stream piped (against `server` when given).
+fn spawn_chat(env: &Env, args: &[&str], server: Option<&ModelServer>) -> std::process::Child {
+    let mut cmd = env.cmd();
+    cmd.arg("chat").args(args);
+    if let Some(server) = server {
+        cmd.env("OPENAI_API_KEY", "sk-test").args(provider_args(server));
+    }
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 fn contents(body: &Value) -> Vec<String> {
     body["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or("").to_string()).collect()
 }
@@ -42,16 +52,7 @@ fn a_session_continues_in_other_processes_with_its_history() {
     assert_eq!(server.request(1).body["messages"][0]["role"], "system");
 
     // A third process: chat, resuming by id, fed from a pipe.
-    let mut chat = env
-        .cmd()
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["chat", "--resume", &id, "-q"])
-        .args(provider_args(&server))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat = spawn_chat(&env, &["--resume", &id, "-q"], Some(&server));
     chat.stdin.take().unwrap().write_all(b"and now?\n/cost\n/exit\n").unwrap();
     let out = chat.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -135,14 +136,7 @@ fn chat_compacts_on_request() {
         "chat.json",
         serde_json::json!([{"when": "Summarise the conversation", "text": "SUM of the first turn"}, "A", "B", "C"]),
     );
-    let mut chat = env
-        .cmd()
-        .args(["chat", "--mock-script", common::s(&script), "-q"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat = spawn_chat(&env, &["--mock-script", common::s(&script), "-q"], None);
     chat.stdin.take().unwrap().write_all(b"first\nsecond\n/compact\nthird\n/exit\n").unwrap();
     let out = chat.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -156,14 +150,7 @@ fn chat_compacts_on_request() {
 fn ctrl_c_at_the_chat_prompt_ends_the_chat_with_8() {
     let env = Env::new();
     let script = env.script("chat.json", serde_json::json!(["unused"]));
-    let mut chat = env
-        .cmd()
-        .args(["chat", "--mock-script", common::s(&script), "-q"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat = spawn_chat(&env, &["--mock-script", common::s(&script), "-q"], None);
     let _stdin = chat.stdin.take();
     common::wait_for("the chat prompt", std::time::Duration::from_secs(20), || {
         std::fs::read_dir(env.path(".local/share/recursive/sessions")).is_ok_and(|mut d| d.next().is_some())
@@ -230,16 +217,7 @@ fn chat_counts_each_turns_usage_once() {
         Reply::text("two").with_usage(1000, 10),
         Reply::text("three").with_usage(1000, 10),
     ]));
-    let mut chat = env
-        .cmd()
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["chat", "-q"])
-        .args(provider_args(&server))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat = spawn_chat(&env, &["-q"], Some(&server));
     chat.stdin.take().unwrap().write_all(b"first\nsecond\nthird\n/cost\n").unwrap();
     let out = chat.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -260,16 +238,7 @@ fn a_second_process_on_one_session_is_refused() {
         .unwrap();
     let id = stdout_json(&first)["session"].as_str().unwrap().to_string();
     // A chat holds the session while it waits for input.
-    let mut chat = env
-        .cmd()
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["chat", "--resume", &id, "-q"])
-        .args(provider_args(&server))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat = spawn_chat(&env, &["--resume", &id, "-q"], Some(&server));
     // Its banner comes once it holds the session.
     let mut banner = String::new();
     let mut chat_stderr = std::io::BufReader::new(chat.stderr.take().unwrap());
@@ -334,14 +303,8 @@ fn chat_offers_the_configured_mcp_servers_tools() {
         ]),
     );
     // The servers start in the background: the first message waits until the server is ready.
-    let mut chat = env
-        .cmd()
-        .args(["chat", "--provider", "mock", "--mock-script", common::s(&script), "--trust", "--yes"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut chat =
+        spawn_chat(&env, &["--provider", "mock", "--mock-script", common::s(&script), "--trust", "--yes"], None);
     let mut stdin = chat.stdin.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let stderr = std::io::BufReader::new(chat.stderr.take().unwrap());

@@ -216,9 +216,7 @@ fn the_html_trace_is_one_page_that_chromium_renders_without_errors() {
         "-q",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let page = env.path("trace.html");
-    let html = env.run(&["trace", s(&events), "--html", "-o", s(&page)]);
-    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
+    let page = html_page(&env, &events);
     let text = std::fs::read_to_string(&page).unwrap();
     for external in ["src=\"http", "href=\"http", "@import", "url(http"] {
         assert!(!text.contains(external), "the page loads {external}");
@@ -264,13 +262,19 @@ fn the_html_of_the_readmes_main_job_renders_without_errors() {
         "-q",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let page = env.path("trace.html");
-    let html = env.run(&["trace", s(&events), "--html", "-o", s(&page)]);
-    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
+    let page = html_page(&env, &events);
     let dom = render(&env, &page);
     assert!(dom.contains("data-rendered=\"1\""), "{}", &dom[..dom.len().min(2000)]);
     assert!(!dom.contains("data-error=\""), "the page raised an error");
     assert!(dom.contains("llm_query_batched"), "the sub-calls are drawn");
+}
+
+/// `recursive trace EVENTS --html -o trace.html`, checked to succeed; the page's path.
+fn html_page(env: &Env, events: &std::path::Path) -> std::path::PathBuf {
+    let page = env.path("trace.html");
+    let html = env.run(&["trace", s(events), "--html", "-o", s(&page)]);
+    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
+    page
 }
 
 /// The DOM headless Chromium built from a page (its scripts run).

@@ -335,40 +335,36 @@ impl Agent {
     }
 
     /// The history, the transcript log, the system prompt and the new user message.
-    /// A history without a system message gets this agent's first (the log gets it too).
+    /// The history (already in the log), this agent's system prompt first when the history has
+    /// none (logged: it is new), and the new user message.
     fn start(&self, rec: &mut Recorder, history: Vec<Message>, input: &str) -> Result<(), AgentError> {
-        let needs_system = !history.iter().any(|m| m.role == Role::System);
-        if needs_system && let Some(p) = &self.config.transcript_path {
+        if let Some(p) = &self.config.transcript_path {
             rec.log = Some(TranscriptLog::open(p)?);
         }
-        if needs_system {
-            let mut system = self.config.system_prompt.clone().unwrap_or_default();
-            if self.config.plan_mode {
-                if !system.is_empty() {
-                    system.push_str("\n\n");
-                }
-                system.push_str(PLAN_MODE_PROMPT);
-            }
-            if !system.is_empty() {
-                rec.push(Message::system(system))?;
-            }
+        if let Some(system) = self.system_message().filter(|_| !history.iter().any(|m| m.role == Role::System)) {
+            rec.push(system)?;
         }
-        let log = rec.log.take();
         for mut m in history {
             // Out of plan mode (an approved plan is being carried out), the system prompt no
             // longer forbids tools.
             if !self.config.plan_mode && m.role == Role::System {
                 m.content = without_plan_mode(&m.content);
             }
-            rec.push(m)?;
-        }
-        rec.log = log;
-        if rec.log.is_none()
-            && let Some(p) = &self.config.transcript_path
-        {
-            rec.log = Some(TranscriptLog::open(p)?);
+            rec.transcript.push(m)?;
         }
         rec.push(Message::user(input))
+    }
+
+    /// The system message of a new conversation (with the plan-mode rules in plan mode).
+    fn system_message(&self) -> Option<Message> {
+        let mut system = self.config.system_prompt.clone().unwrap_or_default();
+        if self.config.plan_mode {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(PLAN_MODE_PROMPT);
+        }
+        (!system.is_empty()).then(|| Message::system(system))
     }
 
     async fn drive(&self, rec: &mut Recorder, scope: &RunScope, step: &mut u32) -> Result<FinishReason, AgentError> {

@@ -84,11 +84,6 @@ impl BlueprintTool {
         PathBuf::from(".recursive").join("blueprints").join(format!("{name}.toml"))
     }
 
-    /// Where a blueprint named `name` is saved.
-    pub fn path_of(&self, name: &str) -> PathBuf {
-        self.workspace.join(Self::relative_path_of(name))
-    }
-
     /// The state file `name` under the workspace's `.recursive/`, refused when that place leads
     /// outside the workspace.
     fn state_path(&self, name: &str) -> Result<PathBuf, ToolError> {

@@ -70,11 +70,6 @@ impl Reach {
         self.named.is_empty() && self.defaults.is_empty() && self.loader.is_none()
     }
 
-    /// The registered runnables.
-    pub fn named(&self) -> &Runnables {
-        &self.named
-    }
-
     /// The runnable of `kind` that `reference` names: a registered name, else a file path (with
     /// a loader); no reference means the kind's default.
     pub fn find(&self, kind: RunnableKind, reference: Option<&str>) -> Result<Arc<dyn Runnable>, String> {

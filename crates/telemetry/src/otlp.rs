@@ -114,11 +114,6 @@ impl OtlpSink {
         }
     }
 
-    /// What was exported, lost and dropped so far.
-    pub fn counts(&self) -> &Counts {
-        &self.counts
-    }
-
     /// Ends the spans still open, exports what is left and stops the thread, waiting at most
     /// `limit`. Returns the counts.
     pub fn shutdown(&self, limit: Duration) -> &Counts {

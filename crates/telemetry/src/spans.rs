@@ -96,10 +96,14 @@ pub struct SpanModel {
     iteration: HashMap<String, String>,
     /// Permission decisions by tool call id.
     decisions: HashMap<String, Decision>,
-    /// Runs whose span has ended (later events of theirs open nothing new).
-    ended: std::collections::HashSet<String>,
+    /// Runs whose span has ended, most recent last (later events of theirs open nothing new);
+    /// at most [`ENDED_KEPT`], so a long-lived sink (`serve`) stays bounded.
+    ended: std::collections::VecDeque<String>,
     last: Option<SystemTime>,
 }
+
+/// Ended runs remembered (their late events are dropped rather than opening a span again).
+const ENDED_KEPT: usize = 256;
 
 /// At most this many characters of one content attribute.
 const CONTENT_CHARS: usize = 4000;
@@ -186,7 +190,11 @@ impl SpanModel {
                 self.set(&key, "gen_ai.usage.input_tokens", Attr::Int(to_i64(usage.input_tokens)));
                 self.set(&key, "gen_ai.usage.output_tokens", Attr::Int(to_i64(usage.output_tokens)));
                 self.set(&key, "recursive.cost_usd", Attr::Float(*cost_usd));
-                self.ended.insert(run.clone());
+                self.children.remove(&run);
+                if self.ended.len() >= ENDED_KEPT {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back(run.clone());
                 if !finish_reason.is_success() || error.is_some() {
                     let why = match (finish_reason, error) {
                         (_, Some(e)) => format!("{finish_reason}: {e}"),
@@ -503,7 +511,7 @@ fn hash(text: &str, salt: u8) -> u64 {
 }
 
 /// The trace of a root run.
-pub fn trace_id(root_run_id: &str) -> u128 {
+fn trace_id(root_run_id: &str) -> u128 {
     (u128::from(hash(root_run_id, 1)) << 64) | u128::from(hash(root_run_id, 2))
 }
 

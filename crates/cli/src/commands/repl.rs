@@ -183,9 +183,12 @@ async fn interactive_loop(session: &RlmSession, args: &ReplArgs) -> FinishReason
         if matches!(code.trim(), "exit" | "quit" | "exit()" | "quit()") {
             break;
         }
+        let before = (session.scope().usage().total(), session.scope().cost_usd());
         let outcome = run_interruptible(session, &code).await;
         show(&outcome, true);
-        show_cost(session.scope(), &outcome, &args.provider);
+        if !args.provider.quiet {
+            show_cost(session.scope(), before, &outcome);
+        }
         if let Some(reason) = session.scope().stop_reason() {
             eprintln!("the session must stop: {reason}");
             return reason;
@@ -251,14 +254,11 @@ fn show(outcome: &SnippetOutcome, interactive: bool) {
     }
 }
 
-/// The cell's cost on stderr, when it called anything.
-fn show_cost(scope: &RunScope, outcome: &SnippetOutcome, args: &ProviderArgs) {
-    thread_local! {
-        static SPENT: std::cell::Cell<(u64, f64)> = const { std::cell::Cell::new((0, 0.0)) };
-    }
+/// The cell's cost on stderr, when it called anything: what the session's tokens and USD were
+/// `before` it, and are now.
+fn show_cost(scope: &RunScope, (before_tokens, before_cost): (u64, f64), outcome: &SnippetOutcome) {
     let (tokens, cost) = (scope.usage().total(), scope.cost_usd());
-    let (before_tokens, before_cost) = SPENT.with(|s| s.replace((tokens, cost)));
-    if args.quiet || outcome.host_calls == 0 {
+    if outcome.host_calls == 0 {
         return;
     }
     eprintln!(

@@ -153,6 +153,13 @@ impl Session {
         Ok(messages)
     }
 
+    /// Saves a compaction of the conversation (`/compact`): later processes continue from it.
+    pub fn save_compacted(&self, messages: &[Message]) -> anyhow::Result<()> {
+        let mut log = TranscriptLog::open(&self.meta.transcript)?;
+        log.append_compacted(messages)?;
+        Ok(())
+    }
+
     /// Adds one turn's usage, cost and outcome.
     pub fn record(&mut self, model: &str, result: &RunResult) -> anyhow::Result<()> {
         self.meta.turns += 1;

@@ -127,6 +127,61 @@ fn a_long_session_is_compacted_under_a_small_context_window_with_pairing_intact(
     }
     let log = std::fs::read_to_string(&events).unwrap();
     assert!(log.contains("\"type\":\"compacted\"") && log.contains("\"method\":\"summary\""), "{log}");
+
+    // The summary was saved with the session: a third process continues from it, no new summary.
+    server.push(Reply::text("third answer"));
+    let third = run(&["run", "and then?", "--continue"]);
+    assert_eq!(third.status.code(), Some(0), "{}", String::from_utf8_lossy(&third.stderr));
+    let requests = server.requests();
+    let last = requests.last().unwrap();
+    assert!(last.last_user_text().unwrap().ends_with("and then?"));
+    let head = last.body["messages"][1]["content"].as_str().unwrap();
+    assert!(head.starts_with("[Summary of the earlier conversation]"), "{head}");
+    for r in &requests[4..] {
+        let body = r.body.to_string();
+        assert!(!body.contains("amet lorem ipsum"), "the resumed process saw the uncompacted history: {body}");
+    }
+}
+
+/// Tokens a request takes as the compaction estimate counts them: its messages' text and tool
+/// calls, and the tool specs, four characters a token.
+fn request_tokens(body: &Value) -> usize {
+    let messages: usize = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").len() + m.get("tool_calls").map_or(0, |c| c.to_string().len()))
+        .sum();
+    (messages + body.get("tools").map_or(0, |t| t.to_string().len())) / 4
+}
+
+#[test]
+fn no_request_exceeds_the_context_window_even_within_one_turn() {
+    let env = Env::new();
+    let lines: String = (0..3000).map(|i| format!("line {i:05} of a long file\n")).collect();
+    std::fs::write(env.path("big.txt"), lines).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([
+        Reply::tool_call("read_file", serde_json::json!({"path": "big.txt"})),
+        Reply::tool_call("read_file", serde_json::json!({"path": "big.txt", "offset": 1000})),
+        Reply::text("read it"),
+    ]));
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "read big.txt twice", "--context-window", "4000", "--yes", "--json"])
+        .args(provider_args(&server))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for r in &requests {
+        r.check_pairing().unwrap();
+        assert!(request_tokens(&r.body) <= 4000, "a request of {} tokens", request_tokens(&r.body));
+    }
+    let last = requests[2].body["messages"].to_string();
+    assert!(last.contains("line 00000") && last.contains("chars truncated"), "the head stays, the middle is cut");
 }
 
 #[test]

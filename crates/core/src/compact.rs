@@ -10,7 +10,11 @@
 //!    head of the first kept user message. System messages are always kept, and the cut is made
 //!    at a user message, so every tool call keeps its result.
 //!
-//! Each compaction is a `compacted` event. The transcript log on disk keeps the full history.
+//! 3. if what is kept is still too big (a huge result in the latest turn), **a cut**: the middle
+//!    of the largest tool results is left out until the request fits.
+//!
+//! Each compaction is a `compacted` event and a line of the transcript log, which keeps the full
+//! history before it; reading the log back continues from the last compaction.
 
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +80,34 @@ pub fn micro_compact(messages: &mut [Message], keep: usize) -> usize {
 }
 
 const ELIDED_PREFIX: &str = "[earlier tool result of";
+
+/// Tool results are never cut below this many characters.
+const CUT_MIN_CHARS: usize = 400;
+
+/// Cuts the middle out of the largest tool results until `messages` are estimated at no more
+/// than `max_tokens` (or nothing more can be cut); returns how many were cut. The head and
+/// tail of each stay, with a marker saying how much was cut.
+pub fn cut_tool_results(messages: &mut [Message], max_tokens: usize) -> usize {
+    let mut cut = 0;
+    loop {
+        let over = estimate_tokens(messages).saturating_sub(max_tokens);
+        if over == 0 {
+            return cut;
+        }
+        let largest = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::Tool && m.content.len() > CUT_MIN_CHARS)
+            .max_by_key(|(_, m)| m.content.len())
+            .map(|(i, _)| i);
+        let Some(i) = largest else { return cut };
+        let content = &messages[i].content;
+        // Cut a little more than the overshoot (the marker takes a few dozen characters).
+        let keep = content.chars().count().saturating_sub(over * 4 + 200).max(CUT_MIN_CHARS / 2);
+        messages[i].content = crate::text::truncate_middle(content, keep);
+        cut += 1;
+    }
+}
 
 /// The head marker of a summary.
 pub const SUMMARY_HEADING: &str = "[Summary of the earlier conversation]";
@@ -216,6 +248,19 @@ mod tests {
         assert!(m[3].content.starts_with(ELIDED_PREFIX), "{}", m[3].content);
         assert_eq!(m[7].content.len(), 1000, "the latest result is kept");
         assert!(Transcript::from_messages(m).is_ok(), "pairing intact");
+    }
+
+    #[test]
+    fn the_largest_tool_results_are_cut_to_fit_keeping_head_and_tail() {
+        let mut m = conversation();
+        m[7].content = format!("HEAD{}TAIL", "z".repeat(40_000));
+        let cut = cut_tool_results(&mut m, 1_000);
+        assert!(cut >= 1);
+        assert!(estimate_tokens(&m) <= 1_000, "{}", estimate_tokens(&m));
+        assert!(m[7].content.starts_with("HEAD") && m[7].content.ends_with("TAIL"), "{}", m[7].content);
+        assert!(m[7].content.contains("chars truncated"));
+        assert!(Transcript::from_messages(m.clone()).is_ok(), "pairing intact");
+        assert_eq!(cut_tool_results(&mut m, 1_000), 0, "nothing more to cut once it fits");
     }
 
     #[test]

@@ -487,6 +487,9 @@ impl Agent {
             Compaction::Stopped(reason) => Ok(Some(reason)),
             Compaction::Unchanged => Ok(None),
             Compaction::Done(messages) => {
+                if let Some(log) = &mut rec.log {
+                    log.append_compacted(&messages)?;
+                }
                 rec.transcript = crate::transcript::Transcript::from_messages(messages)?;
                 Ok(None)
             }
@@ -515,7 +518,7 @@ impl Agent {
         config: &crate::compact::CompactionConfig,
         force: bool,
     ) -> Result<Compaction, AgentError> {
-        use crate::compact::{estimate_tokens, micro_compact, rebuild, split, summary_prompt};
+        use crate::compact::{cut_tool_results, estimate_tokens, micro_compact, rebuild, split, summary_prompt};
         let before = estimate_tokens(&messages);
         let mut compacted = messages.clone();
         let mut method = "micro";
@@ -537,6 +540,12 @@ impl Agent {
             };
             compacted = rebuild(parts, &summary);
             method = "summary";
+        }
+        // What is kept may still be too big (one huge result in the latest turn): the largest
+        // tool results are cut so the next request fits.
+        let specs = crate::compact::estimate_spec_tokens(&self.tools.specs());
+        if cut_tool_results(&mut compacted, config.limit().saturating_sub(specs)) > 0 && method == "micro" {
+            method = "cut";
         }
         if compacted == messages {
             // Nothing to elide and nothing before the kept turns.

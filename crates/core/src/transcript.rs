@@ -154,19 +154,46 @@ impl TranscriptLog {
         self.file.write(message)
     }
 
+    /// Records that the conversation was compacted to `messages`: a line of its own (the full
+    /// history before it stays in the file), from which [`TranscriptLog::read`] continues, so a
+    /// process resuming the conversation does not summarise it again.
+    pub fn append_compacted(&mut self, messages: &[Message]) -> std::io::Result<()> {
+        self.file.write(&CompactedLine { compacted: messages.to_vec() })
+    }
+
     /// Where the log is written.
     pub fn path(&self) -> &Path {
         self.file.path()
     }
 
-    /// Reads a transcript log back, checking the pairing contract.
+    /// Reads a transcript log back, checking the pairing contract; the conversation is the one
+    /// after the last compaction recorded in it.
     pub fn read(path: impl AsRef<Path>) -> Result<Transcript, TranscriptReadError> {
         let mut t = Transcript::new();
-        for (line, m) in read_jsonl::<Message>(path)? {
-            t.push(m).map_err(|e| TranscriptReadError::Pairing { line, source: e })?;
+        for (line, entry) in read_jsonl::<LogLine>(path)? {
+            let pairing = |e| TranscriptReadError::Pairing { line, source: e };
+            match entry {
+                LogLine::Compacted(c) => t = Transcript::from_messages(c.compacted).map_err(pairing)?,
+                LogLine::Message(m) => t.push(m).map_err(pairing)?,
+            }
         }
         Ok(t)
     }
+}
+
+/// The line recording a compaction: the whole conversation as it continues.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompactedLine {
+    compacted: Vec<Message>,
+}
+
+/// A line of a transcript log.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum LogLine {
+    Compacted(CompactedLine),
+    Message(Message),
 }
 
 /// Failure reading a transcript log.
@@ -231,6 +258,23 @@ mod tests {
             t.push(Message::tool_result("a", "1", false)).unwrap_err(),
             TranscriptError::UnexpectedToolResult("a".into())
         );
+    }
+
+    #[test]
+    fn a_recorded_compaction_is_where_reading_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut log = TranscriptLog::open(&path).unwrap();
+        for m in [Message::system("s"), Message::user("old"), Message::assistant("old answer"), Message::user("new")] {
+            log.append(&m).unwrap();
+        }
+        log.append_compacted(&[Message::system("s"), Message::user("[summary] new")]).unwrap();
+        log.append(&Message::assistant("new answer")).unwrap();
+        let t = TranscriptLog::read(&path).unwrap().into_messages();
+        let contents: Vec<&str> = t.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["s", "[summary] new", "new answer"]);
+        let raw = std::fs::read_to_string(&path).unwrap();
+        assert!(raw.contains("old answer"), "the full history stays on disk");
     }
 
     #[test]

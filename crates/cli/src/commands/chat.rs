@@ -199,6 +199,9 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
                 match agent.compact_now(std::mem::take(&mut history), &scope).await {
                     Ok(compacted) => {
                         eprintln!("compacted: {before} → {} message(s)", compacted.len());
+                        if let Err(e) = session.save_compacted(&compacted) {
+                            eprintln!("warning: the compaction could not be saved in the session: {e:#}");
+                        }
                         history = compacted;
                     }
                     Err(e) => eprintln!("error: could not compact: {e}"),

@@ -305,8 +305,11 @@ impl TypedTool for WriteFile {
                 .map_err(|e| ToolError::failed(format!("cannot create the directories of `{shown}`: {e}")))?;
         }
         let content = args.content.clone().into_bytes();
-        let target = path.clone();
-        tokio::task::spawn_blocking(move || write_contents(&target, &content))
+        let (target, ws) = (path.clone(), self.ws.clone());
+        tokio::task::spawn_blocking(move || {
+            ws.journal().before_change(&target);
+            write_contents(&target, &content)
+        })
             .await
             .map_err(|e| ToolError::failed(format!("the write of `{shown}` failed: {e}")))?
             .map_err(|e| io_error(&shown, &e))?;

@@ -17,6 +17,7 @@ pub mod command;
 pub mod config;
 pub mod fs;
 pub mod html;
+pub mod journal;
 pub mod mcp;
 pub mod memory;
 pub mod patch;
@@ -33,6 +34,7 @@ pub use fs::{ListDir, ReadFile, WriteFile};
 pub use mcp::{
     McpConfig, McpEvent, McpServerConfig, McpServerStatus, McpStatus, McpTools, spawn_servers, start_servers,
 };
+pub use journal::{EditJournal, Undone};
 pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
 pub use patch::ApplyPatch;
 pub use permissions::{

@@ -65,7 +65,12 @@ impl TypedTool for ApplyPatch {
     async fn run(&self, args: ApplyPatchArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
         let ws = self.ws.clone();
         blocking(move || {
-            let resolve = |p: &str| ws.resolve(p).map_err(|e| e.to_string());
+            // Every path the patch names may change: each is kept for an undo first.
+            let resolve = |p: &str| {
+                let path = ws.resolve(p).map_err(|e| e.to_string())?;
+                ws.journal().before_change(&path);
+                Ok(path)
+            };
             apply_patch(&args.patch, &resolve)
                 .map(|report| format!("patch applied:\n{report}"))
                 .map_err(|e| ToolError::failed(format!("patch not applied: {e}")))

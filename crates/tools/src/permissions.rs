@@ -184,14 +184,17 @@ pub enum PermissionsError {
 }
 
 /// An answer to "may this call run?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Approval {
     /// Run this call.
     Yes,
     /// Refuse this call.
     No,
-    /// Run this call and every later call of the same tool in this session.
+    /// Refuse this call and tell the model why (the person's words).
+    NoBecause(String),
+    /// Run this call and every later call of the same tool that the same rule asks about, in
+    /// this session.
     Always,
 }
 
@@ -208,30 +211,31 @@ pub trait ApprovalHandler: Send + Sync {
     }
 
     /// How an answer is reported in the verdict's reason.
-    fn describe(&self, answer: Approval) -> String {
+    fn describe(&self, answer: &Approval) -> String {
         match answer {
             Approval::Yes => "approved by the user".into(),
             Approval::Always => "approved by the user for the rest of the session".into(),
             Approval::No => "declined by the user".into(),
+            Approval::NoBecause(why) => format!("declined by the user, who says: {why}"),
         }
     }
 }
 
 /// Gives the same answer to every question: `FixedApprover(Approval::Yes)` for `--yes`,
 /// `FixedApprover(Approval::No)` for `--no-ask`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixedApprover(pub Approval);
 
 #[async_trait]
 impl ApprovalHandler for FixedApprover {
     async fn approve(&self, _call: &ToolCall, _reason: &str) -> Approval {
-        self.0
+        self.0.clone()
     }
 
-    fn describe(&self, answer: Approval) -> String {
+    fn describe(&self, answer: &Approval) -> String {
         match answer {
             Approval::Yes | Approval::Always => "approved without asking (--yes)".into(),
-            Approval::No => "asking is turned off (--no-ask); add a rule to allow it".into(),
+            Approval::No | Approval::NoBecause(_) => "asking is turned off (--no-ask); add a rule to allow it".into(),
         }
     }
 }
@@ -474,9 +478,12 @@ impl PermissionPolicy {
         &self.config
     }
 
-    /// Tools the user approved for the rest of the session.
+    /// Tools the user approved for the rest of the session (under some rule).
     pub fn approved_for_session(&self) -> Vec<String> {
-        self.always.lock().map(|s| s.iter().cloned().collect()).unwrap_or_default()
+        let always = self.always.lock().map(|s| s.clone()).unwrap_or_default();
+        let tools: BTreeSet<String> =
+            always.iter().map(|k| k.rsplit('\u{1f}').next().unwrap_or(k).to_string()).collect();
+        tools.into_iter().collect()
     }
 
     /// The rule or default that applies to a call, before any question is asked. A call with
@@ -646,9 +653,11 @@ impl ToolGate for PermissionPolicy {
             Action::Allow => GateVerdict::allow(format!("{source}: allow")),
             Action::Deny => GateVerdict::deny(format!("{source}: deny")),
             Action::Ask => {
-                if self.always.lock().map(|s| s.contains(&call.name)).unwrap_or(false) {
+                // "Always" holds for this tool under the rule (or default) that asked.
+                let always_key = format!("{source}\u{1f}{}", call.name);
+                if self.always.lock().map(|s| s.contains(&always_key)).unwrap_or(false) {
                     return GateVerdict::allow(format!(
-                        "{source}: ask; `{}` was approved for the rest of the session",
+                        "{source}: ask; `{}` was approved under this rule for the rest of the session",
                         call.name
                     ));
                 }
@@ -658,16 +667,16 @@ impl ToolGate for PermissionPolicy {
                 let how = tool.confinement().map(|c| format!("; {c}")).unwrap_or_default();
                 let asked = format!("{source}: {}{how}", Action::Ask.as_str());
                 let answer = self.approver.approve(call, &asked).await;
-                let said = self.approver.describe(answer);
+                let said = self.approver.describe(&answer);
                 match answer {
                     Approval::Yes => GateVerdict::allow(format!("{asked}; {said}")),
                     Approval::Always => {
                         if let Ok(mut s) = self.always.lock() {
-                            s.insert(call.name.clone());
+                            s.insert(always_key);
                         }
                         GateVerdict::allow(format!("{asked}; {said}"))
                     }
-                    Approval::No => GateVerdict::deny(format!("{asked}; {said}")),
+                    Approval::No | Approval::NoBecause(_) => GateVerdict::deny(format!("{asked}; {said}")),
                 }
             }
         }
@@ -1145,7 +1154,7 @@ mod tests {
         assert_eq!(v.decision, Decision::Allow);
         let v = verdict(&p, "run_shell", false, json!({"command": "pwd"})).await;
         assert_eq!(v.decision, Decision::Allow);
-        assert!(v.reason.contains("approved for the rest of the session"), "{}", v.reason);
+        assert!(v.reason.contains("approved under this rule for the rest of the session"), "{}", v.reason);
         assert_eq!(asker.asked().len(), 1, "the second call must not ask again");
         assert_eq!(p.approved_for_session(), ["run_shell"]);
         // Another tool still asks (and the script now answers no).

@@ -58,11 +58,21 @@ pub enum SandboxError {
     },
 }
 
-/// A workspace: the one directory tree the tools may touch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A workspace: the one directory tree the tools may touch. Its clones share one
+/// [`EditJournal`](crate::EditJournal).
+#[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    journal: std::sync::Arc<crate::EditJournal>,
 }
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for Workspace {}
 
 /// How many symlinks one resolution may follow before it is treated as a loop.
 const MAX_SYMLINKS: usize = 40;
@@ -77,7 +87,12 @@ impl Workspace {
         if !root.is_dir() {
             return Err(bad("not a directory".into()));
         }
-        Ok(Self { root })
+        Ok(Self { root, journal: Default::default() })
+    }
+
+    /// The checkpoints of the files the tools change here.
+    pub fn journal(&self) -> &crate::EditJournal {
+        &self.journal
     }
 
     /// The canonical root directory.

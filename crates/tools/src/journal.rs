@@ -1,0 +1,151 @@
+//! Checkpoints of the files the tools change, so a person can take back the edits of a turn
+//! (`/undo` in chat). A [`Workspace`](crate::Workspace) and its clones share one journal; it
+//! records only between [`EditJournal::begin`] calls, keeping each changed file's content from
+//! before its first change in the checkpoint. `write_file` and `apply_patch` record every path
+//! they may write; changes made by shell commands are not seen here.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Files larger than this are noted but not kept (their change cannot be undone).
+const MAX_KEPT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Checkpoints kept; the oldest go first.
+const MAX_CHECKPOINTS: usize = 50;
+
+/// A file as it was before a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Saved {
+    /// Its content.
+    Bytes(Vec<u8>),
+    /// It did not exist.
+    Absent,
+    /// Too large (or unreadable) to keep.
+    NotKept(String),
+}
+
+/// The files one turn changed, each as it was before.
+#[derive(Debug, Default)]
+struct Checkpoint {
+    files: Vec<(PathBuf, Saved)>,
+}
+
+/// The checkpoints of one workspace.
+#[derive(Debug, Default)]
+pub struct EditJournal {
+    checkpoints: Mutex<Option<Vec<Checkpoint>>>,
+}
+
+/// What an undo did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Undone {
+    /// Files given back their earlier content.
+    pub restored: Vec<PathBuf>,
+    /// Files the turn created, removed.
+    pub removed: Vec<PathBuf>,
+    /// Files that could not be restored, and why.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+impl EditJournal {
+    /// Starts a checkpoint: changes from now on are kept in it (and recording starts).
+    pub fn begin(&self) {
+        if let Ok(mut c) = self.checkpoints.lock() {
+            let list = c.get_or_insert_with(Vec::new);
+            if list.len() >= MAX_CHECKPOINTS {
+                list.remove(0);
+            }
+            list.push(Checkpoint::default());
+        }
+    }
+
+    /// Keeps `path` as it is now, before a tool changes it (once per checkpoint).
+    pub(crate) fn before_change(&self, path: &Path) {
+        let Ok(mut c) = self.checkpoints.lock() else { return };
+        let Some(current) = c.as_mut().and_then(|list| list.last_mut()) else { return };
+        if current.files.iter().any(|(p, _)| p == path) {
+            return;
+        }
+        current.files.push((path.to_path_buf(), snapshot(path)));
+    }
+
+    /// Takes back the changes of the latest checkpoint that has any, newest first; `None`
+    /// when there is nothing to undo.
+    pub fn undo(&self) -> Option<Undone> {
+        let checkpoint = {
+            let mut c = self.checkpoints.lock().ok()?;
+            let list = c.as_mut()?;
+            while list.last().is_some_and(|cp| cp.files.is_empty()) {
+                list.pop();
+            }
+            list.pop()?
+        };
+        let mut done = Undone::default();
+        for (path, saved) in checkpoint.files.into_iter().rev() {
+            let outcome = match &saved {
+                Saved::Bytes(bytes) => crate::fs::write_contents(&path, bytes).map(|()| &mut done.restored),
+                Saved::Absent => match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    other => other.map(|()| &mut done.removed),
+                },
+                Saved::NotKept(why) => {
+                    done.failed.push((path, why.clone()));
+                    continue;
+                }
+            };
+            match outcome {
+                Ok(list) => list.push(path),
+                Err(e) => done.failed.push((path, e.to_string())),
+            }
+        }
+        Some(done)
+    }
+}
+
+/// The file at `path` as it is now.
+fn snapshot(path: &Path) -> Saved {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Saved::Absent,
+        Err(e) => return Saved::NotKept(format!("it could not be read: {e}")),
+    };
+    if !meta.is_file() {
+        return Saved::NotKept("it is not a regular file".into());
+    }
+    if meta.len() > MAX_KEPT_BYTES {
+        return Saved::NotKept(format!("it was larger than {MAX_KEPT_BYTES} bytes"));
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => Saved::Bytes(bytes),
+        Err(e) => Saved::NotKept(format!("it could not be read: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_restores_changed_files_and_removes_created_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+        std::fs::write(&a, "before").unwrap();
+        let journal = EditJournal::default();
+        journal.before_change(&a);
+        assert!(journal.undo().is_none(), "nothing is recorded before a checkpoint begins");
+        journal.begin();
+        journal.before_change(&a);
+        std::fs::write(&a, "after").unwrap();
+        journal.before_change(&a);
+        std::fs::write(&a, "after again").unwrap();
+        journal.before_change(&b);
+        std::fs::write(&b, "new").unwrap();
+        journal.begin();
+        let undone = journal.undo().unwrap();
+        assert_eq!(undone.restored, [a.clone()]);
+        assert_eq!(undone.removed, [b.clone()]);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "before", "the content before the turn's first change");
+        assert!(!b.exists());
+        assert!(journal.undo().is_none());
+    }
+}

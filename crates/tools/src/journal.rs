@@ -142,8 +142,8 @@ mod tests {
         std::fs::write(&b, "new").unwrap();
         journal.begin();
         let undone = journal.undo().unwrap();
-        assert_eq!(undone.restored, [a.clone()]);
-        assert_eq!(undone.removed, [b.clone()]);
+        assert_eq!(undone.restored, std::slice::from_ref(&a));
+        assert_eq!(undone.removed, std::slice::from_ref(&b));
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "before", "the content before the turn's first change");
         assert!(!b.exists());
         assert!(journal.undo().is_none());

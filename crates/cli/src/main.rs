@@ -1,6 +1,7 @@
 //! The `recursive` command: parses arguments, wires providers, tools and sinks from the
 //! library crates, runs, prints, and maps the outcome to an exit status.
 
+mod chat;
 mod commands;
 mod output;
 mod secrets;

@@ -153,6 +153,15 @@ impl Session {
         Ok(messages)
     }
 
+    /// Appends messages to the transcript (a note closing an interrupted answer).
+    pub fn append(&self, messages: &[Message]) -> anyhow::Result<()> {
+        let mut log = TranscriptLog::open(&self.meta.transcript)?;
+        for m in messages {
+            log.append(m)?;
+        }
+        Ok(())
+    }
+
     /// Saves a compaction of the conversation (`/compact`): later processes continue from it.
     pub fn save_compacted(&self, messages: &[Message]) -> anyhow::Result<()> {
         let mut log = TranscriptLog::open(&self.meta.transcript)?;

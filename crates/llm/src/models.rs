@@ -34,6 +34,11 @@ pub fn context_window(model: &str) -> Option<u32> {
     CONTEXT_WINDOWS.iter().find(|(name, _)| matches_model(id, name)).map(|(_, w)| *w)
 }
 
+/// The models whose context window is known, by family name.
+pub fn known_models() -> impl Iterator<Item = &'static str> {
+    CONTEXT_WINDOWS.iter().map(|(name, _)| *name)
+}
+
 /// OpenAI's reasoning model families: they refuse `max_tokens` and take
 /// `max_completion_tokens` (and `reasoning_effort`).
 const REASONING_FAMILIES: &[&str] = &[

@@ -1,0 +1,464 @@
+//! The conversation of `recursive chat`, shared by its two faces: the terminal UI ([`tui`]) and
+//! the plain line mode ([`plain`], when stdin or stdout is not a terminal). A [`Chat`] holds the
+//! session, its history and the tools; it parses what a person types ([`Input`]), answers the
+//! slash commands, and prepares and finishes turns — which run as tasks of their own so a turn
+//! can be interrupted without ending the chat.
+
+pub mod plain;
+pub mod tui;
+
+use std::time::Duration;
+
+use recursive_core::{Agent, Message, Role, RunResult, RunScope, Usage};
+use recursive_harness::Harness;
+use tokio::task::JoinHandle;
+
+use crate::sessions::Session;
+
+/// How long the first turn waits for MCP servers to start; slower ones join later.
+pub const MCP_START_GRACE: Duration = Duration::from_secs(3);
+
+/// The slash commands, as `/help` lists them.
+pub const HELP: &str = "\
+/help            this list
+/model [NAME]    list the known models, or switch to NAME
+/cost            tokens and cost of this session
+/compact         summarise the conversation so far to free context
+/undo            take back the file edits (write_file, apply_patch) of the last turn
+/session         this session's id and how to resume it
+/tree            show or hide the run tree (terminal UI)
+/exit            leave (the session is saved)
+@path            in a message: attach that workspace file";
+
+/// What a person typed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Input {
+    /// `/exit`, `/quit`.
+    Exit,
+    /// `/help`.
+    Help,
+    /// `/cost`.
+    Cost,
+    /// `/model` with or without a name.
+    Model(Option<String>),
+    /// `/session`.
+    Session,
+    /// `/compact`.
+    Compact,
+    /// `/undo`.
+    Undo,
+    /// `/tree`.
+    Tree,
+    /// An unknown command.
+    Unknown(String),
+    /// A message for the model.
+    Message(String),
+}
+
+/// Reads what a person typed; `None` for blank input. A message may span lines.
+pub fn parse(text: &str) -> Option<Input> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return None;
+    }
+    let command = match trimmed.strip_prefix('/') {
+        Some(c) if !trimmed.contains('\n') => c,
+        _ => return Some(Input::Message(text.trim_end().to_string())),
+    };
+    let (name, rest) = command.split_once(' ').unwrap_or((command, ""));
+    let rest = rest.trim();
+    Some(match name {
+        "exit" | "quit" => Input::Exit,
+        "help" | "?" => Input::Help,
+        "cost" => Input::Cost,
+        "session" => Input::Session,
+        "compact" => Input::Compact,
+        "undo" => Input::Undo,
+        "tree" => Input::Tree,
+        "model" => Input::Model((!rest.is_empty()).then(|| rest.to_string())),
+        other => Input::Unknown(other.to_string()),
+    })
+}
+
+/// The tools of a chat: the built-in ones and the runnables, and the configured MCP servers'
+/// as they become ready.
+struct ChatTools {
+    tools: recursive_core::ToolRegistry,
+    late: recursive_core::LateTools,
+}
+
+/// A chat: the harness, the session and its conversation, the tools and the root run scope
+/// every turn runs under.
+pub struct Chat {
+    /// The harness the chat was built with.
+    pub harness: Harness,
+    tools: ChatTools,
+    system: String,
+    /// The model of the next turn.
+    pub model: String,
+    /// The session being continued.
+    pub session: Session,
+    /// The conversation so far (without the system prompt).
+    pub history: Vec<Message>,
+    /// The root scope: its budget and totals span every turn.
+    pub scope: RunScope,
+    context_window: Option<usize>,
+    starting: Option<JoinHandle<recursive_tools::McpTools>>,
+    started: Option<recursive_tools::McpTools>,
+}
+
+/// A turn ready to run: its agent, the conversation it continues and the message.
+pub struct Turn {
+    agent: Agent,
+    history: Vec<Message>,
+    input: String,
+}
+
+/// How a turn ended.
+pub struct TurnEnd {
+    /// What the turn produced (partial after a fault).
+    pub result: RunResult,
+    /// The fault that ended it, if one did.
+    pub error: Option<String>,
+}
+
+impl Turn {
+    /// Runs the turn under `scope`.
+    pub async fn run(self, scope: RunScope) -> TurnEnd {
+        match self.agent.continue_in(self.history, &self.input, &scope).await {
+            Ok(result) => TurnEnd { result, error: None },
+            Err(e) => TurnEnd { result: *e.partial, error: Some(format!("{:#}", anyhow::Error::new(e.error))) },
+        }
+    }
+}
+
+/// The parts a chat is built from.
+pub struct ChatParts {
+    /// The harness.
+    pub harness: Harness,
+    /// The session.
+    pub session: Session,
+    /// Its conversation so far.
+    pub history: Vec<Message>,
+    /// The root scope.
+    pub scope: RunScope,
+    /// `--system`.
+    pub system: Option<String>,
+    /// `--append-system`.
+    pub append_system: Option<String>,
+    /// `--context-window`.
+    pub context_window: Option<usize>,
+}
+
+impl Chat {
+    /// A chat over `parts`; the configured MCP servers start in the background.
+    pub fn new(parts: ChatParts) -> anyhow::Result<Self> {
+        let ChatParts { harness, session, history, scope, system, append_system, context_window } = parts;
+        let tools = harness.tools();
+        let system = harness.setup.system_prompt(&tools, system.as_deref(), append_system.as_deref());
+        let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
+        let late = recursive_core::LateTools::new();
+        let starting = {
+            let (late, scope) = (late.clone(), scope.clone());
+            tokio::spawn(async move {
+                let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
+                late.add(mcp.registry().clone());
+                mcp
+            })
+        };
+        let model = harness.provider.model();
+        Ok(Chat {
+            harness,
+            tools: ChatTools { tools, late },
+            system,
+            model,
+            session,
+            history,
+            scope,
+            context_window,
+            starting: Some(starting),
+            started: None,
+        })
+    }
+
+    /// The agent of the next turn.
+    fn agent(&self) -> anyhow::Result<Agent> {
+        let mut config = self.harness.agent_config("chat", Some(self.system.clone()));
+        config.options.model = self.model.clone();
+        config.transcript_path = Some(self.session.meta.transcript.clone());
+        config.compaction = crate::commands::compaction(self.context_window, &self.model)?;
+        Ok(self.harness.agent_from(self.tools.tools.clone(), config).with_late_tools(self.tools.late.clone()))
+    }
+
+    /// Waits (at most [`MCP_START_GRACE`]) for the MCP servers still starting, so quick ones
+    /// are there for the first turn.
+    async fn await_servers(&mut self) {
+        let Some(starting) = self.starting.as_mut() else { return };
+        if let Ok(done) = tokio::time::timeout(MCP_START_GRACE, starting).await {
+            self.started = done.ok();
+            self.starting = None;
+        }
+    }
+
+    /// Prepares a turn for `text`: `@path` mentions attached, a checkpoint begun for `/undo`.
+    /// Returns the turn and notes for the person (files attached or not).
+    pub async fn prepare(&mut self, text: &str) -> anyhow::Result<(Turn, Vec<String>)> {
+        self.await_servers().await;
+        let (input, notes) = attach_mentions(&self.harness.setup.workspace, text);
+        self.harness.setup.workspace.journal().begin();
+        let turn = Turn { agent: self.agent()?, history: std::mem::take(&mut self.history), input };
+        Ok((turn, notes))
+    }
+
+    /// Takes a finished turn into the conversation and the session; `interrupted` carries the
+    /// text streamed before the person interrupted it. Returns a warning to show, if any.
+    pub fn finish(&mut self, end: &TurnEnd, before: (Usage, f64), interrupted: Option<&str>) -> Option<String> {
+        let mut turn = end.result.clone();
+        let mut warning = None;
+        if let Some(partial) = interrupted {
+            let closing = close_interrupted(&mut turn.messages, partial);
+            if let Err(e) = self.session.append(&closing) {
+                warning = Some(format!("the session could not be updated: {e:#}"));
+            }
+        }
+        self.history = turn.messages.clone();
+        self.history.retain(|m| m.role != Role::System);
+        turn.usage = usage_since(self.scope.usage(), before.0);
+        turn.cost_usd = (self.scope.cost_usd() - before.1).max(0.0);
+        if let Err(e) = self.session.record(&self.model, &turn) {
+            warning = Some(format!("the session could not be updated: {e:#}"));
+        }
+        warning
+    }
+
+    /// The totals a turn is measured from.
+    pub fn totals(&self) -> (Usage, f64) {
+        (self.scope.usage(), self.scope.cost_usd())
+    }
+
+    /// `/cost`.
+    pub fn cost_line(&self) -> String {
+        let m = &self.session.meta;
+        format!("{} turn(s), {} tokens in, {} out, ${:.4}", m.turns, m.input_tokens, m.output_tokens, m.cost_usd)
+    }
+
+    /// `/session`.
+    pub fn session_line(&self) -> String {
+        format!("session {} — continue it with `recursive chat --resume {0}`", self.session.meta.id)
+    }
+
+    /// `/model` without a name: the models this program knows, the current one marked.
+    pub fn models_text(&self) -> String {
+        let mut text = format!("model: {} (switch with /model NAME; any name the provider serves works)\n", self.model);
+        text.push_str("known models:");
+        for name in recursive_llm::models::known_models() {
+            let mark = if name == self.model { " ← current" } else { "" };
+            text.push_str(&format!("\n  {name}{mark}"));
+        }
+        text
+    }
+
+    /// `/compact`: the conversation summarised now, the result saved in the session.
+    pub async fn compact(&mut self) -> String {
+        let agent = match self.agent() {
+            Ok(a) => a,
+            Err(e) => return format!("error: {e:#}"),
+        };
+        let before = self.history.len();
+        match agent.compact_now(std::mem::take(&mut self.history), &self.scope).await {
+            Ok(compacted) => {
+                let mut text = format!("compacted: {before} → {} message(s)", compacted.len());
+                if let Err(e) = self.session.save_compacted(&compacted) {
+                    text.push_str(&format!("\nwarning: the compaction could not be saved in the session: {e:#}"));
+                }
+                self.history = compacted;
+                self.history.retain(|m| m.role != Role::System);
+                text
+            }
+            Err(e) => format!("error: could not compact: {e}"),
+        }
+    }
+
+    /// `/undo`: the file edits of the last turn that made any, taken back.
+    pub fn undo(&mut self) -> String {
+        let ws = &self.harness.setup.workspace;
+        let Some(undone) = ws.journal().undo() else {
+            return "nothing to undo: no turn of this chat changed files with write_file or apply_patch".into();
+        };
+        let mut lines = Vec::new();
+        for p in &undone.restored {
+            lines.push(format!("restored {}", ws.display_relative(p)));
+        }
+        for p in &undone.removed {
+            lines.push(format!("removed {} (the turn created it)", ws.display_relative(p)));
+        }
+        for (p, why) in &undone.failed {
+            lines.push(format!("could not restore {}: {why}", ws.display_relative(p)));
+        }
+        lines.push("changes made by shell commands are not undone".into());
+        // The model is told at the start of the next turn.
+        self.history.push(Message::user(
+            "[The user undid the file changes of your last turn: ".to_string() + &lines.join("; ") + "]",
+        ));
+        self.history.push(Message::assistant("Understood; those file changes were taken back."));
+        if let Err(e) = self.session.append(&self.history[self.history.len() - 2..]) {
+            lines.push(format!("warning: the session could not be updated: {e:#}"));
+        }
+        lines.join("\n")
+    }
+
+    /// Estimated tokens of the next request (conversation, system prompt, tool specs) and the
+    /// model's window when known.
+    pub fn context_use(&self) -> (usize, Option<usize>) {
+        let used = recursive_core::compact::estimate_tokens(&self.history)
+            + self.system.len() / 4
+            + recursive_core::compact::estimate_spec_tokens(&self.tools.tools.specs());
+        let window =
+            self.context_window.or_else(|| recursive_llm::models::context_window(&self.model).map(|w| w as usize));
+        (used, window)
+    }
+
+    /// Ends the chat: MCP servers shut down (those still starting are abandoned).
+    pub async fn close(mut self) {
+        if let Some(starting) = self.starting.take() {
+            if starting.is_finished() {
+                self.started = starting.await.ok();
+            } else {
+                starting.abort();
+            }
+        }
+        if let Some(mcp) = self.started.take() {
+            mcp.shutdown().await;
+        }
+    }
+}
+
+/// What a turn added to the chat's usage.
+fn usage_since(after: Usage, before: Usage) -> Usage {
+    Usage {
+        input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
+        output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
+        cache_read_tokens: after.cache_read_tokens.saturating_sub(before.cache_read_tokens),
+        cache_write_tokens: after.cache_write_tokens.saturating_sub(before.cache_write_tokens),
+    }
+}
+
+/// The note closing an answer the person interrupted.
+pub const INTERRUPTED_NOTE: &str = "[interrupted by the user]";
+
+/// Closes a conversation whose turn was interrupted so the next request is well formed: calls
+/// still awaiting results get one saying so, and an answer cut short (or never begun) ends with
+/// what was streamed and a note. Returns the messages added.
+fn close_interrupted(messages: &mut Vec<Message>, partial: &str) -> Vec<Message> {
+    let mut added = Vec::new();
+    if let Ok(t) = recursive_core::Transcript::from_messages(messages.clone()) {
+        for id in t.pending_calls() {
+            added.push(Message::tool_result(id, "interrupted by the user before this call finished", true));
+        }
+    }
+    if added.is_empty() && messages.last().is_some_and(|m| m.role == Role::Assistant && m.tool_calls.is_empty()) {
+        return added;
+    }
+    let text = if partial.trim().is_empty() {
+        INTERRUPTED_NOTE.to_string()
+    } else {
+        format!("{}\n\n{INTERRUPTED_NOTE}", partial.trim_end())
+    };
+    added.push(Message::assistant(text));
+    messages.extend(added.iter().cloned());
+    added
+}
+
+/// Most bytes of one attached file.
+const MAX_ATTACHED_BYTES: u64 = 256 * 1024;
+
+/// `@path` words of `text` that name workspace files, attached after the message; returns the
+/// message and a note per mention (attached, or why not).
+pub fn attach_mentions(ws: &recursive_tools::Workspace, text: &str) -> (String, Vec<String>) {
+    let mut message = text.to_string();
+    let mut notes = Vec::new();
+    let mut seen = Vec::new();
+    for word in text.split_whitespace() {
+        let Some(path) = word.strip_prefix('@') else { continue };
+        let path = path.trim_end_matches([',', '.', ';', ':', ')', '!', '?', '"', '\'']);
+        if path.is_empty() || seen.contains(&path) {
+            continue;
+        }
+        seen.push(path);
+        match read_attachment(ws, path) {
+            Ok(content) => {
+                message.push_str(&format!("\n\n[Attached file: {path}]\n```\n{}\n```", content.trim_end()));
+                notes.push(format!("attached {path} ({} bytes)", content.len()));
+            }
+            Err(why) => notes.push(format!("could not attach @{path}: {why}")),
+        }
+    }
+    (message, notes)
+}
+
+/// A workspace file's text, when it is a regular UTF-8 file of a sensible size.
+fn read_attachment(ws: &recursive_tools::Workspace, path: &str) -> Result<String, String> {
+    let real = ws.resolve(path).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_ATTACHED_BYTES {
+        return Err(format!("larger than {MAX_ATTACHED_BYTES} bytes; ask the model to read it instead"));
+    }
+    let bytes = std::fs::read(&real).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
+/// The sink that hands a chat's events to whoever draws them.
+pub struct ChannelSink(pub tokio::sync::mpsc::UnboundedSender<recursive_core::AgentEvent>);
+
+impl recursive_core::EventSink for ChannelSink {
+    fn emit(&self, event: &recursive_core::AgentEvent) {
+        let _ = self.0.send(event.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_text_becomes_messages_and_commands() {
+        assert!(parse("  ").is_none());
+        assert_eq!(parse("hello"), Some(Input::Message("hello".into())));
+        assert_eq!(parse("/exit"), Some(Input::Exit));
+        assert_eq!(parse("/model gpt-4o"), Some(Input::Model(Some("gpt-4o".into()))));
+        assert_eq!(parse("/model"), Some(Input::Model(None)));
+        assert_eq!(parse("/undo"), Some(Input::Undo));
+        assert_eq!(parse("/what"), Some(Input::Unknown("what".into())));
+        assert_eq!(parse("/etc/passwd is a path\nsecond line"), Some(Input::Message("/etc/passwd is a path\nsecond line".into())));
+    }
+
+    #[test]
+    fn mentions_attach_workspace_files_and_say_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.md"), "remember the milk\n").unwrap();
+        let ws = recursive_tools::Workspace::new(dir.path()).unwrap();
+        let (message, notes) = attach_mentions(&ws, "summarise @notes.md, and @missing.txt");
+        assert!(message.starts_with("summarise @notes.md, and @missing.txt"));
+        assert!(message.contains("[Attached file: notes.md]\n```\nremember the milk\n```"), "{message}");
+        assert_eq!(notes.len(), 2);
+        assert!(notes[1].starts_with("could not attach @missing.txt"), "{notes:?}");
+        let (_, notes) = attach_mentions(&ws, "see @../../etc/passwd");
+        assert!(notes[0].starts_with("could not attach"), "{notes:?}");
+    }
+
+    #[test]
+    fn an_interrupted_turn_is_closed_so_the_next_request_is_well_formed() {
+        let call = recursive_core::ToolCall { id: "c1".into(), name: "run_shell".into(), arguments: serde_json::json!({}) };
+        let mut m = vec![Message::user("go"), Message::assistant_with_tools("", vec![call])];
+        let added = close_interrupted(&mut m, "");
+        assert_eq!(added.len(), 2);
+        assert!(recursive_core::Transcript::from_messages(m.clone()).unwrap().is_balanced());
+        assert_eq!(m.last().unwrap().content, INTERRUPTED_NOTE);
+        let mut m = vec![Message::user("tell me a story")];
+        close_interrupted(&mut m, "Once upon");
+        assert_eq!(m.last().unwrap().content, format!("Once upon\n\n{INTERRUPTED_NOTE}"));
+    }
+}

@@ -1,0 +1,127 @@
+//! The chat without a terminal (stdin or stdout piped): one line is one message, answers
+//! stream to stdout, notes go to stderr, tool approvals follow `--yes`/`--no-ask` (asking on
+//! a terminal when one is there), and Ctrl-C ends the chat with 8.
+
+use super::{Chat, HELP, Input, parse};
+
+/// Reads prompt lines on a thread of its own, one line per request, so a blocked read neither
+/// holds up the runtime nor keeps the process alive after Ctrl-C, and stdin is left alone
+/// between requests (for the tool approvals of a turn).
+struct Prompter {
+    ask: std::sync::mpsc::Sender<()>,
+    lines: tokio::sync::mpsc::Receiver<Option<String>>,
+}
+
+impl Prompter {
+    fn start() -> Self {
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (tx, lines) = tokio::sync::mpsc::channel(1);
+        std::thread::spawn(move || {
+            for () in asked {
+                let mut line = String::new();
+                let read = match std::io::stdin().read_line(&mut line) {
+                    Ok(0) | Err(_) => None,
+                    Ok(_) => Some(line),
+                };
+                if tx.blocking_send(read).is_err() {
+                    break;
+                }
+            }
+        });
+        Prompter { ask, lines }
+    }
+
+    /// The next line; `None` at end of input.
+    async fn next(&mut self) -> Option<String> {
+        self.ask.send(()).ok()?;
+        self.lines.recv().await.flatten()
+    }
+}
+
+/// Runs the chat line by line; returns the exit status.
+pub async fn run(mut chat: Chat) -> anyhow::Result<u8> {
+    use std::io::Write;
+    eprintln!(
+        "recursive chat — session {} ({} earlier message(s)); /help lists the commands",
+        chat.session.meta.id,
+        chat.history.len()
+    );
+    let mut code = 0u8;
+    let mut prompter = Prompter::start();
+    loop {
+        eprint!("\n> ");
+        let _ = std::io::stderr().flush();
+        // Ctrl-C at the prompt ends the chat as it ends a turn (the blocked read is left behind).
+        let line = tokio::select! {
+            line = prompter.next() => line,
+            _ = chat.scope.cancel_token().cancelled() => {
+                code = 8;
+                break;
+            }
+        };
+        let Some(line) = line else { break };
+        let text = match parse(&line) {
+            None => continue,
+            Some(Input::Exit) => break,
+            Some(Input::Help) => {
+                eprintln!("{HELP}");
+                continue;
+            }
+            Some(Input::Cost) => {
+                eprintln!("{}", chat.cost_line());
+                continue;
+            }
+            Some(Input::Session) => {
+                eprintln!("{}", chat.session_line());
+                continue;
+            }
+            Some(Input::Compact) => {
+                eprintln!("{}", chat.compact().await);
+                continue;
+            }
+            Some(Input::Undo) => {
+                eprintln!("{}", chat.undo());
+                continue;
+            }
+            Some(Input::Tree) => {
+                eprintln!("the run tree is shown by the terminal UI; here every run's events are printed as they come");
+                continue;
+            }
+            Some(Input::Model(None)) => {
+                eprintln!("{}", chat.models_text());
+                continue;
+            }
+            Some(Input::Model(Some(name))) => {
+                eprintln!("model: {name}");
+                chat.model = name;
+                continue;
+            }
+            Some(Input::Unknown(name)) => {
+                eprintln!("unknown command /{name}\n{HELP}");
+                continue;
+            }
+            Some(Input::Message(text)) => text,
+        };
+        let (turn, notes) = chat.prepare(&text).await?;
+        for note in notes {
+            eprintln!("{note}");
+        }
+        let before = chat.totals();
+        let end = turn.run(chat.scope.clone()).await;
+        if let Some(error) = &end.error {
+            eprintln!("\nerror: {error}");
+            code = 1;
+        }
+        println!();
+        if let Some(warning) = chat.finish(&end, before, None) {
+            eprintln!("warning: {warning}");
+        }
+        if chat.scope.cancel_token().is_cancelled() {
+            code = 8;
+            break;
+        }
+    }
+    eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", chat.session.meta.id);
+    chat.close().await;
+    Ok(code)
+}

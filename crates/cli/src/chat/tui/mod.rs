@@ -1,0 +1,497 @@
+//! The chat's terminal UI (ratatui over crossterm): the conversation with answers rendered as
+//! Markdown and reasoning apart, tool calls in one line each with their results folded, a
+//! status line (model, tokens, cost, context used, a spinner with the elapsed time while the
+//! model or a tool works), the input box (line editing, history, bracketed paste: a multi-line
+//! paste is one message), approvals with diffs, and the live run tree as a pane.
+//!
+//! Keys: Enter sends; Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
+//! running turn (the chat goes on); Ctrl-C clears the input, and at an empty prompt a second
+//! Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown scroll; Ctrl-O unfolds tool results; Ctrl-T
+//! shows the run tree. The UI owns the terminal in one task; the turn runs in another.
+
+pub mod approval;
+mod editor;
+mod markdown;
+mod tree;
+mod view;
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{Event, EventStream, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use futures::StreamExt;
+use recursive_core::{AgentEvent, EventKind, RunScope};
+use recursive_tools::Approval;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::approval::Ask;
+use self::editor::Editor;
+use self::tree::RunTree;
+use super::{Chat, HELP, Input, TurnEnd, parse};
+
+/// One thing shown in the conversation.
+#[derive(Debug)]
+pub enum Entry {
+    /// What the person sent.
+    User(String),
+    /// The model's answer (Markdown).
+    Answer(String),
+    /// The model's reasoning.
+    Reasoning(String),
+    /// A tool call and, once it came, its result.
+    Tool {
+        /// The call id.
+        id: String,
+        /// One line: the tool and its arguments.
+        title: String,
+        /// The result and whether it is an error.
+        result: Option<(String, bool)>,
+    },
+    /// A question about a tool call, with what the call would do.
+    Approval {
+        /// The question's first line.
+        title: String,
+        /// The diff, command or arguments.
+        body: Vec<ratatui::text::Line<'static>>,
+        /// The answer once given.
+        answer: Option<String>,
+    },
+    /// A note from the chat itself.
+    Note(String),
+    /// Something that went wrong.
+    Error(String),
+}
+
+/// What the input box is for right now.
+#[derive(Debug, PartialEq, Eq)]
+enum Mode {
+    /// A message or command.
+    Message,
+    /// The reason for declining the pending question.
+    Reason,
+}
+
+/// The UI's state.
+pub struct App {
+    entries: Vec<Entry>,
+    editor: Editor,
+    mode: Mode,
+    /// Questions waiting, the first one shown.
+    asks: std::collections::VecDeque<Ask>,
+    /// The running turn: since when, what it is doing, its cancel token.
+    working: Option<(Instant, String, CancellationToken)>,
+    /// The text streamed by the running turn (kept if it is interrupted).
+    streamed: String,
+    interrupted: bool,
+    tree: RunTree,
+    show_tree: bool,
+    unfold: bool,
+    /// Lines scrolled up from the bottom.
+    scroll: u16,
+    /// Ctrl-C pressed once at an empty prompt.
+    leaving: bool,
+    /// Tokens of the next request and the window.
+    context: (usize, Option<usize>),
+    status_model: String,
+    spinner: usize,
+    code: u8,
+    /// `/exit` was given.
+    quit: bool,
+}
+
+impl App {
+    fn new(chat: &Chat) -> Self {
+        let mut entries = vec![Entry::Note(format!(
+            "recursive chat — session {} ({} earlier message(s)). Enter sends, Alt-Enter adds a line, /help lists the commands.",
+            chat.session.meta.id,
+            chat.history.len()
+        ))];
+        for m in chat.history.iter().rev().take(6).rev() {
+            match m.role {
+                recursive_core::Role::User => entries.push(Entry::User(m.content.clone())),
+                recursive_core::Role::Assistant if !m.content.is_empty() => {
+                    entries.push(Entry::Answer(m.content.clone()))
+                }
+                _ => {}
+            }
+        }
+        Self {
+            entries,
+            editor: Editor::new(),
+            mode: Mode::Message,
+            asks: Default::default(),
+            working: None,
+            streamed: String::new(),
+            interrupted: false,
+            tree: RunTree::default(),
+            show_tree: false,
+            unfold: false,
+            scroll: 0,
+            leaving: false,
+            context: chat.context_use(),
+            status_model: chat.model.clone(),
+            spinner: 0,
+            code: 0,
+            quit: false,
+        }
+    }
+
+    fn note(&mut self, text: impl Into<String>) {
+        self.entries.push(Entry::Note(text.into()));
+        self.scroll = 0;
+    }
+
+    /// Takes an event of the running turn in.
+    fn observe(&mut self, event: &AgentEvent) {
+        self.tree.observe(event);
+        if event.ids.depth != 0 {
+            return;
+        }
+        match &event.kind {
+            EventKind::PartialText { delta } => {
+                self.streamed.push_str(delta);
+                match self.entries.last_mut() {
+                    Some(Entry::Answer(text)) => text.push_str(delta),
+                    _ => self.entries.push(Entry::Answer(delta.clone())),
+                }
+                self.set_doing("answering");
+            }
+            EventKind::PartialReasoning { delta } => match self.entries.last_mut() {
+                Some(Entry::Reasoning(text)) => text.push_str(delta),
+                _ => self.entries.push(Entry::Reasoning(delta.clone())),
+            },
+            EventKind::AssistantText { text } => {
+                // The complete text replaces what was streamed (a provider that does not stream
+                // sends only this).
+                match self.entries.last_mut() {
+                    Some(Entry::Answer(shown)) => *shown = text.clone(),
+                    _ => self.entries.push(Entry::Answer(text.clone())),
+                }
+            }
+            EventKind::ToolCall { call } => {
+                let args = call.arguments.to_string();
+                let title = format!("{}({})", call.name, recursive_core::text::one_line(&args, 100));
+                self.entries.push(Entry::Tool { id: call.id.clone(), title, result: None });
+                self.set_doing(&format!("running {}", call.name));
+            }
+            EventKind::ToolResult { id, output, is_error, .. } => {
+                for e in self.entries.iter_mut().rev() {
+                    if let Entry::Tool { id: tid, result, .. } = e
+                        && tid == id
+                    {
+                        *result = Some((output.clone(), *is_error));
+                        break;
+                    }
+                }
+                self.set_doing("thinking");
+            }
+            EventKind::Compacted { method, before_tokens, after_tokens, .. } => {
+                self.note(format!("compacted ({method}): ~{before_tokens} → ~{after_tokens} tokens"));
+            }
+            EventKind::Retry { attempt, delay_ms, reason } => {
+                self.note(format!("retry {attempt} in {delay_ms} ms: {reason}"));
+            }
+            EventKind::Error { message } => self.entries.push(Entry::Error(message.clone())),
+            _ => {}
+        }
+    }
+
+    fn set_doing(&mut self, what: &str) {
+        if let Some((_, doing, _)) = &mut self.working {
+            *doing = what.to_string();
+        }
+    }
+
+    /// Shows the next question, if one waits and none is shown.
+    fn show_ask(&mut self, root: &std::path::Path) {
+        let Some(ask) = self.asks.front() else { return };
+        if matches!(self.entries.last(), Some(Entry::Approval { answer: None, .. })) {
+            return;
+        }
+        self.entries.push(Entry::Approval {
+            title: format!("allow `{}`? ({})", ask.call.name, ask.reason),
+            body: approval::describe(&ask.call, root),
+            answer: None,
+        });
+        self.scroll = 0;
+    }
+
+    /// Answers the shown question.
+    fn answer(&mut self, approval: Approval, root: &std::path::Path) {
+        let Some(ask) = self.asks.pop_front() else { return };
+        let said = match &approval {
+            Approval::Yes => "yes".to_string(),
+            Approval::Always => "always (this tool, under this rule, for the session)".to_string(),
+            Approval::NoBecause(why) => format!("no: {why}"),
+            _ => "no".to_string(),
+        };
+        for e in self.entries.iter_mut().rev() {
+            if let Entry::Approval { answer: answer @ None, .. } = e {
+                *answer = Some(said);
+                break;
+            }
+        }
+        let _ = ask.reply.send(approval);
+        self.mode = Mode::Message;
+        self.show_ask(root);
+    }
+}
+
+/// What a key asks of the loop.
+enum Action {
+    Nothing,
+    Send(String),
+    Interrupt,
+    Leave,
+}
+
+/// Runs the chat in the terminal UI; returns the exit status.
+pub async fn run(
+    mut chat: Chat,
+    mut events: UnboundedReceiver<AgentEvent>,
+    mut asks: UnboundedReceiver<Ask>,
+) -> anyhow::Result<u8> {
+    let mut terminal = ratatui::init();
+    let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableBracketedPaste);
+    let outcome = drive(&mut chat, &mut terminal, &mut events, &mut asks).await;
+    let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableBracketedPaste);
+    ratatui::restore();
+    eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", chat.session.meta.id);
+    chat.close().await;
+    outcome
+}
+
+/// Waits for the running turn, or for ever when there is none.
+async fn joined(turn: &mut Option<JoinHandle<TurnEnd>>) -> Option<TurnEnd> {
+    match turn {
+        Some(handle) => {
+            let end = handle.await.ok();
+            *turn = None;
+            end
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn drive(
+    chat: &mut Chat,
+    terminal: &mut ratatui::DefaultTerminal,
+    events: &mut UnboundedReceiver<AgentEvent>,
+    asks: &mut UnboundedReceiver<Ask>,
+) -> anyhow::Result<u8> {
+    let root = chat.harness.setup.workspace.root().to_path_buf();
+    let mut app = App::new(chat);
+    let mut keys = EventStream::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(120));
+    let mut turn: Option<JoinHandle<TurnEnd>> = None;
+    let mut before = chat.totals();
+    let ended = chat.scope.cancel_token().clone();
+    loop {
+        terminal.draw(|f| view::draw(f, &app, chat))?;
+        tokio::select! {
+            key = keys.next() => {
+                let Some(Ok(key)) = key else { break };
+                match on_terminal_event(&mut app, key, &root) {
+                    Action::Nothing => {}
+                    Action::Leave => break,
+                    Action::Interrupt => {
+                        if let Some((_, _, token)) = &app.working {
+                            token.cancel();
+                            app.interrupted = true;
+                            app.note("interrupting…");
+                        }
+                    }
+                    Action::Send(text) => {
+                        if let Some(started) = command(&mut app, chat, &text).await? {
+                            before = chat.totals();
+                            turn = Some(started);
+                        }
+                        if app.quit {
+                            break;
+                        }
+                    }
+                }
+            }
+            Some(event) = events.recv() => app.observe(&event),
+            Some(ask) = asks.recv() => {
+                app.asks.push_back(ask);
+                app.show_ask(&root);
+            }
+            end = joined(&mut turn) => finish_turn(&mut app, chat, end, before),
+            _ = tick.tick(), if app.working.is_some() => app.spinner += 1,
+            _ = ended.cancelled() => {
+                app.code = 8;
+                break;
+            }
+        }
+    }
+    if let Some((_, _, token)) = &app.working {
+        token.cancel();
+    }
+    if let Some(handle) = turn {
+        if let Ok(end) = handle.await {
+            finish_turn(&mut app, chat, Some(end), before);
+        }
+    }
+    Ok(app.code)
+}
+
+/// Takes a finished turn in.
+fn finish_turn(app: &mut App, chat: &mut Chat, end: Option<TurnEnd>, before: (recursive_core::Usage, f64)) {
+    let Some(end) = end else {
+        app.entries.push(Entry::Error("the turn ended abnormally".into()));
+        app.working = None;
+        return;
+    };
+    let interrupted = app.interrupted.then(|| app.streamed.clone());
+    if let Some(error) = &end.error {
+        app.entries.push(Entry::Error(error.clone()));
+        app.code = 1;
+    } else if interrupted.is_some() {
+        app.note("interrupted; the chat goes on");
+    }
+    if let Some(warning) = chat.finish(&end, before, interrupted.as_deref()) {
+        app.entries.push(Entry::Error(warning));
+    }
+    // Questions of the ended turn can no longer be answered.
+    while let Some(ask) = app.asks.pop_front() {
+        let _ = ask.reply.send(Approval::No);
+    }
+    app.working = None;
+    app.interrupted = false;
+    app.streamed.clear();
+    app.mode = Mode::Message;
+    app.context = chat.context_use();
+}
+
+/// Runs what the person sent: a command now, a message as a new turn (returned).
+async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<Option<JoinHandle<TurnEnd>>> {
+    let Some(input) = parse(text) else { return Ok(None) };
+    match input {
+        Input::Exit => app.quit = true,
+        Input::Help => app.note(HELP),
+        Input::Cost => app.note(chat.cost_line()),
+        Input::Session => app.note(chat.session_line()),
+        Input::Tree => app.show_tree = !app.show_tree,
+        Input::Undo => {
+            let text = chat.undo();
+            app.note(text);
+        }
+        Input::Compact => {
+            app.note("compacting…");
+            let text = chat.compact().await;
+            app.note(text);
+            app.context = chat.context_use();
+        }
+        Input::Model(None) => app.note(chat.models_text()),
+        Input::Model(Some(name)) => {
+            app.note(format!("model: {name}"));
+            chat.model = name.clone();
+            app.status_model = name;
+            app.context = chat.context_use();
+        }
+        Input::Unknown(name) => app.entries.push(Entry::Error(format!("unknown command /{name}; /help lists them"))),
+        Input::Message(message) => {
+            app.entries.push(Entry::User(message.clone()));
+            app.scroll = 0;
+            let (turn, notes) = chat.prepare(&message).await?;
+            for note in notes {
+                app.note(note);
+            }
+            app.tree.clear();
+            let token = chat.scope.cancel_token().child_token();
+            let scope: RunScope = chat.scope.clone().with_cancel(token.clone());
+            app.working = Some((Instant::now(), "thinking".into(), token));
+            return Ok(Some(tokio::spawn(turn.run(scope))));
+        }
+    }
+    Ok(None)
+}
+
+/// Handles a terminal event.
+fn on_terminal_event(app: &mut App, event: Event, root: &std::path::Path) -> Action {
+    match event {
+        Event::Paste(text) => {
+            app.editor.insert(&text);
+            Action::Nothing
+        }
+        Event::Key(key) if key.kind != KeyEventKind::Release => on_key(app, key, root),
+        _ => Action::Nothing,
+    }
+}
+
+fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    let alt = key.modifiers.contains(KeyModifiers::ALT);
+    // A question waits: its keys first.
+    if !app.asks.is_empty() && app.mode == Mode::Message && !ctrl {
+        match key.code {
+            KeyCode::Char('y') => app.answer(Approval::Yes, root),
+            KeyCode::Char('a') => app.answer(Approval::Always, root),
+            KeyCode::Char('n') => app.answer(Approval::No, root),
+            KeyCode::Char('r') => {
+                app.mode = Mode::Reason;
+                app.editor.clear();
+            }
+            KeyCode::Esc => return Action::Interrupt,
+            _ => {}
+        }
+        return Action::Nothing;
+    }
+    if key.code != KeyCode::Char('c') || !ctrl {
+        app.leaving = false;
+    }
+    match key.code {
+        KeyCode::Char('c') if ctrl => {
+            if app.working.is_some() {
+                return Action::Interrupt;
+            }
+            if !app.editor.is_empty() {
+                app.editor.clear();
+            } else if app.leaving {
+                return Action::Leave;
+            } else {
+                app.leaving = true;
+                app.note("press Ctrl-C again to leave");
+            }
+        }
+        KeyCode::Char('d') if ctrl && app.editor.is_empty() && app.working.is_none() => return Action::Leave,
+        KeyCode::Esc if app.working.is_some() => return Action::Interrupt,
+        KeyCode::Enter | KeyCode::Char('j') if alt || (ctrl && key.code == KeyCode::Char('j')) => {
+            app.editor.newline()
+        }
+        KeyCode::Enter => {
+            if app.mode == Mode::Reason {
+                let why = app.editor.take();
+                let approval =
+                    if why.trim().is_empty() { Approval::No } else { Approval::NoBecause(why.trim().to_string()) };
+                app.answer(approval, root);
+            } else if app.working.is_some() {
+                app.note("a turn is running: wait for it, or press Esc to interrupt it");
+            } else {
+                return Action::Send(app.editor.take());
+            }
+        }
+        KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
+        KeyCode::Char('t') if ctrl => app.show_tree = !app.show_tree,
+        KeyCode::Char('a') if ctrl => app.editor.home(),
+        KeyCode::Char('e') if ctrl => app.editor.end(),
+        KeyCode::Char('u') if ctrl => app.editor.kill_to_start(),
+        KeyCode::Char('k') if ctrl => app.editor.kill_to_end(),
+        KeyCode::Char('w') if ctrl => app.editor.delete_word(),
+        KeyCode::Char(c) if !ctrl => app.editor.insert(&c.to_string()),
+        KeyCode::Backspace => app.editor.backspace(),
+        KeyCode::Delete => app.editor.delete(),
+        KeyCode::Left => app.editor.left(),
+        KeyCode::Right => app.editor.right(),
+        KeyCode::Up => app.editor.up(),
+        KeyCode::Down => app.editor.down(),
+        KeyCode::Home => app.editor.home(),
+        KeyCode::End => app.editor.end(),
+        KeyCode::PageUp => app.scroll = app.scroll.saturating_add(10),
+        KeyCode::PageDown => app.scroll = app.scroll.saturating_sub(10),
+        _ => {}
+    }
+    Action::Nothing
+}

@@ -1,0 +1,155 @@
+//! Drawing the chat: the conversation (scrolled to its end unless the person scrolled up), the
+//! run tree pane, the status line and the input box.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+
+use super::{App, Entry, Mode, markdown};
+use crate::chat::Chat;
+
+/// The spinner's frames.
+const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/// Most lines of an unfolded tool result.
+const UNFOLDED_LINES: usize = 200;
+
+/// Draws the whole screen.
+pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
+    let input_height = (app.editor.lines().len() as u16).clamp(1, 8) + 2;
+    let [main, status, input] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_height)])
+            .areas(f.area());
+    if app.show_tree {
+        let [conversation, tree] =
+            Layout::horizontal([Constraint::Percentage(68), Constraint::Percentage(32)]).areas(main);
+        draw_conversation(f, app, conversation);
+        let block = Block::default().borders(Borders::LEFT).title(format!(" run tree ({}) ", app.tree.len()));
+        f.render_widget(Paragraph::new(app.tree.lines()).block(block), tree);
+    } else {
+        draw_conversation(f, app, main);
+    }
+    f.render_widget(Paragraph::new(status_line(app, chat)), status);
+    draw_input(f, app, input);
+}
+
+fn draw_conversation(f: &mut Frame, app: &App, area: Rect) {
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    for entry in &app.entries {
+        entry_lines(entry, app.unfold, &mut lines);
+        lines.push(Line::default());
+    }
+    let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false });
+    let total = paragraph.line_count(area.width) as u16;
+    let top = total.saturating_sub(area.height).saturating_sub(app.scroll);
+    f.render_widget(paragraph.scroll((top, 0)), area);
+}
+
+fn styled_lines(text: &str, prefix: &str, style: Style, out: &mut Vec<Line<'static>>) {
+    for (i, line) in text.lines().enumerate() {
+        let head = if i == 0 { prefix.to_string() } else { " ".repeat(prefix.chars().count()) };
+        out.push(Line::from(vec![Span::styled(head, style), Span::styled(line.to_string(), style)]));
+    }
+}
+
+fn entry_lines(entry: &Entry, unfold: bool, out: &mut Vec<Line<'static>>) {
+    let dim = Style::new().fg(Color::DarkGray);
+    match entry {
+        Entry::User(text) => {
+            styled_lines(text, "› ", Style::new().fg(Color::Blue).add_modifier(Modifier::BOLD), out);
+        }
+        Entry::Answer(text) => out.extend(markdown::render(text)),
+        Entry::Reasoning(text) => styled_lines(text, "thinking: ", dim.add_modifier(Modifier::ITALIC), out),
+        Entry::Tool { title, result, .. } => {
+            let (mark, style) = match result {
+                None => ("● ", Style::new().fg(Color::Yellow)),
+                Some((_, false)) => ("● ", Style::new().fg(Color::Green)),
+                Some((_, true)) => ("● ", Style::new().fg(Color::Red)),
+            };
+            out.push(Line::from(vec![Span::styled(mark, style), Span::raw(title.clone())]));
+            if let Some((output, is_error)) = result {
+                let style = if *is_error { Style::new().fg(Color::Red) } else { dim };
+                let count = output.lines().count();
+                if unfold {
+                    for line in output.lines().take(UNFOLDED_LINES) {
+                        out.push(Line::styled(format!("  │ {line}"), style));
+                    }
+                } else {
+                    let first = recursive_core::text::one_line(output.lines().next().unwrap_or(""), 100);
+                    let more = if count > 1 { format!(" (+{} lines, Ctrl-O unfolds)", count - 1) } else { String::new() };
+                    out.push(Line::styled(format!("  ⎿ {first}{more}"), style));
+                }
+            }
+        }
+        Entry::Approval { title, body, answer } => {
+            out.push(Line::styled(format!("? {title}"), Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD)));
+            for line in body {
+                let mut spans = vec![Span::raw("  ")];
+                spans.extend(line.spans.iter().cloned().map(|s| s.patch_style(line.style)));
+                out.push(Line::from(spans));
+            }
+            out.push(match answer {
+                None => Line::styled(
+                    "  [y] yes   [n] no   [a] always (this tool, this rule)   [r] no, with a reason".to_string(),
+                    Style::new().fg(Color::Magenta),
+                ),
+                Some(said) => Line::styled(format!("  → {said}"), dim),
+            });
+        }
+        Entry::Note(text) => styled_lines(text, "", dim, out),
+        Entry::Error(text) => styled_lines(text, "error: ", Style::new().fg(Color::Red), out),
+    }
+}
+
+fn status_line(app: &App, chat: &Chat) -> Line<'static> {
+    let mut spans = Vec::new();
+    if let Some((since, doing, _)) = &app.working {
+        spans.push(Span::styled(
+            format!("{} {doing} {:.1}s ", SPINNER[app.spinner % SPINNER.len()], since.elapsed().as_secs_f64()),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+        spans.push(Span::styled("(Esc interrupts) ", Style::new().fg(Color::DarkGray)));
+    }
+    let usage = chat.scope.usage();
+    let (used, window) = app.context;
+    let context = match window {
+        Some(w) if w > 0 => format!("context ~{used}/{w} ({}%)", used * 100 / w),
+        _ => format!("context ~{used} tokens"),
+    };
+    spans.push(Span::styled(
+        format!(
+            "{} · {} in / {} out · ${:.4} · {context} · Ctrl-T tree",
+            app.status_model,
+            usage.input_tokens,
+            usage.output_tokens,
+            chat.scope.cost_usd()
+        ),
+        Style::new().fg(Color::DarkGray),
+    ));
+    Line::from(spans)
+}
+
+fn draw_input(f: &mut Frame, app: &App, area: Rect) {
+    let title = if app.mode == Mode::Reason {
+        " why not? (Enter sends the reason to the model) "
+    } else if !app.asks.is_empty() {
+        " answer the question: y / n / a / r "
+    } else {
+        " message · Enter sends · Alt-Enter new line · /help "
+    };
+    let block = Block::default().borders(Borders::ALL).title(title).border_style(Style::new().fg(Color::DarkGray));
+    let inner = block.inner(area);
+    let (row, col) = app.editor.cursor();
+    let visible = inner.height as usize;
+    let first = (row + 1).saturating_sub(visible);
+    let lines: Vec<Line> = app.editor.lines().iter().skip(first).map(|l| Line::raw(l.as_str())).collect();
+    f.render_widget(Paragraph::new(lines).block(block), area);
+    let before: String = app.editor.lines()[row].chars().take(col).collect();
+    let x = Span::raw(before).width() as u16;
+    f.set_cursor_position(Position::new(
+        inner.x + x.min(inner.width.saturating_sub(1)),
+        inner.y + (row - first) as u16,
+    ));
+}

@@ -4,84 +4,18 @@
 //! replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 mod common;
 
+use common::tmux::Tmux;
 use common::{Env, events, s};
 
-/// A tmux server of its own running one command in a pane of a fixed size.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(dir: &Path, command: &str) -> Self {
-        let socket = format!("recursive-repl-{}-{}", std::process::id(), uuid_like());
-        let status = Command::new("tmux")
-            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "200", "-y", "60"])
-            .arg(format!("cd {} && {command}; sleep 600", dir.display()))
-            .status()
-            .expect("tmux must be installed (scripts/test installs it)");
-        assert!(status.success(), "tmux did not start");
-        Self { socket }
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let ok = Command::new("tmux").args(["-L", &self.socket, "send-keys", "-t", "t"]).args(keys).status().unwrap();
-        assert!(ok.success());
-    }
-
-    /// Types a line and presses Enter.
-    fn line(&self, text: &str) {
-        self.keys(&["-l", text]);
-        self.keys(&["Enter"]);
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-J", "-t", "t", "-S", "-500"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits until the screen shows `text` `times` times in all.
-    fn wait_for(&self, text: &str, times: usize) -> String {
-        let end = Instant::now() + Duration::from_secs(60);
-        loop {
-            let screen = self.screen();
-            if screen.matches(text).count() >= times {
-                return screen;
-            }
-            assert!(Instant::now() < end, "timed out waiting for {text:?} x{times}; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).status();
-    }
-}
-
-fn uuid_like() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
-}
-
-/// The binary with the test environment, as a shell command line.
+/// `recursive repl ARGS` with the test environment, as a shell command line.
 fn repl_command(env: &Env, args: &str) -> String {
-    format!(
-        "env -u ANTHROPIC_API_KEY -u OPENAI_API_KEY HOME={home} XDG_CONFIG_HOME={home}/config XDG_DATA_HOME={home}/data \
-         OLLAMA_HOST=127.0.0.1:9 {bin} repl {args}",
-        home = env.dir.path().display(),
-        bin = env!("CARGO_BIN_EXE_recursive"),
-    )
+    common::tmux::command_line(env.dir.path(), &format!("repl {args}"))
 }
 
 const SHOUT: &str = r#"name = "shout"

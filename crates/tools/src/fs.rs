@@ -310,9 +310,9 @@ impl TypedTool for WriteFile {
             ws.journal().before_change(&target);
             write_contents(&target, &content)
         })
-            .await
-            .map_err(|e| ToolError::failed(format!("the write of `{shown}` failed: {e}")))?
-            .map_err(|e| io_error(&shown, &e))?;
+        .await
+        .map_err(|e| ToolError::failed(format!("the write of `{shown}` failed: {e}")))?
+        .map_err(|e| io_error(&shown, &e))?;
         let bytes = args.content.len();
         Ok(match previous {
             Some(old) => format!("overwrote `{shown}`: {bytes} bytes written (was {old} bytes)"),

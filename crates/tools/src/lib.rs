@@ -31,10 +31,10 @@ pub mod web;
 
 pub use config::{ListConfig, ReadConfig, SearchConfig, ShellConfig, ToolsConfig, WebConfig};
 pub use fs::{ListDir, ReadFile, WriteFile};
+pub use journal::{EditJournal, Undone};
 pub use mcp::{
     McpConfig, McpEvent, McpServerConfig, McpServerStatus, McpStatus, McpTools, spawn_servers, start_servers,
 };
-pub use journal::{EditJournal, Undone};
 pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
 pub use patch::ApplyPatch;
 pub use permissions::{

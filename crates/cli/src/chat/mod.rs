@@ -432,7 +432,10 @@ mod tests {
         assert_eq!(parse("/model"), Some(Input::Model(None)));
         assert_eq!(parse("/undo"), Some(Input::Undo));
         assert_eq!(parse("/what"), Some(Input::Unknown("what".into())));
-        assert_eq!(parse("/etc/passwd is a path\nsecond line"), Some(Input::Message("/etc/passwd is a path\nsecond line".into())));
+        assert_eq!(
+            parse("/etc/passwd is a path\nsecond line"),
+            Some(Input::Message("/etc/passwd is a path\nsecond line".into()))
+        );
     }
 
     #[test]
@@ -451,7 +454,8 @@ mod tests {
 
     #[test]
     fn an_interrupted_turn_is_closed_so_the_next_request_is_well_formed() {
-        let call = recursive_core::ToolCall { id: "c1".into(), name: "run_shell".into(), arguments: serde_json::json!({}) };
+        let call =
+            recursive_core::ToolCall { id: "c1".into(), name: "run_shell".into(), arguments: serde_json::json!({}) };
         let mut m = vec![Message::user("go"), Message::assistant_with_tools("", vec![call])];
         let added = close_interrupted(&mut m, "");
         assert_eq!(added.len(), 2);

@@ -74,7 +74,8 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let max_depth = setup.limits.max_depth;
     let (scope, events) = if tui {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let scope = super::scope_with("chat", &args.provider, Arc::new(ChannelSink(tx)), BudgetLimits::default(), None)?;
+        let scope =
+            super::scope_with("chat", &args.provider, Arc::new(ChannelSink(tx)), BudgetLimits::default(), None)?;
         super::watch_terminate(scope.cancel_token().clone());
         (scope, Some(rx))
     } else {

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod tmux;
+
 pub struct Env {
     pub dir: tempfile::TempDir,
 }

@@ -130,7 +130,7 @@ impl App {
             scroll: 0,
             leaving: false,
             context: chat.context_use(),
-            status_model: chat.model.clone(),
+            status_model: if chat.model.is_empty() { "default model".into() } else { chat.model.clone() },
             spinner: 0,
             code: 0,
             quit: false,
@@ -172,7 +172,12 @@ impl App {
             EventKind::ToolCall { call } => {
                 let args = call.arguments.to_string();
                 let title = format!("{}({})", call.name, recursive_core::text::one_line(&args, 100));
-                self.entries.push(Entry::Tool { id: call.id.clone(), title, result: None });
+                let tool = Entry::Tool { id: call.id.clone(), title, result: None };
+                // The call's line goes above a question about it that arrived first.
+                match self.entries.last() {
+                    Some(Entry::Approval { answer: None, .. }) => self.entries.insert(self.entries.len() - 1, tool),
+                    _ => self.entries.push(tool),
+                }
                 self.set_doing(&format!("running {}", call.name));
             }
             EventKind::ToolResult { id, output, is_error, .. } => {
@@ -289,7 +294,17 @@ async fn drive(
     let ended = chat.scope.cancel_token().clone();
     loop {
         terminal.draw(|f| view::draw(f, &app, chat))?;
+        // Biased: the turn's events come first, so a tool call's line is in before a question
+        // about it (the call's event is sent before the question is asked).
         tokio::select! {
+            biased;
+            Some(event) = events.recv() => {
+                app.observe(&event);
+                // Everything already queued is taken in before the next frame.
+                while let Ok(event) = events.try_recv() {
+                    app.observe(&event);
+                }
+            }
             key = keys.next() => {
                 let Some(Ok(key)) = key else { break };
                 match on_terminal_event(&mut app, key, &root) {
@@ -313,7 +328,6 @@ async fn drive(
                     }
                 }
             }
-            Some(event) = events.recv() => app.observe(&event),
             Some(ask) = asks.recv() => {
                 app.asks.push_back(ask);
                 app.show_ask(&root);
@@ -329,10 +343,10 @@ async fn drive(
     if let Some((_, _, token)) = &app.working {
         token.cancel();
     }
-    if let Some(handle) = turn {
-        if let Ok(end) = handle.await {
-            finish_turn(&mut app, chat, Some(end), before);
-        }
+    if let Some(handle) = turn
+        && let Ok(end) = handle.await
+    {
+        finish_turn(&mut app, chat, Some(end), before);
     }
     Ok(app.code)
 }
@@ -458,9 +472,7 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
         }
         KeyCode::Char('d') if ctrl && app.editor.is_empty() && app.working.is_none() => return Action::Leave,
         KeyCode::Esc if app.working.is_some() => return Action::Interrupt,
-        KeyCode::Enter | KeyCode::Char('j') if alt || (ctrl && key.code == KeyCode::Char('j')) => {
-            app.editor.newline()
-        }
+        KeyCode::Enter | KeyCode::Char('j') if alt || (ctrl && key.code == KeyCode::Char('j')) => app.editor.newline(),
         KeyCode::Enter => {
             if app.mode == Mode::Reason {
                 let why = app.editor.take();

@@ -78,11 +78,8 @@ impl RunTree {
     /// The tree as lines.
     pub fn lines(&self) -> Vec<Line<'static>> {
         let mut out = Vec::new();
-        let mut roots: Vec<(&String, &Node)> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.parent.as_ref().is_none_or(|p| !self.nodes.contains_key(p)))
-            .collect();
+        let mut roots: Vec<(&String, &Node)> =
+            self.nodes.iter().filter(|(_, n)| n.parent.as_ref().is_none_or(|p| !self.nodes.contains_key(p))).collect();
         roots.sort_by_key(|(_, n)| n.order);
         for (id, node) in roots {
             self.branch(id, node, 0, &mut out);
@@ -91,8 +88,7 @@ impl RunTree {
     }
 
     fn children(&self, id: &str) -> Vec<(&String, &Node)> {
-        let mut c: Vec<(&String, &Node)> =
-            self.nodes.iter().filter(|(_, n)| n.parent.as_deref() == Some(id)).collect();
+        let mut c: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| n.parent.as_deref() == Some(id)).collect();
         c.sort_by_key(|(_, n)| n.order);
         c
     }

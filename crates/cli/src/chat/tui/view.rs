@@ -20,8 +20,7 @@ const UNFOLDED_LINES: usize = 200;
 pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     let input_height = (app.editor.lines().len() as u16).clamp(1, 8) + 2;
     let [main, status, input] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_height)])
-            .areas(f.area());
+        Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_height)]).areas(f.area());
     if app.show_tree {
         let [conversation, tree] =
             Layout::horizontal([Constraint::Percentage(68), Constraint::Percentage(32)]).areas(main);
@@ -78,7 +77,8 @@ fn entry_lines(entry: &Entry, unfold: bool, out: &mut Vec<Line<'static>>) {
                     }
                 } else {
                     let first = recursive_core::text::one_line(output.lines().next().unwrap_or(""), 100);
-                    let more = if count > 1 { format!(" (+{} lines, Ctrl-O unfolds)", count - 1) } else { String::new() };
+                    let more =
+                        if count > 1 { format!(" (+{} lines, Ctrl-O unfolds)", count - 1) } else { String::new() };
                     out.push(Line::styled(format!("  ⎿ {first}{more}"), style));
                 }
             }

@@ -1,0 +1,161 @@
+//! `recursive chat` in a real terminal (tmux) against a scripted OpenAI-compatible server on
+//! 127.0.0.1: a pasted multi-line message is one request; Ctrl-C during a streamed answer
+//! keeps the chat and the next request is well formed; an edit is approved from its diff,
+//! undone with `/undo`, and a second one declined with a reason the model reads; a spinner
+//! shows while a slow tool runs. Screens are compared with fixtures loosely (content, not
+//! layout).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::Env;
+use common::tmux::{Tmux, assert_matches_fixture, command_line};
+use recursive_testkit::{ModelServer, Reply, Script};
+use serde_json::{Value, json};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat").join(name)
+}
+
+/// The chat in a terminal against `server`, its exit status printed when it ends.
+fn start_chat(env: &Env, server: &ModelServer, args: &str) -> Tmux {
+    let line = command_line(
+        env.dir.path(),
+        &format!("chat --provider openai --base-url {} --model gpt-4o-mini {args}", server.openai_url()),
+    );
+    let tmux = Tmux::start(env.dir.path(), &format!("OPENAI_API_KEY=sk-test {line}; echo exit-status=$?"));
+    tmux.wait_for("Enter sends", 1);
+    tmux
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().unwrap()
+}
+
+/// A streamed answer of `words` words, one every `pause`.
+fn slow_stream(words: usize, pause: Duration) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        let body = json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {body}\n\n").into_bytes()
+    };
+    let mut pieces = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    pieces.extend((0..words).map(|_| chunk(json!({"content": "word "}), Value::Null)));
+    pieces.push(chunk(json!({}), json!("stop")));
+    pieces.push(b"data: [DONE]\n\n".to_vec());
+    Reply::raw(Script::sse_pieces(pieces).with_pause(pause))
+}
+
+#[test]
+fn a_pasted_multi_line_message_is_one_request() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("## Three lines\n\n- all in one message")]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.paste("alpha\nbeta\ngamma");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("all in one message", 1);
+    assert_matches_fixture(&screen, &fixture("answer.txt"));
+    assert_eq!(server.request_count(), 1, "{screen}");
+    assert_eq!(server.request(0).last_user_text().unwrap(), "alpha\nbeta\ngamma");
+    // Ctrl-C at an empty prompt twice leaves, with status 0.
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("press Ctrl-C again to leave", 1);
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("exit-status=0", 1);
+}
+
+#[test]
+fn ctrl_c_during_a_streamed_answer_keeps_the_chat_and_the_next_request_is_well_formed() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        slow_stream(200, Duration::from_millis(100)),
+        Reply::text("second answer"),
+    ]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.keys(&["-l", "tell me a long story"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("word word word", 1);
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("interrupted; the chat goes on", 1);
+    tmux.keys(&["-l", "shorter please"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("second answer", 1);
+    let second = server.request(1);
+    second.check_pairing().unwrap();
+    let messages = second.body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{messages:?}");
+    let cut = messages[2]["content"].as_str().unwrap();
+    assert!(cut.starts_with("word word") && cut.ends_with("[interrupted by the user]"), "{cut}");
+    assert_eq!(messages[3]["content"], "shorter please");
+}
+
+#[test]
+fn an_edit_is_approved_from_its_diff_undone_and_another_declined_with_a_reason() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "one\ntwo\nthree\n").unwrap();
+    let rt = runtime();
+    let edit = |content: &str| Reply::tool_call("write_file", json!({"path": "a.txt", "content": content}));
+    let server = rt.block_on(ModelServer::start_with([
+        edit("one\nTWO\nthree\n"),
+        Reply::text("changed it"),
+        edit("ONE\ntwo\nthree\n"),
+        Reply::text("fine, left it"),
+    ]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.keys(&["-l", "please fix a.txt"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("[r] no, with a reason", 1);
+    assert_matches_fixture(&screen, &fixture("approval.txt"));
+    tmux.keys(&["y"]);
+    tmux.wait_for("changed it", 1);
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\nTWO\nthree\n");
+
+    tmux.keys(&["-l", "/undo"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("restored a.txt", 1);
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\ntwo\nthree\n");
+
+    tmux.keys(&["-l", "now the first line"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("[r] no, with a reason", 1);
+    tmux.keys(&["r"]);
+    tmux.wait_for("why not?", 1);
+    tmux.keys(&["-l", "leave the first line alone"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("fine, left it", 1);
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\ntwo\nthree\n");
+    let result = server.request(3).body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(result["role"], "tool");
+    assert!(result["content"].as_str().unwrap().contains("leave the first line alone"), "{result}");
+    // The undo was told to the model.
+    let undo_told = server.request(2).body.to_string();
+    assert!(undo_told.contains("The user undid the file changes"), "{undo_told}");
+}
+
+#[test]
+fn a_spinner_shows_while_a_slow_tool_runs() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("run_shell", json!({"command": "sleep 3"})),
+        Reply::text("slept well"),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.keys(&["-l", "take a nap"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("running run_shell", 1);
+    assert!(screen.contains("(Esc interrupts)"), "{screen}");
+    let spinner = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+    assert!(spinner.iter().any(|s| screen.contains(&format!("{s} running run_shell"))), "{screen}");
+    // The elapsed time moves while the tool runs.
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = tmux.screen();
+    assert!(later.contains("running run_shell 1.") || later.contains("running run_shell 2."), "{later}");
+    tmux.wait_for("slept well", 1);
+}

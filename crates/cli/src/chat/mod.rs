@@ -98,7 +98,8 @@ pub struct Chat {
     pub model: String,
     /// The session being continued.
     pub session: Session,
-    /// The conversation so far (without the system prompt).
+    /// The conversation so far (a resumed one without its old system prompt: the first turn
+    /// puts this process's first).
     pub history: Vec<Message>,
     /// The root scope: its budget and totals span every turn.
     pub scope: RunScope,
@@ -221,8 +222,8 @@ impl Chat {
                 warning = Some(format!("the session could not be updated: {e:#}"));
             }
         }
+        // The system prompt stays at the head: later turns do not log it again.
         self.history = turn.messages.clone();
-        self.history.retain(|m| m.role != Role::System);
         turn.usage = usage_since(self.scope.usage(), before.0);
         turn.cost_usd = (self.scope.cost_usd() - before.1).max(0.0);
         if let Err(e) = self.session.record(&self.model, &turn) {
@@ -272,7 +273,6 @@ impl Chat {
                     text.push_str(&format!("\nwarning: the compaction could not be saved in the session: {e:#}"));
                 }
                 self.history = compacted;
-                self.history.retain(|m| m.role != Role::System);
                 text
             }
             Err(e) => format!("error: could not compact: {e}"),
@@ -310,8 +310,9 @@ impl Chat {
     /// Estimated tokens of the next request (conversation, system prompt, tool specs) and the
     /// model's window when known.
     pub fn context_use(&self) -> (usize, Option<usize>) {
+        let unsent_system = if self.history.iter().any(|m| m.role == Role::System) { 0 } else { self.system.len() / 4 };
         let used = recursive_core::compact::estimate_tokens(&self.history)
-            + self.system.len() / 4
+            + unsent_system
             + recursive_core::compact::estimate_spec_tokens(&self.tools.tools.specs());
         let window =
             self.context_window.or_else(|| recursive_llm::models::context_window(&self.model).map(|w| w as usize));

@@ -159,3 +159,27 @@ fn a_spinner_shows_while_a_slow_tool_runs() {
     assert!(later.contains("running run_shell 1.") || later.contains("running run_shell 2."), "{later}");
     tmux.wait_for("slept well", 1);
 }
+
+#[test]
+fn esc_interrupts_a_running_tool_and_the_run_tree_shows_the_turn() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("run_shell", json!({"command": "sleep 300"})),
+        Reply::text("after the interruption"),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.keys(&["C-t"]);
+    tmux.keys(&["-l", "wait for ever"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("running run_shell", 1);
+    assert!(screen.contains("run tree (") && screen.contains("▸ chat-d0"), "{screen}");
+    tmux.keys(&["Escape"]);
+    // The command is stopped (waiting for it would take 300 s; the wait below gives up at 60).
+    tmux.wait_for("interrupted; the chat goes on", 1);
+    tmux.keys(&["-l", "go on"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("after the interruption", 1);
+    let second = server.request(1);
+    second.check_pairing().unwrap();
+}

@@ -29,6 +29,9 @@ pub enum RlmError {
     /// The sandbox could not start.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// A durable run's checkpoint could not be read, written or used.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// A fault ended an RLM run; `partial` holds everything gathered until then (the trajectory,

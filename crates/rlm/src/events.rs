@@ -125,6 +125,13 @@ pub enum RlmEvent {
         /// Prompt size.
         prompt_chars: usize,
     },
+    /// A durable run resumed from its checkpoint (its cells are replayed once the REPL starts).
+    RlmResumed {
+        /// Iterations the checkpoint had completed.
+        iteration: u32,
+        /// Cells to replay.
+        cells: usize,
+    },
     /// The iterations ran out; the final extraction call is made.
     RlmExtraction {
         /// Its step.
@@ -174,6 +181,9 @@ impl ExtensionEvent for RlmEvent {
                 return None;
             }
             RlmEvent::RlmChildFallback { reason, .. } => format!("↳ rlm_query answered by a sub-model ({reason})"),
+            RlmEvent::RlmResumed { iteration, cells } => {
+                format!("— resumed after iteration {iteration} ({cells} cell(s) to replay)")
+            }
             RlmEvent::RlmExtraction { .. } => "— extracting the answer from the trajectory".to_string(),
             RlmEvent::RlmExtractionFailed { errors } => {
                 format!("✗ extraction failed: {}", one_line(&errors.join("; "), 200))

@@ -56,6 +56,7 @@
 pub mod convert;
 pub mod cpython;
 pub mod dialect;
+pub mod durable;
 pub mod error;
 pub mod events;
 pub mod inputs;
@@ -74,6 +75,7 @@ pub mod wire;
 pub mod worker;
 
 pub use dialect::Dialect;
+pub use durable::{Durable, RlmCheckpoint, RlmStore};
 pub use error::{RlmError, RlmRunError};
 pub use events::RlmEvent;
 pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};

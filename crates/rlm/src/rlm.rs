@@ -265,6 +265,7 @@ pub struct Rlm {
     reach: Reach,
     name: String,
     description: Option<String>,
+    durable: Option<crate::durable::Durable>,
 }
 
 impl std::fmt::Debug for Rlm {
@@ -394,6 +395,7 @@ impl Rlm {
             reach: Reach::default(),
             name: "rlm".into(),
             description: None,
+            durable: None,
         })
     }
 
@@ -453,6 +455,19 @@ impl Rlm {
     /// The host tools.
     pub fn host_tools(&self) -> &ToolRegistry {
         self.tools.tools()
+    }
+
+    /// Makes the top-level run durable: a checkpoint after every iteration in `durable.store`
+    /// under `durable.key`, and a run whose key already has one resumes from it (see
+    /// [`crate::durable`]).
+    pub fn with_durable(mut self, durable: crate::durable::Durable) -> Self {
+        self.durable = Some(durable);
+        self
+    }
+
+    /// The key of a durable run, if this is one.
+    pub fn durable_key(&self) -> Option<String> {
+        self.durable.as_ref().map(|d| d.key.clone())
     }
 
     /// Answers `question` over `inputs` as a run in `scope` (events go to the scope's sink;
@@ -678,13 +693,29 @@ impl Rlm {
                 inputs.summary(PREVIEW_CHARS).render()
             )),
         ];
+        // Only the top-level run keeps checkpoints (its children are redone if it is resumed
+        // mid-iteration, like any unfinished call).
+        let durable = self.durable.clone().filter(|_| node.rlm_depth == 0);
+        let mut cells: Vec<crate::durable::Cell> = Vec::new();
+        let mut first = 1;
+        if let Some(d) = &durable
+            && let Some(checkpoint) = d.store.load(&d.key).await.map_err(RlmError::Checkpoint)?
+        {
+            if let Some(done) =
+                self.resume_from(checkpoint, question, scope, node, &mut messages, &mut cells, progress)?
+            {
+                return Ok((done, RlmOutcome::Submitted));
+            }
+            first = progress.iterations + 1;
+        }
         // The worker starts while the first model call is in flight.
         let start = self.start_repl(inputs);
         let mut starting = Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(start)));
         let mut ready: Option<Box<dyn Repl>> = None;
         let host = Arc::new(RunHost::new(self.clone(), tree.clone(), scope, node, schema.clone()));
         let max = self.config.max_iterations;
-        for iteration in 1..=max {
+        let mut replay = std::mem::take(&mut cells);
+        for iteration in first..=max {
             host.step.store(iteration, Ordering::SeqCst);
             scope.emit(
                 iteration,
@@ -706,7 +737,14 @@ impl Rlm {
                 ready = Some(started?);
             }
             let Some(sandbox) = ready.as_deref() else { break };
-            let (snippets, mut parts, submitted) = self.run_blocks(sandbox, &host, scope, iteration, &reply).await;
+            if !replay.is_empty() {
+                let restored = std::mem::take(&mut replay);
+                self.replay_cells(sandbox, &host, scope, &restored).await;
+                cells = restored;
+            }
+            let recorder = durable.as_ref().map(|_| &mut cells);
+            let (snippets, mut parts, submitted) =
+                self.run_blocks(sandbox, &host, scope, iteration, &reply, recorder).await;
             let left = max - iteration;
             if submitted.is_none() {
                 // A child's footer leaves out the shared budget: concurrent siblings spend from it,
@@ -728,6 +766,22 @@ impl Rlm {
             let observation = parts.join("\n");
             messages.push(Message::user(observation.clone()));
             progress.trajectory.push(RlmIteration { iteration, reply, snippets, observation });
+            if let Some(d) = &durable {
+                let checkpoint = crate::durable::RlmCheckpoint {
+                    version: crate::durable::CHECKPOINT_VERSION,
+                    meta: d.meta.clone(),
+                    question: question.to_string(),
+                    iteration,
+                    messages: messages.clone(),
+                    trajectory: progress.trajectory.clone(),
+                    cells: cells.clone(),
+                    usage: scope.usage(),
+                    cost_usd: scope.cost_usd(),
+                    sub_calls: node.calls(),
+                    submitted: submitted.clone(),
+                };
+                d.store.save(&d.key, &checkpoint).await.map_err(RlmError::Checkpoint)?;
+            }
             if let Some(payload) = submitted {
                 return Ok((payload, RlmOutcome::Submitted));
             }
@@ -745,6 +799,7 @@ impl Rlm {
         scope: &RunScope,
         iteration: u32,
         reply: &str,
+        mut cells: Option<&mut Vec<crate::durable::Cell>>,
     ) -> (Vec<RlmSnippet>, Vec<String>, Option<Value>) {
         let reply = strip_thinking(reply);
         let mut blocks = extract_code_blocks(&reply);
@@ -760,7 +815,16 @@ impl Rlm {
             scope.emit(iteration, RlmEvent::RlmSnippet { iteration, block: i + 1, code: code.clone() }.into_kind());
             // Cancellation and the tree's deadline both end a snippet.
             let stop = scope.stop_token();
-            let mut outcome = sandbox.execute(code, host.clone(), &stop).await;
+            let mut outcome = match cells.as_deref_mut() {
+                Some(cells) => {
+                    // A durable run records how every call of the cell was answered.
+                    let recording = Arc::new(crate::durable::RecordingHost::new(host.clone()));
+                    let outcome = sandbox.execute(code, recording.clone(), &stop).await;
+                    cells.push(crate::durable::Cell { code: code.clone(), calls: recording.calls() });
+                    outcome
+                }
+                None => sandbox.execute(code, host.clone(), &stop).await,
+            };
             stopped_by_tree(&mut outcome, scope);
             if outcome.finished.is_none() && outcome.error.is_none() && code.contains("answer") {
                 // rlms' convention: `answer = {"content": ..., "ready": True}` finishes the run.
@@ -813,6 +877,57 @@ impl Rlm {
             }
         }
         (snippets, parts, None)
+    }
+
+    /// Takes a checkpoint of this run in: the conversation, trajectory and spend restored, the
+    /// cells to replay returned through `cells`. Returns the result when the run had already
+    /// submitted one.
+    #[allow(clippy::too_many_arguments)]
+    fn resume_from(
+        &self,
+        checkpoint: crate::durable::RlmCheckpoint,
+        question: &str,
+        scope: &RunScope,
+        node: &Node,
+        messages: &mut Vec<Message>,
+        cells: &mut Vec<crate::durable::Cell>,
+        progress: &mut Progress,
+    ) -> Result<Option<Value>, RlmError> {
+        if checkpoint.version != crate::durable::CHECKPOINT_VERSION {
+            return Err(RlmError::Checkpoint(format!("format version {} is not understood", checkpoint.version)));
+        }
+        if checkpoint.question != question {
+            return Err(RlmError::Checkpoint("it is of another question".into()));
+        }
+        if checkpoint.messages.get(1) != messages.get(1) {
+            return Err(RlmError::Checkpoint("its inputs differ from this run's".into()));
+        }
+        scope.record_usage(&checkpoint.usage, Some(checkpoint.cost_usd));
+        let _ = node.sub_scope.budget().reserve_calls(checkpoint.sub_calls);
+        progress.iterations = checkpoint.iteration;
+        progress.trajectory = checkpoint.trajectory;
+        *messages = checkpoint.messages;
+        *cells = checkpoint.cells;
+        scope.emit(
+            checkpoint.iteration,
+            RlmEvent::RlmResumed { iteration: checkpoint.iteration, cells: cells.len() }.into_kind(),
+        );
+        Ok(checkpoint.submitted)
+    }
+
+    /// Executes the cells of a checkpoint again in a fresh REPL, their asynchronous calls
+    /// answered from it, so the REPL's variables are back.
+    async fn replay_cells(
+        &self,
+        sandbox: &dyn Repl,
+        host: &Arc<RunHost>,
+        scope: &RunScope,
+        cells: &[crate::durable::Cell],
+    ) {
+        for cell in cells {
+            let replaying = Arc::new(crate::durable::ReplayHost::new(host.clone(), cell.calls.clone()));
+            let _ = sandbox.execute(&cell.code, replaying, &scope.stop_token()).await;
+        }
     }
 
     /// The final extraction call after the iterations ran out.

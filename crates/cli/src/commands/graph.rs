@@ -342,7 +342,8 @@ async fn check(args: FileArgs) -> anyhow::Result<u8> {
     }
 }
 
-fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
+/// The default checkpoint store: `.recursive/graphs.db` in the workspace.
+pub(crate) fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
     let dir = match workspace {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir()?,
@@ -364,7 +365,7 @@ fn store_address(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<S
 }
 
 /// The store's address as shown to people: a database URL without its credentials.
-fn shown_address(address: &str) -> String {
+pub(crate) fn shown_address(address: &str) -> String {
     match address.split_once("://") {
         Some((scheme, rest)) => format!("{scheme}://{}", rest.rsplit_once('@').map_or(rest, |(_, host)| host)),
         None => address.to_string(),

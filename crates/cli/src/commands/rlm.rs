@@ -14,12 +14,25 @@ use crate::output;
 /// Arguments of `rlm`.
 #[derive(Debug, Args)]
 pub struct RlmArgs {
-    /// The question to answer.
-    pub question: String,
+    /// The question to answer (taken from the checkpoint with `--resume`).
+    #[arg(required_unless_present = "resume")]
+    pub question: Option<String>,
     /// An input file: PATH (named after the file stem) or NAME=PATH; `-` reads stdin.
     /// JSON files (`.json`) are parsed; anything else is text. Repeatable.
-    #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH", required = true)]
+    #[arg(long = "input", short = 'i', value_name = "[NAME=]PATH", required_unless_present = "resume")]
     pub inputs: Vec<String>,
+    /// Resume the checkpointed run RUN (after a crash or a kill): its conversation, spend and
+    /// REPL variables come back, and no finished model call is made again. The question and
+    /// inputs are the run's (inputs given again replace them).
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Where the run's checkpoints are kept: a SQLite path or `postgres://…` (default:
+    /// .recursive/graphs.db in the workspace, the graph store).
+    #[arg(long, value_name = "URL", env = "RECURSIVE_GRAPH_STORE")]
+    pub store: Option<String>,
+    /// Keep no checkpoints (the run cannot be resumed).
+    #[arg(long, conflicts_with = "resume")]
+    pub no_checkpoint: bool,
     /// JSON Schema file for the output (default: `{"answer": string}`).
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
@@ -131,7 +144,12 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     )
     .await?;
     let budget = args.budget.limits(&harness.provider)?;
-    let inputs = load_inputs(&args.inputs)?;
+    let durable = durable_run(&args).await?;
+    let (question, input_specs) = match &durable {
+        Some((_, Some(meta))) => resumed_invocation(&args, meta)?,
+        _ => (args.question.clone().unwrap_or_default(), args.inputs.clone()),
+    };
+    let inputs = load_inputs(&input_specs)?;
     let tool_names = harness.rlm_options.tool_names(&harness.rlm_file);
     if tool_names.as_ref().is_some_and(|t| t.iter().any(|t| t == "run_shell")) {
         super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
@@ -161,7 +179,18 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     };
-    let ran = rlm.run(&args.question, inputs, &scope).await;
+    let rlm = match durable {
+        Some((store, _)) => {
+            let (key, shown) = (store.key.clone(), store.meta["store"].as_str().unwrap_or_default().to_string());
+            if !args.json && !args.provider.quiet {
+                eprintln!("checkpointed as {key} in {shown}; after a crash: recursive rlm --resume {key}");
+            }
+            rlm.with_durable(recursive_rlm::Durable { meta: invocation_meta(&question, &input_specs, &shown), ..store })
+        }
+        None => rlm,
+    };
+    let run_key = rlm.durable_key();
+    let ran = rlm.run(&question, inputs, &scope).await;
     if let Some(m) = mcp {
         m.shutdown().await;
     }
@@ -184,6 +213,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             "usage": output::usage_json(&result.usage),
             "cost_usd": result.cost_usd,
             "trajectory": result.trajectory,
+            "run": run_key,
         });
         println!("{}", serde_json::to_string(&out)?);
     } else if result.outcome.has_output() {
@@ -210,4 +240,83 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         eprintln!("error: {e}");
     }
     Ok(finish.exit_code() as u8)
+}
+
+/// The durable run of this invocation: the store and key (a new key, or `--resume`'s) and, when
+/// resuming, the checkpoint's record of how the run was started. `None` with `--no-checkpoint`.
+async fn durable_run(args: &RlmArgs) -> anyhow::Result<Option<(recursive_rlm::Durable, Option<serde_json::Value>)>> {
+    if args.no_checkpoint {
+        return Ok(None);
+    }
+    let address = match &args.store {
+        Some(s) => s.clone(),
+        None => super::graph::default_store(args.workspace.as_deref())?,
+    };
+    let checkpointer = recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = std::sync::Arc::new(recursive_harness::RlmCheckpoints(checkpointer));
+    let shown = super::graph::shown_address(&address);
+    let (key, meta) = match &args.resume {
+        Some(key) => {
+            let found = recursive_rlm::RlmStore::load(store.as_ref(), key)
+                .await
+                .map_err(|e| anyhow::anyhow!("reading run {key}: {e}"))?
+                .ok_or_else(|| ConfigError(format!("no checkpointed run `{key}` in {shown}")))?;
+            (key.clone(), Some(found.meta))
+        }
+        None => (format!("rlm-{}", recursive_core::run::new_run_id()), None),
+    };
+    let durable = recursive_rlm::Durable { store, key, meta: json!({"store": shown}) };
+    Ok(Some((durable, meta)))
+}
+
+/// How a run was started, kept with its checkpoints: the question and the inputs (as absolute
+/// paths, so a resume from another directory finds them).
+fn invocation_meta(question: &str, inputs: &[String], store: &str) -> serde_json::Value {
+    let absolute: Vec<String> = inputs
+        .iter()
+        .map(|spec| {
+            let (name, path) = match spec.split_once('=') {
+                Some((n, p)) => (Some(n), p),
+                None => (None, spec.as_str()),
+            };
+            let path = if path == "-" {
+                path.to_string()
+            } else {
+                std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
+            };
+            match name {
+                Some(n) => format!("{n}={path}"),
+                None => path,
+            }
+        })
+        .collect();
+    json!({"question": question, "inputs": absolute, "store": store})
+}
+
+/// The question and inputs of a resumed run: the checkpoint's, the inputs replaced by any
+/// given again.
+fn resumed_invocation(args: &RlmArgs, meta: &serde_json::Value) -> anyhow::Result<(String, Vec<String>)> {
+    let question = meta["question"].as_str().unwrap_or_default().to_string();
+    if let Some(given) = &args.question
+        && given != &question
+    {
+        return Err(ConfigError(format!(
+            "run {} answers another question: {question:?}",
+            args.resume.as_deref().unwrap_or("")
+        ))
+        .into());
+    }
+    let inputs = if args.inputs.is_empty() {
+        let kept: Vec<String> =
+            meta["inputs"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect();
+        if kept.iter().any(|spec| spec.ends_with("=-") || spec == "-") {
+            return Err(
+                ConfigError("the run read an input from stdin; give the inputs again with --input".into()).into()
+            );
+        }
+        kept
+    } else {
+        args.inputs.clone()
+    };
+    Ok((question, inputs))
 }

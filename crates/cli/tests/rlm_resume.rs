@@ -111,3 +111,56 @@ fn resuming_an_unknown_run_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpointed run `rlm-nope`"));
 }
+
+const READ_GRAPH: &str = r#"name = "read"
+[state]
+doc = "string"
+answer = "string"
+
+[[nodes]]
+name = "reader"
+rlm = "reader"
+question = "what is x + 1?"
+inputs = ["doc"]
+output = "answer"
+
+[[edges]]
+from = "START"
+to = "reader"
+"#;
+
+#[test]
+fn an_rlm_node_of_a_graph_killed_mid_run_resumes_from_its_checkpoint() {
+    let env = Env::new();
+    std::fs::write(env.path("read.toml"), READ_GRAPH).unwrap();
+    std::fs::write(env.path("reader.toml"), "kind = \"rlm\"\nmax_iterations = 4\n").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ModelServer::start_with([Reply::text(FIRST), Reply::text(SECOND), Reply::hang()]));
+    server.when("the sub question", Reply::text("SUB-ANSWER"));
+    let store = env.path("graphs.db");
+    let graph = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test")
+            .arg("graph")
+            .args(args)
+            .args(["--agent", "reader=reader.toml", "--store", store.to_str().unwrap(), "--json"])
+            .args(provider(&server));
+        cmd
+    };
+    let mut child = graph(&["run", "read.toml", "--thread", "t1", "--input", r#"{"doc": "some text"}"#])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for("the third primary call", Duration::from_secs(60), || server.request_count() >= 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = server.request_count();
+
+    server.push(Reply::text(THIRD));
+    let out = graph(&["resume", "--thread", "t1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let result = stdout_json(&out);
+    assert_eq!(result["state"]["answer"], "42 SUB-ANSWER", "{result}");
+    assert_eq!(server.request_count(), before + 1, "only the RLM's third iteration is asked again");
+}

@@ -41,7 +41,8 @@ pub use provider::{
 };
 pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope, StopToken};
 pub use runnable::{
-    Outcome, RunInput, Runnable, RunnableKind, RunnableTool, Runnables, WithData, run_as, run_child, runnable_spec,
+    CheckpointHandle, CheckpointSlot, Outcome, RunInput, Runnable, RunnableKind, RunnableTool, Runnables, WithData,
+    run_as, run_child, runnable_spec,
 };
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, LateTools, RunError, RunLimits, RunResult};
 pub use subagent::{SubAgent, SubAgentSession, agent_outcome};

@@ -63,6 +63,37 @@ pub struct RunInput {
     /// Earlier turns of a conversation this run continues.
     #[serde(default)]
     pub history: Vec<Message>,
+    /// Where a runnable that can resume (an RLM) keeps its checkpoints for this invocation: a
+    /// graph gives each node's run one, so a node killed mid-run resumes.
+    #[serde(skip)]
+    pub checkpoint: Option<CheckpointHandle>,
+}
+
+/// A place for one run's checkpoints: the latest saved value is what a resumed run loads.
+#[async_trait]
+pub trait CheckpointSlot: Send + Sync {
+    /// How the slot is named to people (a run key, a thread and namespace).
+    fn name(&self) -> String;
+    /// Saves `value` as the latest checkpoint.
+    async fn save(&self, value: &Value) -> Result<(), String>;
+    /// The latest checkpoint, if one was saved.
+    async fn load(&self) -> Result<Option<Value>, String>;
+}
+
+/// A shared [`CheckpointSlot`] (compared by identity).
+#[derive(Clone)]
+pub struct CheckpointHandle(pub Arc<dyn CheckpointSlot>);
+
+impl std::fmt::Debug for CheckpointHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CheckpointHandle").field(&self.0.name()).finish()
+    }
+}
+
+impl PartialEq for CheckpointHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl RunInput {
@@ -88,7 +119,7 @@ impl RunInput {
             Some(Value::Null) | None => String::new(),
             Some(other) => other.to_string(),
         };
-        Ok(Self { text, data, history: Vec::new() })
+        Ok(Self { text, data, ..Default::default() })
     }
 }
 

@@ -102,6 +102,9 @@ impl Node for RunnableNode {
         for name in &self.data {
             input.data.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
         }
+        // A runnable that can resume (an RLM) keeps checkpoints for this invocation of the node.
+        input.checkpoint =
+            Some(recursive_core::CheckpointHandle(Arc::new(crate::slot::StoreSlot::nested(&ctx.nested))));
         let outcome = self.runnable.run(input, ctx.scope).await;
         settle(outcome.finish_reason.clone(), outcome.is_success(), || {
             outcome.report(self.runnable.name(), self.runnable.kind())

@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod node;
 pub mod postgres;
 pub mod runnable;
+pub mod slot;
 pub mod sqlite;
 pub mod state;
 pub mod template;
@@ -26,6 +27,7 @@ pub use graph::{BuildError, END, Edge, Graph, GraphBuilder, Guard, Op, Recursion
 pub use node::{FnNode, Nested, Node, NodeContext, NodeError, func};
 pub use postgres::PostgresCheckpointer;
 pub use runnable::GraphRunnable;
+pub use slot::StoreSlot;
 pub use sqlite::SqliteCheckpointer;
 pub use state::{Channel, Reducer, Schema, State, StateError, Update, ValueType};
 pub use template::Template;

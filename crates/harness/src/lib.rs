@@ -19,7 +19,6 @@ pub mod config;
 pub mod files;
 pub mod provider;
 pub mod rlm;
-pub mod rlm_store;
 pub mod setup;
 pub mod system_prompt;
 pub mod trust;
@@ -41,7 +40,6 @@ pub use config::{FileConfig, LoadedConfig};
 pub use files::{RunnableFile, RunnableSpec};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
 pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
-pub use rlm_store::RlmCheckpoints;
 pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
 
 /// A configuration problem: the CLI's exit status 2, and a message saying how to fix it.

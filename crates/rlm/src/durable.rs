@@ -1,6 +1,7 @@
 //! Durable RLM runs: after every iteration the top-level run keeps a checkpoint — the
 //! conversation, the trajectory, the spend, and the REPL's state as the cells it executed with
-//! every asynchronous host call's answer (sub-calls, tools, runnables) — in an [`RlmStore`]. A
+//! every asynchronous host call's answer (sub-calls, tools, runnables) — in a
+//! [`CheckpointSlot`] (the graph store gives them: a run of its own, or a graph node's). A
 //! run started again with the same key resumes after its last completed iteration: a fresh
 //! REPL re-executes the cells with those calls answered from the checkpoint (no model call is
 //! made again), so its variables are back, and the loop goes on.
@@ -12,9 +13,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use monty_types::{ExcType, MontyException};
-use recursive_core::{Message, Usage};
+use recursive_core::{CheckpointSlot, Message, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -82,29 +82,36 @@ pub struct RlmCheckpoint {
     pub submitted: Option<Value>,
 }
 
-/// Where durable runs keep their checkpoints (the graph store implements it).
-#[async_trait]
-pub trait RlmStore: Send + Sync {
-    /// Saves `checkpoint` as the latest of run `key`.
-    async fn save(&self, key: &str, checkpoint: &RlmCheckpoint) -> Result<(), String>;
-    /// The latest checkpoint of run `key`, if any.
-    async fn load(&self, key: &str) -> Result<Option<RlmCheckpoint>, String>;
-}
-
-/// A durable run's store, key and caller's data.
+/// A durable run's checkpoint slot and the caller's data kept with every checkpoint.
 #[derive(Clone)]
 pub struct Durable {
-    /// The store.
-    pub store: Arc<dyn RlmStore>,
-    /// The run's key in it.
-    pub key: String,
-    /// Kept with every checkpoint.
+    /// Where its checkpoints go.
+    pub slot: Arc<dyn CheckpointSlot>,
+    /// Kept with every checkpoint (the CLI: the question and how to load the inputs).
     pub meta: Value,
+    /// A checkpoint of another question or other inputs is an error (a resume asked for by a
+    /// person); otherwise the run starts afresh over it (a graph node run again from an earlier
+    /// checkpoint with a new input).
+    pub strict: bool,
 }
 
 impl std::fmt::Debug for Durable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Durable").field("key", &self.key).finish()
+        f.debug_struct("Durable").field("slot", &self.slot.name()).finish()
+    }
+}
+
+impl Durable {
+    /// Saves a checkpoint.
+    pub(crate) async fn save(&self, checkpoint: &RlmCheckpoint) -> Result<(), String> {
+        let value = serde_json::to_value(checkpoint).map_err(|e| e.to_string())?;
+        self.slot.save(&value).await
+    }
+
+    /// The latest checkpoint, if any.
+    pub async fn load(&self) -> Result<Option<RlmCheckpoint>, String> {
+        let Some(value) = self.slot.load().await? else { return Ok(None) };
+        serde_json::from_value(value).map(Some).map_err(|e| format!("the stored checkpoint is unreadable: {e}"))
     }
 }
 

@@ -75,7 +75,7 @@ pub mod wire;
 pub mod worker;
 
 pub use dialect::Dialect;
-pub use durable::{Durable, RlmCheckpoint, RlmStore};
+pub use durable::{Durable, RlmCheckpoint};
 pub use error::{RlmError, RlmRunError};
 pub use events::RlmEvent;
 pub use inputs::{InputSummary, InputValue, Inputs, InputsSummary};

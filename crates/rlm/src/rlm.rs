@@ -457,17 +457,16 @@ impl Rlm {
         self.tools.tools()
     }
 
-    /// Makes the top-level run durable: a checkpoint after every iteration in `durable.store`
-    /// under `durable.key`, and a run whose key already has one resumes from it (see
-    /// [`crate::durable`]).
+    /// Makes the top-level run durable: a checkpoint after every iteration in `durable.slot`,
+    /// and a run whose slot already holds one resumes from it (see [`crate::durable`]).
     pub fn with_durable(mut self, durable: crate::durable::Durable) -> Self {
         self.durable = Some(durable);
         self
     }
 
-    /// The key of a durable run, if this is one.
+    /// The name of a durable run's checkpoint slot, if this is one.
     pub fn durable_key(&self) -> Option<String> {
-        self.durable.as_ref().map(|d| d.key.clone())
+        self.durable.as_ref().map(|d| d.slot.name())
     }
 
     /// Answers `question` over `inputs` as a run in `scope` (events go to the scope's sink;
@@ -699,14 +698,15 @@ impl Rlm {
         let mut cells: Vec<crate::durable::Cell> = Vec::new();
         let mut first = 1;
         if let Some(d) = &durable
-            && let Some(checkpoint) = d.store.load(&d.key).await.map_err(RlmError::Checkpoint)?
+            && let Some(checkpoint) = d.load().await.map_err(RlmError::Checkpoint)?
         {
-            if let Some(done) =
-                self.resume_from(checkpoint, question, scope, node, &mut messages, &mut cells, progress)?
-            {
-                return Ok((done, RlmOutcome::Submitted));
+            match self.resume_from(checkpoint, question, scope, node, &mut messages, &mut cells, progress) {
+                Ok(Some(done)) => return Ok((done, RlmOutcome::Submitted)),
+                Ok(None) => first = progress.iterations + 1,
+                Err(e) if d.strict => return Err(e),
+                // Another question or other inputs in this slot: this run starts afresh.
+                Err(_) => {}
             }
-            first = progress.iterations + 1;
         }
         // The worker starts while the first model call is in flight.
         let start = self.start_repl(inputs);
@@ -780,7 +780,7 @@ impl Rlm {
                     sub_calls: node.calls(),
                     submitted: submitted.clone(),
                 };
-                d.store.save(&d.key, &checkpoint).await.map_err(RlmError::Checkpoint)?;
+                d.save(&checkpoint).await.map_err(RlmError::Checkpoint)?;
             }
             if let Some(payload) = submitted {
                 return Ok((payload, RlmOutcome::Submitted));
@@ -1243,7 +1243,7 @@ impl RunHost {
             return self.start_runnable(
                 RunnableKind::Rlm,
                 Some(name),
-                RunInput { text: prompt, data, history: Vec::new() },
+                RunInput { text: prompt, data, ..Default::default() },
             );
         }
         let child_inputs = match bound[1].as_ref().filter(|o| !is_none(o)).map(dict_pairs) {
@@ -1445,7 +1445,7 @@ impl RunHost {
         };
         let text = text_arg(&split.bound[text_at]).unwrap_or_default();
         let name = text_arg(&split.bound[1 - text_at]);
-        self.start_runnable(kind, name, RunInput { text, data: split.data, history: Vec::new() })
+        self.start_runnable(kind, name, RunInput { text, data: split.data, ..Default::default() })
     }
 
     /// Runs a runnable of the session's reach as a child of this run; its result comes back

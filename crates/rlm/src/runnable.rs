@@ -105,8 +105,15 @@ impl Runnable for Rlm {
             let text = std::mem::replace(&mut input.text, question);
             input.data.insert("input".into(), Value::String(text));
         }
+        // A graph node's run keeps checkpoints in its slot and resumes from them.
+        let durable =
+            input.checkpoint.take().map(|c| crate::durable::Durable { slot: c.0, meta: Value::Null, strict: false });
         let (question, inputs) = question_and_inputs(input);
-        match Rlm::run(self, &question, inputs, scope).await {
+        let engine = match durable {
+            Some(d) => std::borrow::Cow::Owned(self.clone().with_durable(d)),
+            None => std::borrow::Cow::Borrowed(self),
+        };
+        match Rlm::run(&engine, &question, inputs, scope).await {
             Ok(result) => result.to_outcome(None),
             Err(e) => e.partial.to_outcome(Some(e.error.to_string())),
         }

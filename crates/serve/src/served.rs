@@ -73,6 +73,7 @@ impl Runner for Served {
             text: request.input,
             data: request.inputs.into_iter().map(|(k, v)| (k, Value::String(v))).collect(),
             history: request.history,
+            checkpoint: None,
         };
         output(runnable.run(input, &scope).await)
     }

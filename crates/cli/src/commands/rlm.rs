@@ -181,7 +181,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let rlm = match durable {
         Some((store, _)) => {
-            let (key, shown) = (store.key.clone(), store.meta["store"].as_str().unwrap_or_default().to_string());
+            let (key, shown) = (store.slot.name(), store.meta["store"].as_str().unwrap_or_default().to_string());
             if !args.json && !args.provider.quiet {
                 eprintln!("checkpointed as {key} in {shown}; after a crash: recursive rlm --resume {key}");
             }
@@ -253,19 +253,25 @@ async fn durable_run(args: &RlmArgs) -> anyhow::Result<Option<(recursive_rlm::Du
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
     let checkpointer = recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let store = std::sync::Arc::new(recursive_harness::RlmCheckpoints(checkpointer));
     let shown = super::graph::shown_address(&address);
-    let (key, meta) = match &args.resume {
+    let key = match &args.resume {
+        Some(key) => key.clone(),
+        None => format!("rlm-{}", recursive_core::run::new_run_id()),
+    };
+    let slot = recursive_graph::StoreSlot::standalone(checkpointer, &key, "rlm");
+    let durable =
+        recursive_rlm::Durable { slot: std::sync::Arc::new(slot), meta: json!({"store": shown}), strict: true };
+    let meta = match &args.resume {
         Some(key) => {
-            let found = recursive_rlm::RlmStore::load(store.as_ref(), key)
+            let found = durable
+                .load()
                 .await
                 .map_err(|e| anyhow::anyhow!("reading run {key}: {e}"))?
                 .ok_or_else(|| ConfigError(format!("no checkpointed run `{key}` in {shown}")))?;
-            (key.clone(), Some(found.meta))
+            Some(found.meta)
         }
-        None => (format!("rlm-{}", recursive_core::run::new_run_id()), None),
+        None => None,
     };
-    let durable = recursive_rlm::Durable { store, key, meta: json!({"store": shown}) };
     Ok(Some((durable, meta)))
 }
 

@@ -1,0 +1,105 @@
+//! Checkpoint slots in the graph store for runs that can resume (RLMs): a slot is a thread and
+//! a namespace whose latest checkpoint holds the run's state under the channel `run`. A
+//! stand-alone run gets a thread of its own (graph `rlm`); a graph node's run gets a namespace
+//! of its node and superstep in the graph's thread, so a node killed mid-run resumes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use recursive_core::CheckpointSlot;
+use serde_json::Value;
+
+use crate::checkpoint::{Checkpoint, Checkpointer, Source, ThreadInfo};
+
+/// A slot in a store.
+pub struct StoreSlot {
+    store: Arc<dyn Checkpointer>,
+    thread: String,
+    ns: String,
+    /// The graph name a stand-alone run's thread is recorded under (none inside a graph).
+    standalone: Option<String>,
+}
+
+impl StoreSlot {
+    /// The slot of a stand-alone run `key` (a thread of its own, recorded as graph `kind`).
+    pub fn standalone(store: Arc<dyn Checkpointer>, key: &str, kind: &str) -> Self {
+        Self { store, thread: key.into(), ns: kind.into(), standalone: Some(kind.into()) }
+    }
+
+    /// The slot of a run made by a node: its invocation's namespace in the graph's thread.
+    pub fn nested(nested: &crate::node::Nested) -> Self {
+        Self {
+            store: nested.store.clone(),
+            thread: nested.thread.clone(),
+            ns: format!("{}#run", nested.ns),
+            standalone: None,
+        }
+    }
+}
+
+#[async_trait]
+impl CheckpointSlot for StoreSlot {
+    fn name(&self) -> String {
+        match &self.standalone {
+            Some(_) => self.thread.clone(),
+            None => format!("{} {}", self.thread, self.ns),
+        }
+    }
+
+    async fn save(&self, value: &Value) -> Result<(), String> {
+        let store = &self.store;
+        if let Some(kind) = &self.standalone
+            && store.thread(&self.thread).await.map_err(|e| e.to_string())?.is_none()
+        {
+            let info = ThreadInfo {
+                thread: self.thread.clone(),
+                graph: kind.clone(),
+                blueprint: None,
+                origin: None,
+                created_at: chrono::Utc::now(),
+            };
+            store.put_thread(&info).await.map_err(|e| e.to_string())?;
+        }
+        let parent = store.latest(&self.thread, &self.ns).await.map_err(|e| e.to_string())?;
+        let mut state = crate::state::State::new();
+        state.insert("run".into(), value.clone());
+        let record = Checkpoint {
+            id: Checkpoint::new_id(),
+            thread: self.thread.clone(),
+            ns: self.ns.clone(),
+            step: parent.as_ref().map_or(0, |p| p.step + 1),
+            parent: parent.map(|p| p.id),
+            state,
+            next: Vec::new(),
+            visits: Default::default(),
+            pause: None,
+            source: Source::Step,
+            created_at: chrono::Utc::now(),
+        };
+        store.put(&record).await.map_err(|e| e.to_string())
+    }
+
+    async fn load(&self) -> Result<Option<Value>, String> {
+        let latest = self.store.latest(&self.thread, &self.ns).await.map_err(|e| e.to_string())?;
+        Ok(latest.and_then(|c| c.state.get("run").cloned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn the_latest_saved_value_is_loaded_back_and_slots_are_apart() {
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
+        let a = StoreSlot::standalone(store.clone(), "r1", "rlm");
+        assert_eq!(a.load().await.unwrap(), None);
+        a.save(&json!({"iteration": 1})).await.unwrap();
+        a.save(&json!({"iteration": 2})).await.unwrap();
+        assert_eq!(a.load().await.unwrap(), Some(json!({"iteration": 2})));
+        assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
+        let nested = crate::node::Nested { store: store.clone(), thread: "r1".into(), ns: "n:1".into() };
+        assert_eq!(StoreSlot::nested(&nested).load().await.unwrap(), None);
+    }
+}

@@ -16,6 +16,9 @@
 //!    input for 100 MB.
 //! 5. **100 MB fan-out**: a 100 MB input cut into 500 chunks, all sent in one
 //!    `llm_query_batched` to an instant in-process sub-model. Goal: the snippet under 1 s.
+//! 7. **Checkpoint cost** (`--checkpoint`): a durable run's checkpoint per iteration — the time
+//!    a run of 10 iterations (a slice and a sub-call each) takes more with checkpoints in a
+//!    SQLite graph store than without, and the checkpoint's size — for a 1 MB and a 100 MB input.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -453,6 +456,91 @@ async fn backends() {
     }
 }
 
+/// A slot that times the saves of the slot it wraps.
+struct TimedSlot {
+    inner: Arc<dyn recursive_core::CheckpointSlot>,
+    saves: std::sync::Mutex<Vec<f64>>,
+}
+
+#[async_trait::async_trait]
+impl recursive_core::CheckpointSlot for TimedSlot {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    async fn save(&self, value: &Value) -> Result<(), String> {
+        let t = Instant::now();
+        let r = self.inner.save(value).await;
+        self.saves.lock().unwrap().push(t.elapsed().as_secs_f64() * 1000.0);
+        r
+    }
+    async fn load(&self) -> Result<Option<Value>, String> {
+        self.inner.load().await
+    }
+}
+
+/// Bench 7: what a durable run's checkpoint costs per iteration (time and bytes).
+async fn checkpoint_cost() {
+    const ITERATIONS: u32 = 10;
+    println!("bench 7: checkpoint per iteration ({ITERATIONS} iterations, each a slice and a sub-call; SQLite store)");
+    for mb in [1usize, 100] {
+        let doc: String = "lorem ipsum dolor sit amet, consectetur adipiscing elit\n".repeat(mb * 1024 * 1024 / 56);
+        let primary = MockProvider::with_handler(|req| {
+            let text = if req.messages.len() >= 2 + 2 * ITERATIONS as usize {
+                "```python\nsubmit(str(len(notes)))\n```".to_string()
+            } else if req.messages.len() <= 2 {
+                "```python\nnotes = []\n```".to_string()
+            } else {
+                "```python\nk = len(notes)\npiece = doc[k * 1000:(k + 1) * 1000]\nnotes.append(llm_query('summarise: ' + piece[:200])['result'])\nprint(len(notes))\n```".to_string()
+            };
+            Ok(response(text))
+        });
+        let sub = MockProvider::with_handler(|_| Ok(response("a short summary of the piece".into())));
+        let config = RlmConfig {
+            max_iterations: ITERATIONS + 2,
+            snippet_timeout: Duration::from_secs(300),
+            ..Default::default()
+        };
+        let rlm = Rlm::new(Arc::new(primary), Arc::new(sub), config).unwrap();
+        let runs = if mb == 1 { 7 } else { 3 };
+        let (mut plain_ms, mut durable_ms, mut bytes, mut db_bytes) = (Vec::new(), Vec::new(), 0usize, 0u64);
+        let mut save_ms = Vec::new();
+        for run in 0..runs {
+            let t = Instant::now();
+            rlm.run("q", Inputs::single("doc", doc.clone()), &RunScope::detached("bench")).await.unwrap();
+            plain_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("graphs.db");
+            let store = recursive_graph::checkpoint::open(db.to_str().unwrap()).await.unwrap();
+            let inner = Arc::new(recursive_graph::StoreSlot::standalone(store, &format!("bench-{run}"), "rlm"));
+            let timed = Arc::new(TimedSlot { inner, saves: Default::default() });
+            let slot: Arc<dyn recursive_core::CheckpointSlot> = timed.clone();
+            let durable = rlm.clone().with_durable(recursive_rlm::Durable {
+                slot: slot.clone(),
+                meta: Value::Null,
+                strict: true,
+            });
+            let t = Instant::now();
+            let r = durable.run("q", Inputs::single("doc", doc.clone()), &RunScope::detached("bench")).await.unwrap();
+            durable_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            assert!(r.submitted, "{:?}", r.outcome);
+            bytes = slot.load().await.unwrap().map(|v| v.to_string().len()).unwrap_or(0);
+            db_bytes = ["graphs.db", "graphs.db-wal"]
+                .iter()
+                .map(|f| std::fs::metadata(dir.path().join(f)).map(|m| m.len()).unwrap_or(0))
+                .sum();
+            save_ms.extend(timed.saves.lock().unwrap().iter().copied());
+        }
+        let (plain, durable) = (median(plain_ms), median(durable_ms));
+        let saves = save_ms.len();
+        println!(
+            "  {mb:3} MiB input: save per iteration median {:.2} ms (max {:.2} ms, {saves} saves); whole run {plain:.1} ms plain, {durable:.1} ms durable ({runs} runs, medians); last checkpoint {bytes} bytes; store (db + WAL) {db_bytes} bytes",
+            median(save_ms.clone()),
+            save_ms.iter().copied().fold(0.0, f64::max),
+        );
+    }
+}
+
 fn main() {
     recursive_rlm::set_default_worker(recursive_rlm::WorkerCommand {
         program: env!("CARGO_BIN_EXE_recursive-sandbox-worker").into(),
@@ -480,6 +568,10 @@ fn main() {
     }
     if args.iter().any(|a| a == "--backends") {
         runtime.block_on(backends());
+        return;
+    }
+    if args.iter().any(|a| a == "--checkpoint") {
+        runtime.block_on(checkpoint_cost());
         return;
     }
     if args.iter().any(|a| a == "--big-fan-out") {

@@ -334,6 +334,14 @@ async fn drive(
             }
             end = joined(&mut turn) => finish_turn(&mut app, chat, end, before),
             _ = tick.tick(), if app.working.is_some() => app.spinner += 1,
+            // SIGINT from outside (the terminal's Ctrl-C arrives as a key): as the key does.
+            _ = tokio::signal::ctrl_c() => match &app.working {
+                Some((_, _, token)) => {
+                    token.cancel();
+                    app.interrupted = true;
+                }
+                None => break,
+            },
             _ = ended.cancelled() => {
                 app.code = 8;
                 break;

@@ -126,7 +126,7 @@ fn main() {
     let input_text = haystack(1 << 20);
     let input = dir.path().join("log.txt");
     std::fs::write(&input, &input_text).unwrap();
-    let client = reqwest::Client::new();
+    let client = recursive_http::client();
     const RUNS: usize = 7;
 
     let floors: Vec<f64> = (0..RUNS + 1).map(|_| runtime.block_on(floor(&client, &url, &input_text))).collect();

@@ -108,9 +108,9 @@ fn graph_args(server: &ModelServer, store: &str) -> Vec<String> {
         .to_vec()
 }
 
-/// Kills a run while `cache` hangs (after `api` and `db` stored their writes), resumes it,
-/// and compares with an uninterrupted run on another thread of the same store.
-fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefix: &str) {
+/// A workspace with the survey blueprint and a model server on which `cache` hangs until the
+/// flag is cleared (the runtime keeps the server alive).
+fn survey_with_hanging_cache() -> (Env, tokio::runtime::Runtime, ModelServer, Arc<AtomicBool>) {
     let env = Env::new();
     std::fs::write(env.path("survey.toml"), SURVEY).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -123,6 +123,13 @@ fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefi
         }
         Some(answer(r))
     });
+    (env, runtime, server, hang)
+}
+
+/// Kills a run while `cache` hangs (after `api` and `db` stored their writes), resumes it,
+/// and compares with an uninterrupted run on another thread of the same store.
+fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefix: &str) {
+    let (env, _runtime, server, hang) = survey_with_hanging_cache();
     let thread = format!("{thread_prefix}-killed");
     let events = env.path("events.jsonl");
     let child = env
@@ -149,10 +156,11 @@ fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefi
     let before = server.request_count();
 
     hang.store(false, Ordering::SeqCst);
+    // The killed runner's lease expires before the resume may take the thread over.
     let resumed = env
         .cmd()
         .env("OPENAI_API_KEY", "sk-test")
-        .args(["graph", "resume", "--thread", &thread])
+        .args(["graph", "resume", "--thread", &thread, "--wait"])
         .args(graph_args(&server, store))
         .output()
         .unwrap();
@@ -173,6 +181,62 @@ fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefi
     assert_eq!(resumed["finish"], "done");
     assert_eq!(resumed["state"], whole["state"]);
     assert_eq!(resumed["state"]["report"], "REPORT[api: quiet night | db: quiet night | cache: quiet night]");
+}
+
+/// One runner per thread: while a run holds the thread, a second runner exits 2; after the
+/// holder is SIGKILLed, `resume --wait` waits for its lease to expire, takes it over and
+/// finishes the thread without re-running finished nodes.
+fn a_second_runner_is_refused_and_a_dead_holders_lease_is_taken_over(store: &str, thread: &str) {
+    let (env, _runtime, server, hang) = survey_with_hanging_cache();
+    let child = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["graph", "run", "survey.toml", "--thread", thread, "--input", r#"{"topic": "the outage"}"#])
+        .args(graph_args(&server, store))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("cache to hang", Duration::from_secs(30), || server.requests().iter().any(|r| node_of(r) == "cache"));
+    let second = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["graph", "resume", "--thread", thread])
+        .args(graph_args(&server, store))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("is being run by another process"));
+
+    signal(child.id(), "KILL");
+    let mut child = child;
+    child.wait().unwrap();
+    let before = server.request_count();
+    hang.store(false, Ordering::SeqCst);
+    let taken_over = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["graph", "resume", "--thread", thread, "--wait"])
+        .args(graph_args(&server, store))
+        .output()
+        .unwrap();
+    assert_eq!(taken_over.status.code(), Some(0), "{}", String::from_utf8_lossy(&taken_over.stderr));
+    let after: Vec<String> = server.requests()[before..].iter().map(node_of).collect();
+    assert_eq!(after, ["cache", "report"], "only the unfinished node and its successor ran");
+}
+
+#[test]
+fn one_runner_per_thread_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("graphs.db");
+    a_second_runner_is_refused_and_a_dead_holders_lease_is_taken_over(s(&store), "leased");
+}
+
+#[test]
+fn one_runner_per_thread_on_postgres() {
+    let Some(url) = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL") else { return };
+    let thread = format!("leased-{}", std::process::id());
+    a_second_runner_is_refused_and_a_dead_holders_lease_is_taken_over(&url, &thread);
 }
 
 #[test]

@@ -158,7 +158,8 @@ fn an_rlm_node_of_a_graph_killed_mid_run_resumes_from_its_checkpoint() {
     let before = server.request_count();
 
     server.push(Reply::text(THIRD));
-    let out = graph(&["resume", "--thread", "t1"]).output().unwrap();
+    // The killed runner's lease on the thread expires first (--wait waits it out).
+    let out = graph(&["resume", "--thread", "t1", "--wait"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let result = stdout_json(&out);
     assert_eq!(result["state"]["answer"], "42 SUB-ANSWER", "{result}");

@@ -194,6 +194,17 @@ pub trait Checkpointer: Send + Sync {
     async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError>;
     /// A namespace's checkpoints, newest first.
     async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError>;
+    /// Takes (or renews) the lease on running `thread` for `holder` for `ttl`: `None` when
+    /// `holder` has it now, or the other holder whose lease has not expired. One atomic step
+    /// in the store, so two runners never both get it.
+    async fn take_lease(
+        &self,
+        thread: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<String>, StoreError>;
+    /// Gives the lease up (when `holder` has it).
+    async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError>;
 }
 
 /// Checkpoints in memory (tests, library use without durability).
@@ -207,6 +218,7 @@ struct Memory {
     threads: Vec<ThreadInfo>,
     checkpoints: Vec<Checkpoint>,
     writes: BTreeMap<(String, String), Vec<PendingWrite>>,
+    leases: BTreeMap<String, (String, std::time::Instant)>,
 }
 
 impl MemoryCheckpointer {
@@ -264,6 +276,30 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError> {
         self.with(|m| m.checkpoints.iter().rev().filter(|c| c.thread == thread && c.ns == ns).cloned().collect())
+    }
+
+    async fn take_lease(
+        &self,
+        thread: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let now = std::time::Instant::now();
+        self.with(|m| match m.leases.get(thread) {
+            Some((other, until)) if other != holder && *until > now => Some(other.clone()),
+            _ => {
+                m.leases.insert(thread.to_string(), (holder.to_string(), now + ttl));
+                None
+            }
+        })
+    }
+
+    async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
+        self.with(|m| {
+            if m.leases.get(thread).is_some_and(|(h, _)| h == holder) {
+                m.leases.remove(thread);
+            }
+        })
     }
 }
 
@@ -341,6 +377,23 @@ pub(crate) mod contract {
         writes.sort_by(|x, y| x.node.cmp(&y.node));
         assert_eq!(writes, [w("a", 3), w("b", 2)]);
         assert!(store.writes(thread, &c0.id).await.unwrap().is_empty());
+        holds_leases(store, thread).await;
+    }
+
+    /// One holder at a time; renewal by the holder; release; an expired lease taken over.
+    async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
+        use std::time::Duration;
+        let long = Duration::from_secs(60);
+        assert_eq!(store.take_lease(thread, "one", long).await.unwrap(), None);
+        assert_eq!(store.take_lease(thread, "two", long).await.unwrap().as_deref(), Some("one"));
+        assert_eq!(store.take_lease(thread, "one", long).await.unwrap(), None, "the holder renews");
+        store.release_lease(thread, "two").await.unwrap();
+        assert_eq!(store.take_lease(thread, "two", long).await.unwrap().as_deref(), Some("one"), "not two's to give");
+        store.release_lease(thread, "one").await.unwrap();
+        assert_eq!(store.take_lease(thread, "two", Duration::from_millis(50)).await.unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert_eq!(store.take_lease(thread, "three", long).await.unwrap(), None, "an expired lease is taken over");
+        store.release_lease(thread, "three").await.unwrap();
     }
 }
 

@@ -12,6 +12,7 @@ pub mod events;
 pub mod exec;
 pub mod graph;
 pub mod kinds;
+pub mod lease;
 pub mod node;
 pub mod postgres;
 pub mod runnable;
@@ -24,6 +25,7 @@ pub use checkpoint::{Checkpoint, Checkpointer, MemoryCheckpointer, PendingWrite,
 pub use events::{GraphEvent, NodeOutcome};
 pub use exec::{Finish, GraphError, GraphOutcome, Interruption, Start, Thread, fork};
 pub use graph::{BuildError, END, Edge, Graph, GraphBuilder, Guard, Op, RecursionPolicy, START, Test};
+pub use lease::{LEASE_TTL, Lease, LeaseError};
 pub use node::{FnNode, Nested, Node, NodeContext, NodeError, func};
 pub use postgres::PostgresCheckpointer;
 pub use runnable::GraphRunnable;

@@ -35,6 +35,11 @@ CREATE TABLE IF NOT EXISTS graph_writes (
     seq BIGSERIAL,
     PRIMARY KEY (thread, checkpoint, node)
 );
+CREATE TABLE IF NOT EXISTS graph_leases (
+    thread TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires TIMESTAMPTZ NOT NULL
+);
 ";
 
 /// How long connecting and creating the tables may take, unless the URL says otherwise.
@@ -192,6 +197,35 @@ impl Checkpointer for PostgresCheckpointer {
             &[&thread, &ns],
         )
         .await
+    }
+
+    async fn take_lease(
+        &self,
+        thread: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<String>, StoreError> {
+        // The server's clock decides expiry, so runners on machines whose clocks differ agree.
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX) as f64;
+        let taken = timed(self.client.execute(
+            "INSERT INTO graph_leases (thread, holder, expires)
+                 VALUES ($1, $2, now() + make_interval(secs => $3::float8 / 1000.0))
+                 ON CONFLICT (thread) DO UPDATE SET holder = excluded.holder, expires = excluded.expires
+                 WHERE graph_leases.holder = $2 OR graph_leases.expires < now()",
+            &[&thread, &holder, &ttl_ms],
+        ))
+        .await?;
+        if taken == 1 {
+            return Ok(None);
+        }
+        let rows = timed(self.client.query("SELECT holder FROM graph_leases WHERE thread = $1", &[&thread])).await?;
+        Ok(Some(rows.first().and_then(|r| r.try_get::<_, String>(0).ok()).unwrap_or_default()))
+    }
+
+    async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
+        timed(self.client.execute("DELETE FROM graph_leases WHERE thread = $1 AND holder = $2", &[&thread, &holder]))
+            .await?;
+        Ok(())
     }
 }
 

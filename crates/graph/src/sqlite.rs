@@ -23,6 +23,11 @@ CREATE TABLE IF NOT EXISTS graph_checkpoints (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS graph_checkpoints_thread ON graph_checkpoints (thread, ns, seq);
+CREATE TABLE IF NOT EXISTS graph_leases (
+    thread TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS graph_writes (
     thread TEXT NOT NULL,
     checkpoint TEXT NOT NULL,
@@ -193,6 +198,46 @@ impl Checkpointer for SqliteCheckpointer {
                 .map_err(backend)?;
             let rows = stmt.query_map(params![thread, ns], |r| r.get::<_, String>(0)).map_err(backend)?;
             rows.map(|r| r.map_err(backend).and_then(parse)).collect()
+        })
+        .await
+    }
+
+    async fn take_lease(
+        &self,
+        thread: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let (thread, holder) = (thread.to_string(), holder.to_string());
+        let now = chrono::Utc::now().timestamp_millis();
+        let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        self.with(move |c| {
+            // One statement: taken when free, expired or already ours.
+            let taken = c
+                .execute(
+                    "INSERT INTO graph_leases (thread, holder, expires_ms) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (thread) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                     WHERE graph_leases.holder = ?2 OR graph_leases.expires_ms < ?4",
+                    params![thread, holder, until, now],
+                )
+                .map_err(backend)?;
+            if taken == 1 {
+                return Ok(None);
+            }
+            let other = c
+                .query_row("SELECT holder FROM graph_leases WHERE thread = ?1", params![thread], |r| r.get(0))
+                .map_err(backend)?;
+            Ok(Some(other))
+        })
+        .await
+    }
+
+    async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
+        let (thread, holder) = (thread.to_string(), holder.to_string());
+        self.with(move |c| {
+            c.execute("DELETE FROM graph_leases WHERE thread = ?1 AND holder = ?2", params![thread, holder])
+                .map_err(backend)?;
+            Ok(())
         })
         .await
     }

@@ -209,6 +209,9 @@ pub struct ExecArgs {
     pub budget: super::BudgetArgs,
     #[command(flatten)]
     pub approval: super::ApprovalArgs,
+    /// When another process is running the thread, wait for it to end instead of failing.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// Runs the command.
@@ -431,6 +434,12 @@ async fn execute_graph(
     let limits = args.budget.limits(&harness.provider)?;
     let allow = allowlist(&harness, &args.bind, dir.as_deref())?;
     let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
+    // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
+    let lease = match recursive_graph::Lease::take(store.clone(), thread, args.wait).await {
+        Ok(lease) => lease,
+        Err(e @ recursive_graph::LeaseError::Held { .. }) => return Err(ConfigError(e.to_string()).into()),
+        Err(e) => return Err(e.into()),
+    };
     if let Some(mut info) = new_thread {
         info.graph = graph.name().to_string();
         if let Some(old) = store.thread(thread).await? {
@@ -448,6 +457,7 @@ async fn execute_graph(
         eprintln!("thread {thread} (store: {})", shown_address(&address));
     }
     let outcome = graph.run(start, &Thread::new(store, thread), &scope).await;
+    lease.release().await;
     let (finish_reason, error) = match &outcome {
         Ok(o) => (o.finish.finish_reason(), None),
         Err(e) => (recursive_core::FinishReason::Fault, Some(e.to_string())),

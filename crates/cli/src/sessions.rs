@@ -41,7 +41,7 @@ pub struct SessionMeta {
     pub last_outcome: String,
 }
 
-/// A session on disk, held by this process (one process at a time: see [`Session::lock`]).
+/// A session on disk, held by this process (one process at a time: see the private `lock`).
 #[derive(Debug)]
 pub struct Session {
     /// Its directory.

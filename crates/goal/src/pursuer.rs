@@ -1,7 +1,7 @@
 //! The pursuit loop. One function pursues a goal at any depth: check constraints and cycles,
 //! **assess** (directly executable?), then either **execute** the chosen action (its output
 //! digested to a bounded result, the raw output kept in the log) or **decompose** into
-//! sub-goals and pursue them ([`crate::tree`]: dependency layers, achieved checks, rounds for
+//! sub-goals and pursue them (the `tree` module: dependency layers, achieved checks, rounds for
 //! the remaining gaps, synthesis). Every prompt is assembled within the prompt budget
 //! ([`crate::assemble`]) from text that does not depend on timing, so a recorded pursuit
 //! replays; a pursuit can resume from its log ([`crate::resume`]) without repeating finished

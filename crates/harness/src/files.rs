@@ -1,6 +1,6 @@
 //! Runnable files: the TOML file that `--agent NAME=FILE` names declares what it is — `kind =
 //! "agent"` (the default, so earlier sub-agent files keep working), `"rlm"`, `"goal"` or
-//! `"graph"` — and that kind's settings. Each file becomes one [`Runnable`] of the harness,
+//! `"graph"` — and that kind's settings. Each file becomes one [`recursive_core::Runnable`] of the harness,
 //! offered to the command's own engine (as a tool, a sandbox function, a delegate, a node).
 //! A file may use the runnables of the files named before it (by name, in `tools`).
 

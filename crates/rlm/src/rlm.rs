@@ -71,7 +71,7 @@ pub struct RlmConfig {
     pub max_iterations: u32,
     /// Sub-calls for the whole invocation tree: `llm_query` (1), `llm_query_batched` (its size,
     /// all or nothing), `rlm_query` (1) and every primary-model call of a child run after its
-    /// first (see the crate docs and [`CallBudget`]).
+    /// first (see the crate docs and [`RlmOutcome::CallBudgetExhausted`]).
     pub max_llm_calls: u32,
     /// How many levels of child RLMs `rlm_query` may start (1: the top-level run may start
     /// children, whose `rlm_query` is a plain `llm_query`).

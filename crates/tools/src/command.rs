@@ -15,7 +15,7 @@
 //!   sh`), and `find … -exec/-execdir/-ok/-okdir … ;`; `unlink` and `shred` count as `rm`;
 //!   `find … -delete` counts as an `rm` of
 //!   the paths it searches;
-//! - programs that run a command after options not modelled here ([`OPAQUE_WRAPPERS`]: `strace`,
+//! - programs that run a command after options not modelled here (`OPAQUE_WRAPPERS`: `strace`,
 //!   `chroot`, `flock`, `taskset`, `unshare`, `nsenter`, `parallel`, `perf`…): every run of their
 //!   words that starts at a non-option word counts as a command they may run; `su`/`runuser`/
 //!   `flock`/`script -c SCRIPT` are parsed as scripts;

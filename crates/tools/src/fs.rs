@@ -1,7 +1,7 @@
 //! File tools: `read_file` (numbered lines, paged, capped, binary refused), `write_file`
 //! (create or overwrite, parents created) and `list_dir` (a tree honouring `.gitignore`).
 //! Every path goes through [`Workspace::resolve`] before the file is touched, and every write
-//! through [`write_contents`], which never writes through another hard link of the file.
+//! through `write_contents`, which never writes through another hard link of the file.
 
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};

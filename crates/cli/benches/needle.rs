@@ -15,20 +15,6 @@ use serde_json::{Value, json};
 const LATENCY: Duration = Duration::from_millis(50);
 const CHUNK: usize = 21_000;
 
-/// A text of `bytes` bytes of log-like lines with one code word in the middle.
-fn haystack(bytes: usize) -> String {
-    let mut s = String::with_capacity(bytes + 64);
-    let mut i = 0usize;
-    while s.len() < bytes {
-        if i == 5000 {
-            s.push_str("note: the vault CODEWORD-7Q4 opens on tuesdays\n");
-        }
-        s.push_str(&format!("line {i:07} status=ok service=search latency_ms={}\n", i % 900));
-        i += 1;
-    }
-    s
-}
-
 /// The scripted turns of the root model and the sub-model's answers; every reply after 50 ms.
 fn needle_reply(r: &RecordedRequest) -> Reply {
     let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
@@ -123,7 +109,7 @@ fn main() {
     });
     let url = server.openai_url();
     let dir = tempfile::tempdir().unwrap();
-    let input_text = haystack(1 << 20);
+    let input_text = recursive_testkit::texts::haystack(1 << 20);
     let input = dir.path().join("log.txt");
     std::fs::write(&input, &input_text).unwrap();
     let client = recursive_http::client();

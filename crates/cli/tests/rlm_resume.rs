@@ -57,14 +57,12 @@ fn killed_after_two_iterations_then_resumed(backend: &[&str]) {
     let before = server.request_count();
 
     server.push(Reply::text(THIRD));
-    let out = env
-        .cmd()
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["rlm", "--resume", &key, "--json"])
-        .args(backend)
-        .args(provider(&server))
-        .output()
-        .unwrap();
+    let resume = || {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test").args(["rlm", "--resume", &key, "--json"]).args(backend);
+        cmd.args(provider(&server)).output().unwrap()
+    };
+    let out = resume();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let result = stdout_json(&out);
     assert_eq!(result["output"]["answer"], "42 SUB-ANSWER", "{result}");
@@ -79,14 +77,7 @@ fn killed_after_two_iterations_then_resumed(backend: &[&str]) {
     assert!(last.contains("x is set") && last.contains("got SUB-ANSWER"), "{last}");
 
     // A finished run resumed again answers at once.
-    let again = env
-        .cmd()
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["rlm", "--resume", &key, "--json"])
-        .args(backend)
-        .args(provider(&server))
-        .output()
-        .unwrap();
+    let again = resume();
     assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(stdout_json(&again)["output"]["answer"], "42 SUB-ANSWER");
     assert_eq!(server.request_count(), before + 1, "no model call for a finished run");

@@ -257,20 +257,6 @@ fn http_provider(addr: SocketAddr, model: &str) -> OpenAiProvider {
     .unwrap()
 }
 
-/// A text of `bytes` bytes of log-like lines with one code word in the middle.
-fn haystack(bytes: usize) -> String {
-    let mut s = String::with_capacity(bytes + 64);
-    let mut i = 0usize;
-    while s.len() < bytes {
-        if i == 5000 {
-            s.push_str("note: the vault CODEWORD-7Q4 opens on tuesdays\n");
-        }
-        s.push_str(&format!("line {i:07} status=ok service=search latency_ms={}\n", i % 900));
-        i += 1;
-    }
-    s
-}
-
 /// Bench 3: the 1 MB needle task over HTTP.
 async fn needle() {
     const LATENCY: Duration = Duration::from_millis(50);
@@ -279,7 +265,7 @@ async fn needle() {
     let rlm =
         Rlm::new(Arc::new(http_provider(addr, "bench-primary")), Arc::new(http_provider(addr, "bench-sub")), config)
             .unwrap();
-    let input = haystack(1 << 20);
+    let input = recursive_testkit::texts::haystack(1 << 20);
     let ideal_ms = 3.0 * 50.0 + 50.0;
     let mut ratios = Vec::new();
     let mut walls = Vec::new();
@@ -341,7 +327,7 @@ async fn rss_child(mb: usize) {
         }))
     });
     let rlm = Rlm::with_provider(Arc::new(primary), RlmConfig::default()).unwrap();
-    let input = haystack(mb << 20);
+    let input = recursive_testkit::texts::haystack(mb << 20);
     let r = rlm.run("How long is it?", Inputs::single("log", input), &RunScope::detached("b")).await.unwrap();
     assert!(r.output["answer"].as_str().is_some_and(|a| a.parse::<usize>().is_ok()), "{:?}", r.output);
     println!("{} {}", peak_rss_kib("self"), worker_peak.load(std::sync::atomic::Ordering::SeqCst));
@@ -395,7 +381,7 @@ async fn big_fan_out() {
     });
     let config = RlmConfig { batch_concurrency: 64, max_llm_calls: 1000, ..Default::default() };
     let rlm = Rlm::new(Arc::new(primary), Arc::new(CountingSub), config).unwrap();
-    let input = haystack(100 << 20);
+    let input = recursive_testkit::texts::haystack(100 << 20);
     let mut snippet_ms = Vec::new();
     for _ in 0..7 {
         let t = Instant::now();

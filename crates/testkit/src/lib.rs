@@ -8,6 +8,7 @@
 //! - [`tools`]: tool fixtures ([`EchoTool`], [`SlowTool`], [`FailingTool`], [`CountingTool`]);
 //! - [`mcp`]: a scripted stdio MCP server (plain Python) and watchers of its processes;
 //! - [`wait_until`]: polls a condition instead of sleeping a fixed time;
+//! - [`texts::haystack`]: a large log-like input with one needle, for tests and benchmarks;
 //! - [`require_env`]: a prerequisite a test cannot run without fails the test, unless skipping
 //!   is asked for with `RECURSIVE_ALLOW_SKIP=1`.
 
@@ -17,6 +18,7 @@ pub mod pairing;
 pub mod reply;
 pub mod server;
 mod sse;
+pub mod texts;
 pub mod tools;
 pub mod wait;
 

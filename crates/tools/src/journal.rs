@@ -13,6 +13,9 @@ const MAX_KEPT_BYTES: u64 = 8 * 1024 * 1024;
 /// Checkpoints kept; the oldest go first.
 const MAX_CHECKPOINTS: usize = 50;
 
+/// Bytes kept over all checkpoints; past it the oldest checkpoints go (the latest stays).
+const MAX_TOTAL_BYTES: usize = 64 * 1024 * 1024;
+
 /// A file as it was before a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Saved {
@@ -28,6 +31,13 @@ enum Saved {
 #[derive(Debug, Default)]
 struct Checkpoint {
     files: Vec<(PathBuf, Saved)>,
+}
+
+impl Checkpoint {
+    /// Bytes of content it keeps.
+    fn bytes(&self) -> usize {
+        self.files.iter().map(|(_, s)| if let Saved::Bytes(b) = s { b.len() } else { 0 }).sum()
+    }
 }
 
 /// The checkpoints of one workspace.
@@ -62,11 +72,15 @@ impl EditJournal {
     /// Keeps `path` as it is now, before a tool changes it (once per checkpoint).
     pub(crate) fn before_change(&self, path: &Path) {
         let Ok(mut c) = self.checkpoints.lock() else { return };
-        let Some(current) = c.as_mut().and_then(|list| list.last_mut()) else { return };
+        let Some(list) = c.as_mut() else { return };
+        let Some(current) = list.last_mut() else { return };
         if current.files.iter().any(|(p, _)| p == path) {
             return;
         }
         current.files.push((path.to_path_buf(), snapshot(path)));
+        while list.len() > 1 && list.iter().map(Checkpoint::bytes).sum::<usize>() > MAX_TOTAL_BYTES {
+            list.remove(0);
+        }
     }
 
     /// Takes back the changes of the latest checkpoint that has any, newest first; `None`

@@ -63,14 +63,6 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let setup = &harness.setup;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let model = harness.provider.model();
-    let (session, history): (Session, Vec<Message>) = match &args.resume {
-        Some(id) => {
-            let s = Session::open(id)?;
-            let h = s.history()?;
-            (s, h)
-        }
-        None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
-    };
     let max_depth = setup.limits.max_depth;
     let (scope, events) = if tui {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -80,6 +72,14 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         (scope, Some(rx))
     } else {
         (super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?, None)
+    };
+    let (session, history): (Session, Vec<Message>) = match &args.resume {
+        Some(id) => {
+            let s = Session::open(id)?;
+            let h = s.history()?;
+            (s, h)
+        }
+        None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
     };
     let chat = Chat::new(ChatParts {
         harness,

@@ -166,28 +166,34 @@ pub fn incomplete_log() -> Option<String> {
     logs.iter().find_map(|(flag, check)| check().map(|e| format!("the {flag} file is incomplete: {e}")))
 }
 
+/// Ctrl-C cancels the run; a second one kills running shell commands and exits with 130.
+/// The handlers are registered before this returns, so a signal sent right after is caught.
 fn watch_signals(token: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
     let interrupt = token.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\ninterrupted: cancelling the run (press Ctrl-C again to abort)");
-            interrupt.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                recursive_tools::kill_running_commands();
-                std::process::exit(130);
+    if let Ok(mut sigint) = signal(SignalKind::interrupt()) {
+        tokio::spawn(async move {
+            if sigint.recv().await.is_some() {
+                eprintln!("\ninterrupted: cancelling the run (press Ctrl-C again to abort)");
+                interrupt.cancel();
+                if sigint.recv().await.is_some() {
+                    recursive_tools::kill_running_commands();
+                    std::process::exit(130);
+                }
             }
-        }
-    });
+        });
+    }
     watch_terminate(token);
 }
 
 /// SIGTERM cancels the run, kills the process groups of running shell commands, and exits
-/// with 143 after [`TERM_GRACE`].
+/// with 143 after [`TERM_GRACE`]. The handler is registered before this returns.
 pub fn watch_terminate(token: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
     tokio::spawn(async move {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-            return;
-        };
         if term.recv().await.is_some() {
             eprintln!("\nterminated: cancelling the run");
             recursive_tools::kill_running_commands();

@@ -292,6 +292,7 @@ async fn drive(
     let mut turn: Option<JoinHandle<TurnEnd>> = None;
     let mut before = chat.totals();
     let ended = chat.scope.cancel_token().clone();
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         terminal.draw(|f| view::draw(f, &app, chat))?;
         // Biased: the turn's events come first, so a tool call's line is in before a question
@@ -335,7 +336,7 @@ async fn drive(
             end = joined(&mut turn) => finish_turn(&mut app, chat, end, before),
             _ = tick.tick(), if app.working.is_some() => app.spinner += 1,
             // SIGINT from outside (the terminal's Ctrl-C arrives as a key): as the key does.
-            _ = tokio::signal::ctrl_c() => match &app.working {
+            _ = sigint.recv() => match &app.working {
                 Some((_, _, token)) => {
                     token.cancel();
                     app.interrupted = true;

@@ -8,10 +8,9 @@
 //!   The test checks that it exists in the clone, is executable, and is what `.ci/run` runs.
 //! - Nothing reads `../shared` when the main job builds or runs (only the conformance tests
 //!   read it), so the clone gets no `shared` sibling: the command must work without one.
-//! - A release build in a fresh clone is slow, so the command runs with `CARGO_TARGET_DIR`
-//!   set to this workspace's target directory: dependencies built in release before are
-//!   reused, and only the workspace's own crates are compiled again (a few minutes on two
-//!   cores; the first run on a machine also builds every dependency in release).
+//! - A build in a fresh clone is slow, so the command runs with `CARGO_TARGET_DIR` set to this
+//!   workspace's target directory: the dependencies this test run built are reused, and only
+//!   what the test build compiled differently is compiled again.
 //! - `git` is required: without it the test fails, it does not skip.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -105,7 +104,7 @@ fn setup_commands(readme: &str) -> (String, String, Vec<String>) {
         panic!("`{SECTION}` should open with two ```sh blocks (the main job, then the tests)")
     };
     assert!(
-        main.starts_with("./scripts/cargo run --release --bin recursive -- "),
+        main.starts_with("./scripts/cargo run --bin recursive -- "),
         "the first command is not the main job: {main}"
     );
     (main, tests, blocks.collect())

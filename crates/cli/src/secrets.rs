@@ -1,13 +1,16 @@
 //! Keeps this process's secrets out of `/proc/<pid>/environ`, where any command it runs could
 //! read them (`cat /proc/$PPID/environ`).
 //!
-//! At start the program re-executes itself (same PID, same arguments) with only the variables
-//! that [`process_keeps`] in its environment; every other variable (API
-//! keys, `DATABASE_URL`, tokens) travels to the new image in an anonymous memory file, which the
-//! new image reads, empties and keeps in memory ([`recursive_core::env::hold`]). The process is
-//! then marked not dumpable, so processes of the same user cannot read its memory or `/proc`
-//! files (root still can: it is not a boundary against root). If the re-execution fails, the
-//! run goes on with its environment as it was, and says so.
+//! At start every variable that [`process_keeps`] does not name (API keys, `DATABASE_URL`,
+//! tokens) is copied into the program's memory ([`recursive_core::env::hold`]) and its bytes in
+//! the process's environment block — the memory `/proc/<pid>/environ` shows — are overwritten
+//! with zeros through `/proc/self/mem`. Where that is refused (a kernel that forbids writing
+//! `/proc/self/mem`), the program re-executes itself (same PID, same arguments) with only the
+//! kept variables, the others travelling to the new image in an anonymous memory file that the
+//! new image reads and empties; the in-place way spares that second start (about 9 ms of
+//! loading a large binary). Either way the process is then marked not dumpable, so processes of
+//! the same user cannot read its memory or `/proc` files (root still can: it is not a boundary
+//! against root). If both ways fail, the run goes on with its environment as it was, and says so.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -22,8 +25,9 @@ use recursive_core::env::process_keeps;
 /// Names the descriptor of the memory file in the re-executed image.
 const HELD_FD_VAR: &str = "RECURSIVE_HELD_ENV_FD";
 
-/// Re-executes the program without its secret variables, or (in the re-executed image) takes
-/// them back. Returns only in the image that goes on running.
+/// Takes the secret variables out of the visible environment — in place, or by re-executing
+/// the program — or (in a re-executed image) takes them back. Returns only in the image that
+/// goes on running.
 pub fn hide() {
     if let Some(fd) = std::env::var_os(HELD_FD_VAR) {
         match take_back(&fd) {
@@ -32,10 +36,12 @@ pub fn hide() {
         }
     } else {
         let (visible, held) = partition(std::env::vars_os());
-        if !held.is_empty() {
+        let names: Vec<&OsStr> = held.keys().map(OsString::as_os_str).collect();
+        if !held.is_empty() && scrub_in_place(&names).is_err() {
             let e = reexec(&visible, &held);
             eprintln!("warning: could not re-execute without secret variables ({e}); they stay readable in /proc");
         }
+        recursive_core::env::hold(held);
     }
     let _ = nix::sys::prctl::set_dumpable(false);
 }
@@ -44,6 +50,51 @@ type Vars = BTreeMap<OsString, OsString>;
 
 fn partition(vars: impl Iterator<Item = (OsString, OsString)>) -> (Vars, Vars) {
     vars.partition(|(k, _)| process_keeps(k))
+}
+
+/// Overwrites with zeros the entries of the process's environment block (as `/proc/self/environ`
+/// shows it) whose names are in `names`, then reads the block again to check none is left.
+/// The entries' memory is the one the C library's environment points into, so after this the
+/// variables are gone from the visible environment too (read them with [`recursive_core::env`]).
+fn scrub_in_place(names: &[&OsStr]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let start = environment_start()?;
+    let block = std::fs::read("/proc/self/environ")?;
+    let mem = std::fs::OpenOptions::new().write(true).open("/proc/self/mem")?;
+    for (offset, len) in entries_named(&block, names) {
+        mem.write_all_at(&vec![0; len], start + offset as u64)?;
+    }
+    let after = std::fs::read("/proc/self/environ")?;
+    match entries_named(&after, names).is_empty() {
+        true => Ok(()),
+        false => Err(std::io::Error::other("the environment block did not change")),
+    }
+}
+
+/// The address of the process's environment block (field 50 of `/proc/self/stat`).
+fn environment_start() -> std::io::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name (field 2, in parentheses, may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    rest.split_whitespace()
+        .nth(50 - 3)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no env_start in /proc/self/stat"))
+}
+
+/// The `(offset, length)` of each `NAME=value` entry of a NUL-separated block whose name is
+/// one of `names`.
+fn entries_named(block: &[u8], names: &[&OsStr]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for entry in block.split(|b| *b == 0) {
+        let name = entry.iter().position(|b| *b == b'=').map(|eq| &entry[..eq]);
+        if name.is_some_and(|n| names.iter().any(|k| k.as_bytes() == n)) {
+            out.push((offset, entry.len()));
+        }
+        offset += entry.len() + 1;
+    }
+    out
 }
 
 /// Execs the program anew; returns only on failure, with why.
@@ -115,6 +166,19 @@ mod tests {
         let (visible, held) = partition(vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
         assert_eq!(visible.keys().map(|k| k.to_str().unwrap()).collect::<Vec<_>>(), ["LC_ALL", "PATH"]);
         assert_eq!(held.keys().map(|k| k.to_str().unwrap()).collect::<Vec<_>>(), ["DATABASE_URL", "OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn entries_are_found_by_exact_name() {
+        let block = b"PATH=/bin\0OPENAI_API_KEY=sk=1\0OPENAI_API_KEY_FILE=x\0\0B=\0";
+        let names = [OsStr::new("OPENAI_API_KEY"), OsStr::new("B")];
+        assert_eq!(entries_named(block, &names), vec![(10, 19), (53, 2)]);
+    }
+
+    #[test]
+    fn the_environment_block_is_found_in_proc_stat() {
+        let start = environment_start().unwrap();
+        assert!(start > 0);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The process environment as the program reads it, and the environment its children start with.
 //!
 //! A program may move variables out of its visible environment at start (the `recursive` CLI
-//! re-executes itself without them, so a child cannot read them from `/proc/<pid>/environ`) and
+//! wipes them from its environment block, or re-executes itself without them, so a child cannot
+//! read them from `/proc/<pid>/environ`) and
 //! hand them to [`hold`]; [`var`] then still finds them. Children never inherit the process's
 //! environment wholesale: [`ChildEnv`] builds theirs from an allowlist plus what the
 //! configuration passes explicitly.

@@ -316,7 +316,13 @@ pub async fn open(address: &str) -> Result<std::sync::Arc<dyn Checkpointer>, Sto
     if path.is_empty() {
         return Err(StoreError::Address("an empty SQLite path".into()));
     }
-    Ok(std::sync::Arc::new(crate::sqlite::SqliteCheckpointer::open(path)?))
+    // Opening (and creating the schema) blocks: off the runtime's threads, so a caller can do
+    // other work meanwhile.
+    let path = path.to_string();
+    let store = tokio::task::spawn_blocking(move || crate::sqlite::SqliteCheckpointer::open(&path))
+        .await
+        .map_err(|e| StoreError::Backend(format!("opening the SQLite store: {e}")))??;
+    Ok(std::sync::Arc::new(store))
 }
 
 /// The contract every store keeps, run against a fresh store of each kind by its tests.

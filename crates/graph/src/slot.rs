@@ -18,12 +18,15 @@ pub struct StoreSlot {
     ns: String,
     /// The graph name a stand-alone run's thread is recorded under (none inside a graph).
     standalone: Option<String>,
+    /// The id and step of the checkpoint this slot saved last: the next save's parent, without
+    /// asking the store (one run writes its slot at a time).
+    last: std::sync::Mutex<Option<(String, u64)>>,
 }
 
 impl StoreSlot {
     /// The slot of a stand-alone run `key` (a thread of its own, recorded as graph `kind`).
     pub fn standalone(store: Arc<dyn Checkpointer>, key: &str, kind: &str) -> Self {
-        Self { store, thread: key.into(), ns: kind.into(), standalone: Some(kind.into()) }
+        Self { store, thread: key.into(), ns: kind.into(), standalone: Some(kind.into()), last: Default::default() }
     }
 
     /// The slot of a run made by a node: its invocation's namespace in the graph's thread.
@@ -33,20 +36,15 @@ impl StoreSlot {
             thread: nested.thread.clone(),
             ns: format!("{}#run", nested.ns),
             standalone: None,
+            last: Default::default(),
         }
     }
 }
 
-#[async_trait]
-impl CheckpointSlot for StoreSlot {
-    fn name(&self) -> String {
-        match &self.standalone {
-            Some(_) => self.thread.clone(),
-            None => format!("{} {}", self.thread, self.ns),
-        }
-    }
-
-    async fn save(&self, value: &Value) -> Result<(), String> {
+impl StoreSlot {
+    /// Before this slot's first save: records a stand-alone run's thread if it is new, and
+    /// finds the latest checkpoint already there (a resumed run's).
+    async fn first_parent(&self) -> Result<Option<(String, u64)>, String> {
         let store = &self.store;
         if let Some(kind) = &self.standalone
             && store.thread(&self.thread).await.map_err(|e| e.to_string())?.is_none()
@@ -60,15 +58,34 @@ impl CheckpointSlot for StoreSlot {
             };
             store.put_thread(&info).await.map_err(|e| e.to_string())?;
         }
-        let parent = store.latest(&self.thread, &self.ns).await.map_err(|e| e.to_string())?;
+        let latest = store.latest(&self.thread, &self.ns).await.map_err(|e| e.to_string())?;
+        Ok(latest.map(|p| (p.id, p.step)))
+    }
+}
+
+#[async_trait]
+impl CheckpointSlot for StoreSlot {
+    fn name(&self) -> String {
+        match &self.standalone {
+            Some(_) => self.thread.clone(),
+            None => format!("{} {}", self.thread, self.ns),
+        }
+    }
+
+    async fn save(&self, value: &Value) -> Result<(), String> {
+        let known = self.last.lock().map_err(|e| e.to_string())?.clone();
+        let parent = match known {
+            Some(last) => Some(last),
+            None => self.first_parent().await?,
+        };
         let mut state = crate::state::State::new();
         state.insert("run".into(), value.clone());
         let record = Checkpoint {
             id: Checkpoint::new_id(),
             thread: self.thread.clone(),
             ns: self.ns.clone(),
-            step: parent.as_ref().map_or(0, |p| p.step + 1),
-            parent: parent.map(|p| p.id),
+            step: parent.as_ref().map_or(0, |p| p.1 + 1),
+            parent: parent.map(|p| p.0),
             state,
             next: Vec::new(),
             visits: Default::default(),
@@ -76,7 +93,9 @@ impl CheckpointSlot for StoreSlot {
             source: Source::Step,
             created_at: chrono::Utc::now(),
         };
-        store.put(&record).await.map_err(|e| e.to_string())
+        self.store.put(&record).await.map_err(|e| e.to_string())?;
+        *self.last.lock().map_err(|e| e.to_string())? = Some((record.id, record.step));
+        Ok(())
     }
 
     async fn load(&self) -> Result<Option<Value>, String> {
@@ -98,6 +117,12 @@ mod tests {
         a.save(&json!({"iteration": 1})).await.unwrap();
         a.save(&json!({"iteration": 2})).await.unwrap();
         assert_eq!(a.load().await.unwrap(), Some(json!({"iteration": 2})));
+        let latest = store.latest("r1", "rlm").await.unwrap().unwrap();
+        assert_eq!(latest.step, 1, "the second save's parent is the first");
+        assert!(latest.parent.is_some());
+        let resumed = StoreSlot::standalone(store.clone(), "r1", "rlm");
+        resumed.save(&json!({"iteration": 3})).await.unwrap();
+        assert_eq!(store.latest("r1", "rlm").await.unwrap().unwrap().step, 2, "a new slot continues the chain");
         assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
         let nested = crate::node::Nested { store: store.clone(), thread: "r1".into(), ns: "n:1".into() };
         assert_eq!(StoreSlot::nested(&nested).load().await.unwrap(), None);

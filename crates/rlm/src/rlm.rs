@@ -118,7 +118,7 @@ impl Default for RlmConfig {
             max_iterations: 20,
             max_llm_calls: 50,
             max_depth: 1,
-            batch_concurrency: 32,
+            batch_concurrency: 64,
             snippet_timeout: sandbox.timeout,
             memory_limit_bytes: sandbox.memory_limit_bytes,
             recursion_limit: sandbox.recursion_limit,

@@ -19,10 +19,40 @@ pub fn default_output_schema() -> Value {
     })
 }
 
+/// The default schema's validator, compiled once per process, when first needed.
+static DEFAULT_VALIDATOR: std::sync::OnceLock<Result<jsonschema::Validator, String>> = std::sync::OnceLock::new();
+
+/// The default schema's validator (compiled on first use; a caller meanwhile waits for it).
+fn default_validator() -> Result<&'static jsonschema::Validator, RlmError> {
+    DEFAULT_VALIDATOR
+        .get_or_init(|| jsonschema::validator_for(&default_output_schema()).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| RlmError::InvalidSchema(e.clone()))
+}
+
+/// Compiling a schema the first time in a process also compiles the JSON Schema meta-schema
+/// it is checked against (many regular expressions): about 30 ms of one core. A run with the
+/// default schema needs its validator only when a result is submitted, so this compiles it on
+/// a thread of its own while the run starts and goes on.
+pub fn warm_up() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            let _ = default_validator();
+        });
+    });
+}
+
+/// How values are checked: a schema's own compiled validator, or the default schema's shared one.
+enum Check {
+    Own(jsonschema::Validator),
+    Default,
+}
+
 /// A compiled output schema.
 pub struct OutputSchema {
     schema: Value,
-    validator: jsonschema::Validator,
+    check: Check,
     wrap_key: Option<String>,
 }
 
@@ -33,9 +63,18 @@ impl std::fmt::Debug for OutputSchema {
 }
 
 impl OutputSchema {
-    /// Compiles a schema.
+    /// Compiles a schema (an invalid one is an error here, before any run). The default schema
+    /// is known valid: its validator is shared and compiled when first needed.
     pub fn new(schema: Value) -> Result<Self, RlmError> {
-        let validator = jsonschema::validator_for(&schema).map_err(|e| RlmError::InvalidSchema(e.to_string()))?;
+        let check = match schema == default_output_schema() {
+            true => {
+                warm_up();
+                Check::Default
+            }
+            false => {
+                Check::Own(jsonschema::validator_for(&schema).map_err(|e| RlmError::InvalidSchema(e.to_string()))?)
+            }
+        };
         let wants_object = schema.get("type").and_then(Value::as_str) == Some("object");
         let required: Vec<&str> = schema
             .get("required")
@@ -43,7 +82,7 @@ impl OutputSchema {
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let wrap_key = (wants_object && required.len() == 1).then(|| required[0].to_string());
-        Ok(Self { schema, validator, wrap_key })
+        Ok(Self { schema, check, wrap_key })
     }
 
     /// The schema as JSON.
@@ -69,8 +108,11 @@ impl OutputSchema {
     /// Checks a value; on failure, one line per violation (`at /path: message`, each at most a
     /// few hundred characters).
     pub fn validate(&self, value: &Value) -> Result<(), Vec<String>> {
-        let errors: Vec<String> = self
-            .validator
+        let validator = match &self.check {
+            Check::Own(v) => v,
+            Check::Default => default_validator().map_err(|e| vec![e.to_string()])?,
+        };
+        let errors: Vec<String> = validator
             .iter_errors(value)
             .map(|e| {
                 let path = e.instance_path.to_string();

@@ -169,7 +169,7 @@ pub fn incomplete_log() -> Option<String> {
 /// Ctrl-C cancels the run; a second one kills running shell commands and exits with 130.
 /// The handlers are registered before this returns, so a signal sent right after is caught.
 fn watch_signals(token: tokio_util::sync::CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let interrupt = token.clone();
     if let Ok(mut sigint) = signal(SignalKind::interrupt()) {
         tokio::spawn(async move {
@@ -189,7 +189,7 @@ fn watch_signals(token: tokio_util::sync::CancellationToken) {
 /// SIGTERM cancels the run, kills the process groups of running shell commands, and exits
 /// with 143 after [`TERM_GRACE`]. The handler is registered before this returns.
 pub fn watch_terminate(token: tokio_util::sync::CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return;
     };

@@ -74,8 +74,9 @@ pub struct RlmArgs {
     /// `web_fetch` are exposed.
     #[arg(long = "tool", value_name = "NAME")]
     pub tools: Vec<String>,
-    /// Sub-model calls in flight at once over the whole RLM tree (default 32; BENCHMARKS.md has
-    /// the measurement).
+    /// Sub-model calls in flight at once over the whole RLM tree (default 64: a batch of 50 goes
+    /// out in one wave; lower it for a provider that caps requests in flight — BENCHMARKS.md has
+    /// the sweep).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// Print one JSON object on stdout and nothing else there.
@@ -134,6 +135,14 @@ async fn mcp_for(
 
 /// Runs the command.
 pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
+    recursive_rlm::schema::warm_up();
+    // The store opens (a file and its schema, or a connection) while the harness is built.
+    let opening = tokio::spawn(durable_run(DurableArgs {
+        off: args.no_checkpoint,
+        store: args.store.clone(),
+        workspace: args.workspace.clone(),
+        resume: args.resume.clone(),
+    }));
     let harness = super::harness(
         &args.provider,
         args.workspace.as_deref(),
@@ -144,7 +153,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     )
     .await?;
     let budget = args.budget.limits(&harness.provider)?;
-    let durable = durable_run(&args).await?;
+    let durable = opening.await??;
     let (question, input_specs) = match &durable {
         Some((_, Some(meta))) => resumed_invocation(&args, meta)?,
         _ => (args.question.clone().unwrap_or_default(), args.inputs.clone()),
@@ -244,8 +253,16 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
 
 /// The durable run of this invocation: the store and key (a new key, or `--resume`'s) and, when
 /// resuming, the checkpoint's record of how the run was started. `None` with `--no-checkpoint`.
-async fn durable_run(args: &RlmArgs) -> anyhow::Result<Option<(recursive_rlm::Durable, Option<serde_json::Value>)>> {
-    if args.no_checkpoint {
+/// What [`durable_run`] needs of the arguments (owned: it runs as a task of its own).
+struct DurableArgs {
+    off: bool,
+    store: Option<String>,
+    workspace: Option<std::path::PathBuf>,
+    resume: Option<String>,
+}
+
+async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<(recursive_rlm::Durable, Option<serde_json::Value>)>> {
+    if args.off {
         return Ok(None);
     }
     let address = match &args.store {

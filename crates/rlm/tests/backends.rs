@@ -179,14 +179,14 @@ async fn hostile_snippets_are_contained_in_the_cpython_worker() {
     let out = run(repl.as_ref(), "import subprocess\nsubprocess.Popen(['sleep', '4343'])\nprint('spawned')").await;
     assert!(out.stdout.contains("spawned"), "{out:?}");
     // A fork bomb stops at the process limit; the session goes on.
-    let code = "import os\npids = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n        if pid == 0:\n            import time; time.sleep(30); os._exit(0)\n        pids.append(pid)\nexcept OSError as e:\n    print('stopped', len(pids))";
+    let code = "import os\npids = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n        if pid == 0:\n            try:\n                os.execvp('sleep', ['sleep', '3031'])\n            finally:\n                os._exit(0)\n        pids.append(pid)\nexcept OSError as e:\n    print('stopped', len(pids))";
     let out = run(repl.as_ref(), code).await;
     assert!(out.stdout.contains("stopped"), "{out:?}");
 
     drop(repl);
     let gone = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        !host_runs(&["sleep", "4343"]) && !host_runs(&["sleep", "30"])
+        !host_runs(&["sleep", "4343"]) && !host_runs(&["sleep", "3031"])
     });
     assert!(gone, "a child of the worker outlived the session");
 }

@@ -6,9 +6,11 @@
 //! - [`served`]: [`Served`], the runner over registered runnables (the CLI builds them with the
 //!   harness);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
+//! - [`guard`]: the `Host` and `Origin` every request is checked for, and CORS;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
 //! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
 
+pub mod guard;
 pub mod mcp;
 pub mod openai;
 pub mod runs;

@@ -200,9 +200,13 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// A run that ended without its answer: 500, marked not to be retried (`x-should-retry:
+/// false`, which the OpenAI SDKs obey) — a retry would run the whole agent again, tools and all.
 fn failure(output: &RunOutput) -> Response {
     let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
-    error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &message)
+    let mut response = error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &message);
+    response.headers_mut().insert("x-should-retry", axum::http::HeaderValue::from_static("false"));
+    response
 }
 
 fn usage(output: &RunOutput) -> Value {

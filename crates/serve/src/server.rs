@@ -39,8 +39,14 @@ pub struct ServeConfig {
     pub max_queued_runs: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
-    /// How long a shutdown waits for cancelled runs to write their final events.
+    /// How long a shutdown waits for cancelled runs to write their final events; a second
+    /// later the server stops, closing streams whose readers stalled.
     pub shutdown_grace: Duration,
+    /// Host names answered to besides the loopback names and the listening address (see
+    /// [`crate::guard`]).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the server (CORS); none by default.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -52,6 +58,8 @@ impl Default for ServeConfig {
             max_queued_runs: 32,
             max_body_bytes: 32 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -153,11 +161,22 @@ impl Server {
             .route("/openapi.json", get(openapi))
             .nest_service("/mcp", self.mcp_service())
             .layer(axum::middleware::from_fn_with_state(self.clone(), require_token));
-        axum::Router::new()
+        let guard = Arc::new(crate::guard::Guard::new(
+            self.config.listen,
+            self.config.token.as_deref().is_some_and(|t| !t.is_empty()),
+            &self.config.allowed_hosts,
+            &self.config.cors_origins,
+        ));
+        let mut router = axum::Router::new()
             .route("/health", get(health))
             .merge(api)
             .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        router = router.layer(axum::middleware::from_fn(error_shape));
+        if let Some(cors) = guard.cors_layer() {
+            router = router.layer(cors);
+        }
+        router.layer(axum::middleware::from_fn_with_state(guard, crate::guard::check))
     }
 
     /// The MCP server over streamable HTTP (mounted at `/mcp`).
@@ -168,8 +187,8 @@ impl Server {
         rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
     > {
         let server = self.clone();
-        let mut config = StreamableHttpServerConfig::default();
-        config.allowed_hosts.push(self.config.listen.ip().to_string());
+        // Host and Origin are checked for every route by the guard (crate::guard).
+        let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
         config.max_request_body_bytes = self.config.max_body_bytes;
         StreamableHttpService::new(
             move || Ok(crate::mcp::McpServer::new(server.clone())),
@@ -192,15 +211,28 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| ServeError::Bind(addr, e))?;
         bound(listener.local_addr().map_err(|e| ServeError::Bind(addr, e))?);
         let server = self.clone();
+        let (asked, stopping) = tokio::sync::oneshot::channel::<()>();
         let stop = async move {
             shutdown.await;
-            server.cancel_all().await;
+            let _ = asked.send(());
+            server.shutdown().await;
         };
-        axum::serve(listener, self.router()).with_graceful_shutdown(stop).await.map_err(|e| ServeError::Bind(addr, e))
+        let serving = axum::serve(listener, self.router()).with_graceful_shutdown(stop);
+        // A reader that stopped reading keeps its stream open for ever: the deadline ends them.
+        let deadline = self.config.shutdown_grace + Duration::from_secs(1);
+        tokio::select! {
+            served = serving => served.map_err(|e| ServeError::Bind(addr, e)),
+            () = async {
+                if stopping.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(deadline).await;
+            } => Ok(()),
+        }
     }
 
     /// Cancels every unfinished run and waits for them to finish, up to the grace period.
-    async fn cancel_all(&self) {
+    pub async fn shutdown(&self) {
         let runs = self.store.unfinished();
         for run in &runs {
             run.cancel.cancel();
@@ -227,21 +259,78 @@ async fn require_token(State(server): State<Arc<Server>>, request: Request, next
     let Some(token) = server.config.token.as_deref().filter(|t| !t.is_empty()) else {
         return next.run(request).await;
     };
-    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if given.and_then(|v| v.strip_prefix("Bearer ")) == Some(token) {
+    if bearer(request.headers()) == Some(token) {
         return next.run(request).await;
     }
-    error(
+    let mut response = error(
         StatusCode::UNAUTHORIZED,
         "authentication_error",
         "a valid `Authorization: Bearer <token>` header is required",
-    )
+    );
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"recursive\""));
+    response
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// An error in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
 pub(crate) fn error(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
     (status, Json(body)).into_response()
+}
+
+/// Largest error body (axum's own rejection texts are short) read to be reshaped.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Gives every error response but MCP's OpenAI's shape: axum's own rejections (a body that is
+/// not JSON, the wrong content type, one too large), unknown routes and wrong methods otherwise
+/// answer plain text or nothing. Headers (`Allow`, `Retry-After`, `WWW-Authenticate`) stay.
+async fn error_shape(request: Request, next: Next) -> Response {
+    let mcp = request.uri().path().starts_with("/mcp");
+    let response = next.run(request).await;
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if mcp || json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_BODY)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match text.is_empty() {
+        true => status.canonical_reason().unwrap_or("error").to_lowercase(),
+        false => text,
+    };
+    let mut shaped = error(status, error_type(status), &message);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            shaped.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    shaped
+}
+
+/// OpenAI's error `type` for a status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    }
 }
 
 /// 429 with `Retry-After`.

@@ -39,6 +39,19 @@ pub struct ServeArgs {
     /// Workspace of the tools (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Seconds a shutdown (SIGTERM, SIGINT) gives cancelled runs to write their final events;
+    /// a second later the server exits, closing streams whose readers stopped reading.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub shutdown_grace: u64,
+    /// A host name requests may name in `Host` besides the loopback names and the listening
+    /// address (repeatable); other names are refused with 403 (DNS rebinding). Off loopback with
+    /// a token, any name is answered unless names are given here.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// A browser origin (`https://app.example.com`) whose pages may call the server (CORS;
+    /// repeatable). Without it, requests carrying another site's `Origin` are refused with 403.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
     /// Offer a named runnable (agent, RLM, goal or graph, as for `run --agent`): NAME=FILE,
     /// repeatable. Each is a model of the OpenAI-compatible endpoint, a runnable of the runs API
     /// (`agent` of a request) and an MCP tool.
@@ -92,7 +105,23 @@ pub struct McpArgs {
     pub provider: ProviderArgs,
 }
 
-/// `recursive mcp`: the MCP server on stdin/stdout until the client closes them.
+/// The `--cors-origin` values, each checked to be an origin (`http(s)://host[:port]`).
+fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
+    given
+        .iter()
+        .map(|o| {
+            let trimmed = o.trim().trim_end_matches('/').to_ascii_lowercase();
+            let authority = trimmed.strip_prefix("http://").or_else(|| trimmed.strip_prefix("https://"));
+            match authority {
+                Some(a) if !a.is_empty() && !a.contains(['/', '?', '#', '@', ' ']) => Ok(trimmed),
+                _ => Err(ConfigError(format!("--cors-origin {o}: an origin is `http(s)://host[:port]`, without a path"))),
+            }
+        })
+        .collect()
+}
+
+/// `recursive mcp`: the MCP server on stdin/stdout until the client closes them, or until
+/// SIGINT or SIGTERM (which cancel the runs and exit 0).
 pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     if args.max_concurrent_runs == 0 {
         return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
@@ -100,7 +129,12 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     let runner = served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
-    recursive_serve::mcp::serve_stdio(server).await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+    tokio::select! {
+        served = recursive_serve::mcp::serve_stdio(server.clone()) => {
+            served.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+        }
+        () = shutdown_signal() => server.shutdown().await,
+    }
     Ok(0)
 }
 
@@ -118,6 +152,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         max_concurrent_runs: args.max_concurrent_runs,
         max_queued_runs: args.max_queued_runs,
         max_body_bytes: args.max_body_mib.saturating_mul(1024 * 1024),
+        allowed_hosts: args.allowed_hosts.clone(),
+        shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
+        cors_origins: cors_origins(&args.cors_origins)?,
         ..Default::default()
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
@@ -138,18 +175,23 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// Resolves at the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves at the first SIGINT or SIGTERM. The handlers are registered when this is called,
+/// not when the future is first polled, so a signal right after start is not lost.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (term, int) = (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok());
+    async move {
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = wait(term) => {}
+            () = wait(int) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
     }
 }

@@ -109,6 +109,11 @@ impl Served {
         if let Some(token) = token {
             cmd.env("RECURSIVE_SERVE_TOKEN", token);
         }
+        Served::spawn(cmd)
+    }
+
+    /// Starts a prepared `serve` command and reads the address it listens on.
+    pub fn spawn(mut cmd: std::process::Command) -> Served {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
@@ -136,10 +141,22 @@ pub fn http(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> (u16, String, String) {
+    http_to_host(addr, addr, method, path, headers, body)
+}
+
+/// [`http`] with the `Host` header naming `host` (the connection still goes to `addr`).
+pub fn http_to_host(
+    addr: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String, String) {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let body = body.map(Value::to_string).unwrap_or_default();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n");
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }

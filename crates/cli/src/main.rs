@@ -151,8 +151,22 @@ fn main() -> ExitCode {
     run()
 }
 
-#[tokio::main]
-async fn run() -> ExitCode {
+/// Runs the command on a tokio runtime, then stops the runtime without waiting for blocking
+/// reads that never end (stdin that an MCP or chat client keeps open).
+fn run() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let code = runtime.block_on(command());
+    runtime.shutdown_timeout(std::time::Duration::from_millis(250));
+    code
+}
+
+async fn command() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run(args) => commands::run::execute(args).await,

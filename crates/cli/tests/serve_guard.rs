@@ -29,9 +29,12 @@ fn a_foreign_host_or_origin_is_refused_on_every_route() {
     let port = server.addr.rsplit(':').next().unwrap().to_string();
     let evil = format!("evil.example:{port}");
     let start = json!({"kind": "run", "input": "say hello"});
-    for (method, path, body) in
-        [("GET", "/health", None), ("GET", "/v1/models", None), ("POST", "/v1/runs", Some(&start)), ("GET", "/openapi.json", None)]
-    {
+    for (method, path, body) in [
+        ("GET", "/health", None),
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/runs", Some(&start)),
+        ("GET", "/openapi.json", None),
+    ] {
         let (status, _, body) = http_to_host(&server.addr, &evil, method, path, &[], body);
         assert_eq!(status, 403, "{method} {path} with Host {evil}: {body}");
         let error: Value = serde_json::from_str(&body).unwrap();
@@ -58,10 +61,12 @@ fn a_foreign_host_or_origin_is_refused_on_every_route() {
 #[test]
 fn a_configured_cors_origin_gets_preflight_answers_and_the_headers() {
     let env = Env::new();
-    let args = ["--mock-script", s(&script(&env)), "--cors-origin", "https://app.example.com"];
+    let script = script(&env);
+    let args = ["--mock-script", s(&script), "--cors-origin", "https://app.example.com"];
     let server = Served::start(&env, &args, Some("sekrit"));
     let app = ("origin", "https://app.example.com");
-    let preflight = [app, ("access-control-request-method", "POST"), ("access-control-request-headers", "authorization")];
+    let preflight =
+        [app, ("access-control-request-method", "POST"), ("access-control-request-headers", "authorization")];
     let (status, head, _) = http(&server.addr, "OPTIONS", "/v1/runs", &preflight, None);
     assert!((200..300).contains(&status), "{status} {head}");
     assert!(head.contains("access-control-allow-origin: https://app.example.com"), "{head}");
@@ -91,7 +96,8 @@ fn the_bearer_scheme_is_case_insensitive_and_a_401_says_how_to_authenticate() {
 #[test]
 fn mcp_over_http_answers_a_real_host_name_with_a_token() {
     let env = Env::new();
-    let args = ["--mock-script", s(&script(&env)), "--allowed-host", "agents.example.com"];
+    let script = script(&env);
+    let args = ["--mock-script", s(&script), "--allowed-host", "agents.example.com"];
     let server = Served::start(&env, &args, Some("sekrit"));
     let port = server.addr.rsplit(':').next().unwrap();
     let init: Value = serde_json::from_str(INITIALIZE).unwrap();
@@ -115,12 +121,12 @@ fn stalled_mcp_stream(addr: &str) -> std::net::TcpStream {
         .trim()
         .to_string();
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let (status, _, _) = http(addr, "POST", "/mcp", &[MCP_HEADERS[0], ("mcp-session-id", &session)], Some(&initialized));
+    let (status, _, _) =
+        http(addr, "POST", "/mcp", &[MCP_HEADERS[0], ("mcp-session-id", &session)], Some(&initialized));
     assert!((200..300).contains(&status));
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let request = format!(
-        "GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n"
-    );
+    let request =
+        format!("GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n");
     stream.write_all(request.as_bytes()).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut first = [0u8; 12];
@@ -132,7 +138,8 @@ fn stalled_mcp_stream(addr: &str) -> std::net::TcpStream {
 #[test]
 fn sigterm_with_a_stream_nobody_reads_exits_within_the_deadline() {
     let env = Env::new();
-    let args = ["--mock-script", s(&script(&env)), "--shutdown-grace", "2"];
+    let script = script(&env);
+    let args = ["--mock-script", s(&script), "--shutdown-grace", "2"];
     let mut server = Served::start(&env, &args, None);
     let _stalled = stalled_mcp_stream(&server.addr);
     let asked = Instant::now();
@@ -254,4 +261,15 @@ except openai.InternalServerError as e:
     assert!(stdout.starts_with("500 false"), "{stdout}");
     assert!(stdout.contains("refuses"), "the run's error is the message: {stdout}");
     assert_eq!(model.requests().len(), 1, "the agent ran once: the SDK did not retry it");
+}
+
+#[test]
+fn a_cors_origin_that_is_not_an_origin_is_a_usage_error() {
+    let env = Env::new();
+    let script = script(&env);
+    for bad in ["app.example.com", "https://app.example.com/path", "ftp://app.example.com"] {
+        let out = env.run(&["serve", "--listen", "127.0.0.1:0", "--mock-script", s(&script), "--cors-origin", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("an origin is"), "{bad}");
+    }
 }

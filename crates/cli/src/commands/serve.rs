@@ -114,7 +114,9 @@ fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
             let authority = trimmed.strip_prefix("http://").or_else(|| trimmed.strip_prefix("https://"));
             match authority {
                 Some(a) if !a.is_empty() && !a.contains(['/', '?', '#', '@', ' ']) => Ok(trimmed),
-                _ => Err(ConfigError(format!("--cors-origin {o}: an origin is `http(s)://host[:port]`, without a path"))),
+                _ => {
+                    Err(ConfigError(format!("--cors-origin {o}: an origin is `http(s)://host[:port]`, without a path")))
+                }
             }
         })
         .collect()
@@ -155,7 +157,6 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         allowed_hosts: args.allowed_hosts.clone(),
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
         cors_origins: cors_origins(&args.cors_origins)?,
-        ..Default::default()
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;

@@ -91,7 +91,9 @@ impl Test {
     /// The channel types the comparison makes sense on.
     pub fn fits(&self, kind: ValueType) -> bool {
         match &self.op {
-            Op::Equals(_) | Op::NotEquals(_) | Op::Exists(_) => true,
+            // `equals "yes"` on an integer channel can never hold (null always can).
+            Op::Equals(v) | Op::NotEquals(v) => kind.accepts(v),
+            Op::Exists(_) => true,
             Op::Contains(_) | Op::NotContains(_) => {
                 matches!(kind, ValueType::String | ValueType::List | ValueType::Any)
             }

@@ -92,7 +92,7 @@ fn several_problems_are_reported_at_once_with_positions_and_carets() {
     assert!(messages.iter().any(|m| m.contains("unknown node `aprove` in an edge")), "{text}");
     assert!(messages.iter().any(|m| m.contains("`prompt` reads unknown channel `nots`")), "{text}");
     assert!(
-        messages.iter().any(|m| m.contains("a model node writes text, but channel `count` holds a integer")),
+        messages.iter().any(|m| m.contains("a model node writes text, but channel `count` holds an integer")),
         "{text}"
     );
     assert!(text.contains("help: did you mean `approve`?"), "{text}");
@@ -170,6 +170,99 @@ when = { channel = "ok", contains = "yes" }
 }
 
 #[test]
+fn a_comparison_that_can_never_hold_is_an_error() {
+    let bad = r#"
+name = "g"
+[state]
+n = "integer"
+text = "string"
+[[nodes]]
+name = "a"
+ask = "?"
+output = "n"
+[[edges]]
+from = "START"
+to = "a"
+[[edges]]
+from = "a"
+to = "END"
+when = { channel = "n", equals = "yes" }
+[[edges]]
+from = "a"
+to = "a"
+when = { channel = "text", not_equals = 3 }
+"#;
+    let err = blueprint::compile(bad, "g.toml").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("does not work on channel `n`, which holds an integer"), "{text}");
+    assert!(text.contains("does not work on channel `text`, which holds a string"), "{text}");
+    let fine = bad.replace("equals = \"yes\"", "equals = 3").replace("not_equals = 3", "not_equals = \"done\"");
+    blueprint::compile(&fine, "g.toml").unwrap();
+}
+
+#[test]
+fn unreachable_nodes_are_found_even_when_an_edge_names_an_unknown_node() {
+    let bad = r#"
+name = "g"
+[state]
+x = "string"
+[[nodes]]
+name = "a"
+ask = "?"
+output = "x"
+[[nodes]]
+name = "lost"
+ask = "?"
+output = "x"
+[[edges]]
+from = "START"
+to = "a"
+[[edges]]
+from = "a"
+to = "ghost"
+"#;
+    let text = blueprint::compile(bad, "g.toml").unwrap_err().to_string();
+    assert!(text.contains("unknown node `ghost`"), "{text}");
+    assert!(text.contains("node `lost` is unreachable"), "{text}");
+}
+
+#[test]
+fn columns_are_exact_after_escapes_in_a_template() {
+    for (prompt, shown) in [
+        (r#""line one\nline two \"quoted\" {nope}""#, "{nope}"),
+        (r#""caf\u00e9 {nope}""#, "{nope}"),
+        ("\"\"\"\nfirst \\\n   second {nope}\"\"\"", "{nope}"),
+        (r#"'raw \n stays {nope}'"#, "{nope}"),
+    ] {
+        let bp = format!(
+            "name = \"g\"\n[state]\nx = \"string\"\n[[nodes]]\nname = \"a\"\nmodel = \"default\"\nprompt = {prompt}\noutput = \"x\"\n[[edges]]\nfrom = \"START\"\nto = \"a\"\n"
+        );
+        let err = blueprint::compile(&bp, "g.toml").unwrap_err();
+        let d = err.items.iter().find(|d| d.message.contains("unknown channel `nope`")).unwrap();
+        assert_eq!(&bp[d.span.clone()], shown, "{prompt}: {err}");
+    }
+}
+
+#[test]
+fn a_long_chain_and_a_long_cycle_are_checked_without_recursion() {
+    let n = 20_000;
+    let mut bp = String::from("name = \"g\"\n[state]\nx = \"string\"\n");
+    for i in 0..n {
+        bp.push_str(&format!("[[nodes]]\nname = \"n{i}\"\nask = \"?\"\noutput = \"x\"\n"));
+    }
+    bp.push_str("[[edges]]\nfrom = \"START\"\nto = \"n0\"\n");
+    for i in 0..n - 1 {
+        bp.push_str(&format!("[[edges]]\nfrom = \"n{i}\"\nto = \"n{}\"\n", i + 1));
+    }
+    let closed = format!("{bp}[[edges]]\nfrom = \"n{}\"\nto = \"n0\"\n", n - 1);
+    bp.push_str(&format!("[[edges]]\nfrom = \"n{}\"\nto = \"END\"\n", n - 1));
+    assert_eq!(blueprint::compile(&bp, "g.toml").unwrap().nodes.len(), n);
+    let text = blueprint::compile(&closed, "g.toml").unwrap_err().to_string();
+    assert!(text.contains("has no exit condition"), "{text}");
+    assert_eq!(text.matches("has no exit condition").count(), 1, "one cycle, reported once");
+}
+
+#[test]
 fn a_toml_error_is_located() {
     let err = blueprint::compile("name = \"g\"\n[[nodes]\nname = 1\n", "g.toml").unwrap_err();
     assert_eq!(err.items.len(), 1);
@@ -205,6 +298,24 @@ to = "again"
     let allow = Allowlist::new().graph("outer", Source { origin: "outer.toml".into(), text: looped.into() });
     let err = blueprint::load(&Source { origin: "outer.toml".into(), text: looped.into() }, &allow).unwrap_err();
     assert!(err.to_string().contains("graph `outer` contains itself"), "{err}");
+}
+
+#[test]
+fn map_in_and_map_out_must_name_channels_the_sub_graph_declares() {
+    let inner = "name = \"inner\"\n[state]\ntext = \"string\"\n[[nodes]]\nname = \"a\"\nask = \"?\"\noutput = \"text\"\n[[edges]]\nfrom = \"START\"\nto = \"a\"\n";
+    let outer = |maps: &str| {
+        format!(
+            "name = \"outer\"\n[state]\ndoc = \"string\"\n[[nodes]]\nname = \"inner\"\ngraph = \"inner\"\n{maps}\n[[edges]]\nfrom = \"START\"\nto = \"inner\"\n"
+        )
+    };
+    let allow = Allowlist::new().graph("inner", Source { origin: "inner.toml".into(), text: inner.into() });
+    let load = |maps: &str| blueprint::load(&Source { origin: "outer.toml".into(), text: outer(maps) }, &allow);
+    assert!(load("map_in = { text = \"doc\" }\nmap_out = { doc = \"text\" }").is_ok());
+    let err = load("map_in = { txt = \"doc\" }").unwrap_err().to_string();
+    assert!(err.contains("`map_in` writes `txt`, which the sub-graph does not declare"), "{err}");
+    assert!(err.contains("outer.toml:7:"), "pointed at the parent's map: {err}");
+    let err = load("map_out = { doc = \"summary\" }").unwrap_err().to_string();
+    assert!(err.contains("`map_out` reads `summary`"), "{err}");
 }
 
 #[test]

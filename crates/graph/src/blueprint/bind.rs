@@ -251,8 +251,12 @@ fn bind_node(node: &NodeDecl, allow: &Allowlist, stack: &mut Vec<String>) -> Res
                     name.span(),
                 ));
             }
+            let compiled = compile(&source.text, &source.origin);
+            if let Ok(bp) = &compiled {
+                check_maps(node, bp)?;
+            }
             stack.push(name.get().clone());
-            let graph = compile(&source.text, &source.origin).and_then(|bp| bind(&bp, source, allow, stack));
+            let graph = compiled.and_then(|bp| bind(&bp, source, allow, stack));
             stack.pop();
             let graph = graph.map_err(|inner| {
                 Diagnostic::new(format!("sub-graph `{}` does not bind:\n{inner}", name.get()), name.span())
@@ -264,4 +268,23 @@ fn bind_node(node: &NodeDecl, allow: &Allowlist, stack: &mut Vec<String>) -> Res
             })
         }
     })
+}
+
+/// `map_in` keys and `map_out` values name the sub-graph's channels: each must exist there
+/// (the parent's side is checked when the parent compiles).
+fn check_maps(node: &NodeDecl, sub: &Blueprint) -> Result<(), Diagnostic> {
+    let known = || format!("the sub-graph's channels: {}", sub.state.keys().cloned().collect::<Vec<_>>().join(", "));
+    if let Some(map) = &node.map_in
+        && let Some(channel) = map.get().keys().find(|c| !sub.state.contains_key(*c))
+    {
+        let message = format!("`map_in` writes `{channel}`, which the sub-graph does not declare");
+        return Err(Diagnostic::new(message, map.span()).help(known()));
+    }
+    if let Some(map) = &node.map_out
+        && let Some(channel) = map.get().values().find(|c| !sub.state.contains_key(*c))
+    {
+        let message = format!("`map_out` reads `{channel}`, which the sub-graph does not declare");
+        return Err(Diagnostic::new(message, map.span()).help(known()));
+    }
+    Ok(())
 }

@@ -70,10 +70,9 @@ impl Checker<'_> {
         let names = self.check_nodes(&channels);
         self.check_edges(&channels, &names);
         self.check_limits();
-        if !self.d.items.iter().any(|d| d.message.contains("unknown node")) {
-            self.check_reachable();
-            self.check_cycles();
-        }
+        // Edges naming unknown nodes (reported above) lead nowhere; the rest is checked.
+        self.check_reachable();
+        self.check_cycles();
     }
 
     fn check_limits(&mut self) {
@@ -98,7 +97,10 @@ impl Checker<'_> {
                 && !channel.kind.accepts(default)
             {
                 self.err(
-                    format!("channel `{name}` is a {}, but its default is {default}", channel.kind.as_str()),
+                    format!(
+                        "channel `{name}` is {}, but its default is {default}",
+                        with_article(channel.kind.as_str())
+                    ),
                     decl.span(),
                 );
             }
@@ -224,24 +226,22 @@ impl Checker<'_> {
     }
 
     fn check_template(&mut self, field: &str, t: &At<String>, channels: &BTreeMap<String, Channel>) {
-        // The text starts after the opening quote (exact for strings without escapes).
-        let base = t.span().start + quote_len(self.text, t.span().start);
+        let start = t.span().start;
+        let at = |decoded: usize| source_offset(self.text, start, decoded);
         match Template::parse(t.get()) {
             Ok(template) => {
                 for (channel, offset) in template.channels() {
                     if !channels.contains_key(channel) {
-                        let start = base + offset;
+                        // `{channel}` decoded; its end is found the same way (escapes inside count).
+                        let span = at(offset)..at(offset + channel.len() + 2);
                         self.d.push(
-                            Diagnostic::new(
-                                format!("`{field}` reads unknown channel `{channel}`"),
-                                start..start + channel.len() + 2,
-                            )
-                            .help(known(channels)),
+                            Diagnostic::new(format!("`{field}` reads unknown channel `{channel}`"), span)
+                                .help(known(channels)),
                         );
                     }
                 }
             }
-            Err(e) => self.err(format!("`{field}`: {}", e.message), base + e.offset..base + e.offset + 1),
+            Err(e) => self.err(format!("`{field}`: {}", e.message), at(e.offset)..at(e.offset) + 1),
         }
     }
 
@@ -266,10 +266,10 @@ impl Checker<'_> {
         if !fits {
             self.err(
                 format!(
-                    "a {} node writes text, but channel `{}` holds a {}",
+                    "a {} node writes text, but channel `{}` holds {}",
                     kind.as_str(),
                     output.get(),
-                    channel.kind.as_str()
+                    with_article(channel.kind.as_str())
                 ),
                 output.span(),
             );
@@ -295,9 +295,9 @@ impl Checker<'_> {
                     None => self.err(format!("the condition reads unknown channel `{}`", test.channel), when.span()),
                     Some(c) if !test.fits(c.kind) => self.err(
                         format!(
-                            "the condition's comparison does not work on channel `{}`, which holds a {}",
+                            "the condition's comparison does not work on channel `{}`, which holds {}",
                             test.channel,
-                            c.kind.as_str()
+                            with_article(c.kind.as_str())
                         ),
                         when.span(),
                     ),
@@ -359,64 +359,183 @@ impl Checker<'_> {
         }
     }
 
-    /// A cycle made only of unconditional edges never ends.
+    /// A cycle made only of unconditional edges never ends: each strongly connected component
+    /// of the unconditional edges that holds a cycle is reported once, with one of its cycles
+    /// (linear in the graph's size).
     fn check_cycles(&mut self) {
         let succ = self.successors();
-        let always = |n: &str| -> Vec<&str> {
-            succ.get(n).into_iter().flatten().filter(|(_, g)| !g).map(|(to, _)| *to).collect()
-        };
-        let mut reported: BTreeSet<String> = BTreeSet::new();
+        let nodes: Vec<&str> = self.bp.nodes.iter().map(|n| n.name.get().as_str()).collect();
+        let index: BTreeMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let always: Vec<Vec<usize>> = nodes
+            .iter()
+            .map(|n| {
+                succ.get(n)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, g)| !g)
+                    .filter_map(|(to, _)| index.get(to).copied())
+                    .collect()
+            })
+            .collect();
         let mut found = Vec::new();
-        for node in &self.bp.nodes {
-            let start = node.name.get().as_str();
-            if let Some(cycle) = find_cycle(start, &always) {
-                let key: BTreeSet<&str> = cycle.iter().copied().collect();
-                let key = key.into_iter().collect::<Vec<_>>().join(",");
-                if reported.insert(key) {
-                    let path = cycle.join(" → ");
-                    found.push(
-                        Diagnostic::new(
-                            format!("the cycle {path} has no exit condition: it would never end"),
-                            node.name.span(),
-                        )
-                        .help("guard one of its edges with `when` (and add an `otherwise` or exit edge)"),
-                    );
-                }
+        for component in strongly_connected(&always) {
+            let first = component[0];
+            let cyclic = component.len() > 1 || always[first].contains(&first);
+            if !cyclic {
+                continue;
             }
+            let cycle: Vec<&str> = cycle_through(first, &component, &always).into_iter().map(|i| nodes[i]).collect();
+            let at = component.iter().copied().min().unwrap_or(first);
+            found.push(
+                Diagnostic::new(
+                    format!("the cycle {} has no exit condition: it would never end", cycle.join(" → ")),
+                    self.bp.nodes[at].name.span(),
+                )
+                .help("guard one of its edges with `when` (and add an `otherwise` or exit edge)"),
+            );
         }
+        found.sort_by_key(|d| d.span.start);
         for d in found {
             self.d.push(d);
         }
     }
 }
 
-/// A path of unconditional edges from `start` back to `start`, if there is one.
-fn find_cycle<'a>(start: &'a str, next: &dyn Fn(&str) -> Vec<&'a str>) -> Option<Vec<&'a str>> {
-    let mut stack = vec![(start, vec![start])];
-    let mut seen = BTreeSet::new();
-    while let Some((n, path)) = stack.pop() {
-        for to in next(n) {
-            if to == start {
-                let mut cycle = path.clone();
-                cycle.push(start);
-                return Some(cycle);
+/// The strongly connected components of a graph given as successor lists (Tarjan's algorithm,
+/// iterative so that a long chain cannot overflow the stack).
+fn strongly_connected(succ: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    const UNSEEN: usize = usize::MAX;
+    let n = succ.len();
+    let (mut index, mut low, mut on_stack) = (vec![UNSEEN; n], vec![0; n], vec![false; n]);
+    let (mut stack, mut components, mut next) = (Vec::new(), Vec::new(), 0);
+    for root in 0..n {
+        if index[root] != UNSEEN {
+            continue;
+        }
+        // (node, position in its successor list)
+        let mut work = vec![(root, 0usize)];
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(&mut (v, ref mut pos)) = work.last_mut() {
+            if let Some(&w) = succ[v].get(*pos) {
+                *pos += 1;
+                if index[w] == UNSEEN {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    work.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
             }
-            if seen.insert(to) {
-                let mut p = path.clone();
-                p.push(to);
-                stack.push((to, p));
+            work.pop();
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                component.sort_unstable();
+                components.push(component);
             }
         }
     }
-    None
+    components
 }
 
-fn quote_len(text: &str, start: usize) -> usize {
+/// A cycle from `start` back to it inside `component` (breadth first: a shortest one).
+fn cycle_through(start: usize, component: &[usize], succ: &[Vec<usize>]) -> Vec<usize> {
+    let inside: BTreeSet<usize> = component.iter().copied().collect();
+    let mut parent: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for &w in &succ[v] {
+            if w == start {
+                let mut path = vec![start];
+                let mut at = v;
+                while at != start {
+                    path.push(at);
+                    at = parent[&at];
+                }
+                path[1..].reverse();
+                path.push(start);
+                return path;
+            }
+            if inside.contains(&w) && !parent.contains_key(&w) {
+                parent.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    vec![start, start]
+}
+
+/// Where, in `text`, the byte `decoded` of the TOML string whose literal starts at `start`
+/// comes from: escapes (`\n`, `\"`, `\u00e9`…) and a multi-line string's line-ending backslash
+/// take more source than they give, so columns are counted through them.
+fn source_offset(text: &str, start: usize, decoded: usize) -> usize {
     let rest = text.get(start..).unwrap_or("");
-    if rest.starts_with("\"\"\"") || rest.starts_with("'''") {
-        3 + usize::from(rest[3..].starts_with('\n'))
+    let after_newline = |n: usize| n + usize::from(rest.get(n..).is_some_and(|r| r.starts_with('\n')));
+    let (open, basic) = if rest.starts_with("\"\"\"") {
+        (after_newline(3), true)
+    } else if rest.starts_with("'''") {
+        (after_newline(3), false)
+    } else if rest.starts_with('"') {
+        (1, true)
     } else {
-        usize::from(rest.starts_with('"') || rest.starts_with('\''))
+        (usize::from(rest.starts_with('\'')), false)
+    };
+    if !basic {
+        return start + open + decoded;
+    }
+    let body = rest.get(open..).unwrap_or("");
+    let bytes = body.as_bytes();
+    let (mut raw, mut out) = (0, 0);
+    while out < decoded && raw < bytes.len() {
+        if bytes[raw] != b'\\' {
+            raw += 1;
+            out += 1;
+            continue;
+        }
+        let digits = body.get(raw + 2..).unwrap_or("");
+        match bytes.get(raw + 1) {
+            Some(b'u') => (raw, out) = (raw + 6, out + unicode_len(digits, 4)),
+            Some(b'U') => (raw, out) = (raw + 10, out + unicode_len(digits, 8)),
+            Some(c) if c.is_ascii_whitespace() => {
+                // A line-ending backslash: it and the whitespace after it give nothing.
+                raw += 1;
+                while bytes.get(raw).is_some_and(u8::is_ascii_whitespace) {
+                    raw += 1;
+                }
+            }
+            _ => (raw, out) = (raw + 2, out + 1),
+        }
+    }
+    start + open + raw
+}
+
+/// The UTF-8 length of the character that a `\u` or `\U` escape's `count` hex digits name.
+fn unicode_len(hex: &str, count: usize) -> usize {
+    hex.get(..count).and_then(|h| u32::from_str_radix(h, 16).ok()).and_then(char::from_u32).map_or(1, char::len_utf8)
+}
+
+/// `a string`, `an integer`.
+fn with_article(kind: &str) -> String {
+    match kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => format!("an {kind}"),
+        false => format!("a {kind}"),
     }
 }
 

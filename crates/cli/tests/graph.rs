@@ -469,3 +469,30 @@ to = "shorten"
     assert!(text.contains("graph node `shorten`"), "{text}");
     assert!(text.contains("model node `sum`"), "{text}");
 }
+
+#[test]
+fn one_corrupt_thread_record_is_named_and_the_others_are_listed() {
+    let env = Env::new();
+    let store = env.path("graphs.db");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let sqlite = recursive_graph::SqliteCheckpointer::open(&store).unwrap();
+        for thread in ["first", "broken", "last"] {
+            let info = recursive_graph::ThreadInfo {
+                thread: thread.into(),
+                graph: "survey".into(),
+                blueprint: None,
+                origin: None,
+                created_at: chrono::Utc::now(),
+            };
+            recursive_graph::Checkpointer::put_thread(&sqlite, &info).await.unwrap();
+        }
+    });
+    let raw = rusqlite::Connection::open(&store).unwrap();
+    raw.execute("UPDATE graph_threads SET body = 'garbage' WHERE thread = 'broken'", []).unwrap();
+    let out = env.run(&["graph", "threads", "--store", s(&store)]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.contains("first") && stdout.contains("last"), "{stdout}");
+    assert!(stderr.contains("thread broken") && stderr.contains("unreadable"), "{stderr}");
+}

@@ -171,6 +171,23 @@ impl From<serde_json::Error> for StoreError {
     }
 }
 
+/// A thread record as listed: the thread, or why its stored record cannot be read.
+pub type Listed = Result<ThreadInfo, Unreadable>;
+
+/// A stored thread record that does not parse.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unreadable {
+    /// The thread's id (its key column).
+    pub thread: String,
+    /// Why its record does not parse.
+    pub error: String,
+}
+
+/// Parses a listed thread's stored record.
+pub(crate) fn listed(thread: String, body: &str) -> Listed {
+    serde_json::from_str(body).map_err(|e| Unreadable { thread, error: e.to_string() })
+}
+
 /// Where checkpoints, pending writes and threads are kept.
 #[async_trait]
 pub trait Checkpointer: Send + Sync {
@@ -179,7 +196,9 @@ pub trait Checkpointer: Send + Sync {
     /// A thread's record.
     async fn thread(&self, thread: &str) -> Result<Option<ThreadInfo>, StoreError>;
     /// Every thread, oldest first.
-    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError>;
+    /// Every thread, oldest first; a record that does not parse is listed as unreadable, so one
+    /// corrupt row does not hide the others.
+    async fn threads(&self) -> Result<Vec<Listed>, StoreError>;
     /// Stores a checkpoint (ids are unique; it becomes its namespace's latest).
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError>;
     /// Stores a node's pending write for the step that starts at `checkpoint` (replacing an
@@ -246,8 +265,8 @@ impl Checkpointer for MemoryCheckpointer {
         self.with(|m| m.threads.iter().find(|t| t.thread == thread).cloned())
     }
 
-    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError> {
-        self.with(|m| m.threads.clone())
+    async fn threads(&self) -> Result<Vec<Listed>, StoreError> {
+        self.with(|m| m.threads.iter().cloned().map(Ok).collect())
     }
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
@@ -357,7 +376,7 @@ pub(crate) mod contract {
         };
         store.put_thread(&info).await.unwrap();
         assert_eq!(store.thread(thread).await.unwrap().unwrap().blueprint, info.blueprint);
-        assert!(store.threads().await.unwrap().iter().any(|t| t.thread == thread));
+        assert!(store.threads().await.unwrap().iter().any(|t| t.as_ref().is_ok_and(|t| t.thread == thread)));
 
         assert!(store.latest(thread, "").await.unwrap().is_none());
         let c0 = checkpoint(thread, "", 0, None);

@@ -21,7 +21,9 @@ pub mod sqlite;
 pub mod state;
 pub mod template;
 
-pub use checkpoint::{Checkpoint, Checkpointer, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, When, Write};
+pub use checkpoint::{
+    Checkpoint, Checkpointer, Listed, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, Unreadable, When, Write,
+};
 pub use events::{GraphEvent, NodeOutcome};
 pub use exec::{Finish, GraphError, GraphOutcome, Interruption, Start, Thread, fork};
 pub use graph::{BuildError, END, Edge, Graph, GraphBuilder, Guard, Op, RecursionPolicy, START, Test};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls};
 
-use crate::checkpoint::{Checkpoint, Checkpointer, PendingWrite, StoreError, ThreadInfo};
+use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo, listed};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS graph_threads (
@@ -141,8 +141,13 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(self.bodies("SELECT body FROM graph_threads WHERE thread = $1", &[&thread]).await?.pop())
     }
 
-    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError> {
-        self.bodies("SELECT body FROM graph_threads ORDER BY seq", &[]).await
+    async fn threads(&self) -> Result<Vec<Listed>, StoreError> {
+        let rows = timed(self.client.query("SELECT thread, body FROM graph_threads ORDER BY seq", &[])).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(listed(r.try_get::<_, String>(0).map_err(backend)?, &r.try_get::<_, String>(1).map_err(backend)?))
+            })
+            .collect()
     }
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {

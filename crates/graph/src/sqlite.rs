@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::checkpoint::{Checkpoint, Checkpointer, PendingWrite, StoreError, ThreadInfo};
+use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo, listed};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS graph_threads (
@@ -108,11 +108,11 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
-    async fn threads(&self) -> Result<Vec<ThreadInfo>, StoreError> {
+    async fn threads(&self) -> Result<Vec<Listed>, StoreError> {
         self.with(|c| {
-            let mut stmt = c.prepare("SELECT body FROM graph_threads ORDER BY rowid").map_err(backend)?;
-            let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(backend)?;
-            rows.map(|r| r.map_err(backend).and_then(parse)).collect()
+            let mut stmt = c.prepare("SELECT thread, body FROM graph_threads ORDER BY rowid").map_err(backend)?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(backend)?;
+            rows.map(|r| r.map_err(backend).map(|(thread, body)| listed(thread, &body))).collect()
         })
         .await
     }
@@ -257,5 +257,29 @@ mod tests {
         drop(store);
         let reopened = SqliteCheckpointer::open(&path).unwrap();
         assert_eq!(reopened.latest("t1", "").await.unwrap().unwrap(), latest);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_thread_record_is_listed_as_unreadable_and_hides_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("graphs.db");
+        let store = SqliteCheckpointer::open(&path).unwrap();
+        for thread in ["a", "b", "c"] {
+            let info = ThreadInfo {
+                thread: thread.into(),
+                graph: "g".into(),
+                blueprint: None,
+                origin: None,
+                created_at: chrono::Utc::now(),
+            };
+            store.put_thread(&info).await.unwrap();
+        }
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute("UPDATE graph_threads SET body = '{not json' WHERE thread = 'b'", []).unwrap();
+        let listed = store.threads().await.unwrap();
+        assert_eq!(listed.len(), 3);
+        assert_eq!(listed[0].as_ref().unwrap().thread, "a");
+        assert_eq!(listed[1].as_ref().unwrap_err().thread, "b");
+        assert_eq!(listed[2].as_ref().unwrap().thread, "c");
     }
 }

@@ -599,33 +599,44 @@ async fn fork(args: ForkArgs) -> anyhow::Result<u8> {
 async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
     let store = open_store(&args, None).await?;
     let list = store.threads().await?;
+    // As `ls` does: every readable thread is listed; an unreadable record is named on stderr
+    // and makes the exit status 1.
+    let unreadable: Vec<&recursive_graph::Unreadable> = list.iter().filter_map(|t| t.as_ref().err()).collect();
+    for u in &unreadable {
+        eprintln!("error: thread {}: its record in the store is unreadable: {}", u.thread, u.error);
+    }
+    let readable = list.iter().filter_map(|t| t.as_ref().ok());
     if args.json {
-        let brief: Vec<Value> = list
-            .iter()
+        let brief: Vec<Value> = readable
             .map(|t| json!({"thread": t.thread, "graph": t.graph, "origin": t.origin, "created_at": t.created_at}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&brief)?);
-        return Ok(0);
+    } else {
+        for t in readable {
+            let status = thread_status(store.as_ref(), &t.thread).await.unwrap_or_else(|e| format!("unreadable: {e}"));
+            println!("{}  {}  {status}  {}", t.thread, t.graph, t.created_at.format("%Y-%m-%d %H:%M:%S"));
+        }
     }
-    for t in &list {
-        let status = match store.latest(&t.thread, "").await? {
-            Some(c) if c.is_done() => "done".to_string(),
-            Some(c)
-                if store
-                    .writes(&t.thread, &c.id)
+    Ok(if unreadable.is_empty() { 0 } else { crate::EXIT_ERROR })
+}
+
+/// Where a thread stands: done, waiting (a question or a pause), at a step, or empty.
+async fn thread_status(store: &dyn Checkpointer, thread: &str) -> Result<String, recursive_graph::StoreError> {
+    Ok(match store.latest(thread, "").await? {
+        Some(c) if c.is_done() => "done".to_string(),
+        Some(c)
+            if c.pause.is_some()
+                || store
+                    .writes(thread, &c.id)
                     .await?
                     .iter()
-                    .any(|w| matches!(w.write, recursive_graph::Write::Interrupt { .. }))
-                    || c.pause.is_some() =>
-            {
-                "waiting".to_string()
-            }
-            Some(c) => format!("at step {}", c.step),
-            None => "empty".to_string(),
-        };
-        println!("{}  {}  {status}  {}", t.thread, t.graph, t.created_at.format("%Y-%m-%d %H:%M:%S"));
-    }
-    Ok(0)
+                    .any(|w| matches!(w.write, recursive_graph::Write::Interrupt { .. })) =>
+        {
+            "waiting".to_string()
+        }
+        Some(c) => format!("at step {}", c.step),
+        None => "empty".to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -496,3 +496,65 @@ fn one_corrupt_thread_record_is_named_and_the_others_are_listed() {
     assert!(stdout.contains("first") && stdout.contains("last"), "{stdout}");
     assert!(stderr.contains("thread broken") && stderr.contains("unreadable"), "{stderr}");
 }
+
+const TICKER: &str = r#"
+name = "ticker"
+[limits]
+max_visits = 2
+[state]
+said = "string"
+[[nodes]]
+name = "tick"
+model = "default"
+prompt = "Say again or stop"
+output = "said"
+[[edges]]
+from = "START"
+to = "tick"
+[[edges]]
+from = "tick"
+to = "END"
+when = { channel = "said", equals = "stop" }
+[[edges]]
+from = "tick"
+to = "tick"
+otherwise = true
+"#;
+
+#[test]
+fn a_thread_stopped_on_its_limits_goes_on_with_raise_limits_and_a_fork_counts_afresh() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start());
+    let stop = Arc::new(AtomicBool::new(false));
+    let told = stop.clone();
+    server.respond_with(move |_| Some(Reply::text(if told.load(Ordering::SeqCst) { "stop" } else { "again" })));
+    let blueprint = env.path("ticker.toml");
+    std::fs::write(&blueprint, TICKER).unwrap();
+    let store = env.path("graphs.db");
+    let graph = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test").arg("graph").args(args).args(graph_args(&server, s(&store)));
+        cmd.output().unwrap()
+    };
+    let calls = || server.requests().len();
+    let out = graph(&["run", s(&blueprint), "--thread", "t1", "--input", "{}"]);
+    assert_eq!(out.status.code(), Some(17), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(calls(), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--raise-limits"), "the way on is named");
+
+    // A plain resume stops at the same limit without a model call; a fork counts afresh.
+    assert_eq!(graph(&["resume", "--thread", "t1"]).status.code(), Some(17));
+    assert_eq!(calls(), 2);
+    let out = graph(&["fork", "--thread", "t1", "--into", "t2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(graph(&["resume", "--thread", "t2"]).status.code(), Some(17));
+    assert_eq!(calls(), 4, "the fork ran its own two visits");
+
+    // Raised, the first thread goes on from where it stopped.
+    stop.store(true, Ordering::SeqCst);
+    let out = graph(&["resume", "--thread", "t1", "--raise-limits"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["state"]["said"], "stop");
+    assert_eq!(calls(), 5);
+}

@@ -28,6 +28,9 @@ pub enum Source {
     Replay,
     /// Copied from an earlier checkpoint with an edited state.
     Fork,
+    /// Copied from the latest checkpoint to continue past the limits: visits and supersteps
+    /// count afresh from it (`graph resume --raise-limits`).
+    Raise,
 }
 
 /// When a run stops for a person, at a checkpoint.
@@ -87,6 +90,9 @@ pub struct Checkpoint {
     pub next: Vec<String>,
     /// How often each node has run on this branch.
     pub visits: BTreeMap<String, u32>,
+    /// The step the run's `max_supersteps` counts from (the step of its input, fork or raise).
+    #[serde(default)]
+    pub base_step: u64,
     /// A stop before or after named nodes, waiting for `resume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<Pause>,
@@ -360,6 +366,7 @@ pub(crate) mod contract {
             state: json!({"n": step}).as_object().cloned().unwrap_or_default(),
             next: vec!["a".into()],
             visits: BTreeMap::from([("a".to_string(), step as u32)]),
+            base_step: 0,
             pause: None,
             source: Source::Step,
             created_at: Utc::now(),

@@ -127,6 +127,9 @@ pub enum Start {
     /// Continue the thread from its latest checkpoint: after a crash, a pause, or with the
     /// value a node asked for.
     Resume(Option<Value>),
+    /// Continue from the latest checkpoint with the limits counted afresh from it (visits per
+    /// node and supersteps): a thread that stopped on `[limits]` goes on.
+    RaiseLimits(Option<Value>),
     /// Run again from an earlier checkpoint (time travel); the thread's history branches.
     From {
         /// The checkpoint.
@@ -268,12 +271,14 @@ impl Graph {
                 let mut state = latest.as_ref().map(|l| l.state.clone()).unwrap_or_else(|| self.schema.empty_state());
                 self.schema.apply(&mut state, &update).map_err(|e| GraphError::Input(e.to_string()))?;
                 let next = self.route(&[START.to_string()], &state);
+                let step = latest.as_ref().map(|l| l.step).unwrap_or(0);
                 let cp = Checkpoint {
                     id: Checkpoint::new_id(),
                     thread: thread.id.clone(),
                     ns: thread.ns.clone(),
                     parent: latest.as_ref().map(|l| l.id.clone()),
-                    step: latest.map(|l| l.step).unwrap_or(0),
+                    step,
+                    base_step: step,
                     pause: self.pause(&[], &next),
                     state,
                     next,
@@ -290,6 +295,22 @@ impl Graph {
                     return Err(GraphError::NothingAsks(thread.id.clone()));
                 }
                 Ok((cp, value, true))
+            }
+            Start::RaiseLimits(value) => {
+                let cp = store.latest(&thread.id, &thread.ns).await?.ok_or(GraphError::NoThread(thread.id.clone()))?;
+                if cp.is_done() {
+                    return Ok((cp, value, true));
+                }
+                let mut raised = branch(&cp, Source::Raise, cp.state.clone());
+                raised.visits = BTreeMap::new();
+                raised.base_step = raised.step;
+                raised.pause = cp.pause.clone();
+                store.put(&raised).await?;
+                // The step's finished nodes and questions stay with the copy.
+                for w in store.writes(&thread.id, &cp.id).await? {
+                    store.put_write(&thread.id, &raised.id, &w).await?;
+                }
+                Ok((raised, value, true))
             }
             Start::From { checkpoint, value } => {
                 let from = store.get(&thread.id, &checkpoint).await?.ok_or_else(|| GraphError::NoCheckpoint {
@@ -325,7 +346,7 @@ impl Graph {
             return Some(Finish::Stopped { reason });
         }
         let policy = &self.policy;
-        if cp.step >= u64::from(policy.max_supersteps) {
+        if cp.step.saturating_sub(cp.base_step) >= u64::from(policy.max_supersteps) {
             return Some(Finish::SuperstepLimit { max: policy.max_supersteps });
         }
         if let Some(node) = cp.next.iter().find(|n| cp.visits.get(*n).copied().unwrap_or(0) >= policy.max_visits) {
@@ -565,6 +586,9 @@ pub async fn fork(
     let mut fork = branch(&from, Source::Fork, state);
     fork.thread = into.to_string();
     fork.ns = String::new();
+    // A fork is a new run of its own: its limits count from here.
+    fork.visits = BTreeMap::new();
+    fork.base_step = fork.step;
     store.put(&fork).await?;
     Ok(fork)
 }

@@ -89,6 +89,7 @@ impl CheckpointSlot for StoreSlot {
             state,
             next: Vec::new(),
             visits: Default::default(),
+            base_step: 0,
             pause: None,
             source: Source::Step,
             created_at: chrono::Utc::now(),

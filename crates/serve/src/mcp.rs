@@ -80,6 +80,11 @@ pub fn tools(offered: &[recursive_core::ToolSpec]) -> Vec<Tool> {
         };
         tools.push(Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema)));
     }
+    // Every tool's result carries the run's output as structured content.
+    let output = schema::<crate::runs::RunOutput>();
+    for tool in &mut tools {
+        tool.output_schema = Some(output.clone());
+    }
     tools
 }
 

@@ -60,8 +60,9 @@ pub struct RunRequest {
     pub history: Vec<Message>,
 }
 
-/// How a run ended, as the runner reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+/// How a run ended, as the runner reports it (also the structured content of an MCP tool's
+/// result, whose `outputSchema` is this type's JSON Schema).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct RunOutput {
     /// Whether the run did what was asked.
     pub ok: bool,
@@ -69,6 +70,7 @@ pub struct RunOutput {
     /// or `error` after a fault.
     #[serde(with = "recursive_core::run::finish_name")]
     #[schema(value_type = String)]
+    #[schemars(with = "String")]
     pub outcome: FinishReason,
     /// The answer as text.
     pub text: String,

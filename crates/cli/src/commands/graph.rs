@@ -192,6 +192,10 @@ pub struct ResumeArgs {
     /// Run again from this earlier checkpoint (time travel; the history branches).
     #[arg(long, value_name = "ID")]
     pub checkpoint: Option<String>,
+    /// Continue a thread that stopped on its `[limits]` (exit 17): visits per node and
+    /// supersteps count afresh from its latest checkpoint.
+    #[arg(long, conflicts_with = "checkpoint")]
+    pub raise_limits: bool,
     #[command(flatten)]
     pub run: ExecArgs,
 }
@@ -408,6 +412,7 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
     let value = args.value.as_deref().map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())));
     let start = match args.checkpoint {
         Some(checkpoint) => Start::From { checkpoint, value },
+        None if args.raise_limits => Start::RaiseLimits(value),
         None => Start::Resume(value),
     };
     execute_graph(&args.run, Source { origin, text }, dir, store, None, &args.thread, start).await
@@ -467,8 +472,8 @@ async fn execute_graph(
         Ok(o) => report(&o, args.store.json),
         Err(GraphError::Input(e)) => Err(ConfigError(format!("input: {e}")).into()),
         Err(GraphError::Unfinished(t)) => Err(ConfigError(format!(
-            "thread `{t}` has an unfinished run: continue it with `recursive graph resume --thread {t}`, or start a \
-             new thread"
+            "thread `{t}` has an unfinished run: continue it with `recursive graph resume --thread {t}` (with \
+             --raise-limits if it stopped on its [limits]), or start a new thread"
         ))
         .into()),
         Err(GraphError::NothingAsks(t)) => {
@@ -508,6 +513,10 @@ fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
                 o.thread
             );
         }
+        limit @ (Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. }) => eprintln!(
+            "thread {}: {limit}\nto go on past the blueprint's [limits]: recursive graph resume --thread {} --raise-limits",
+            o.thread, o.thread
+        ),
         other => eprintln!("thread {}: {other}", o.thread),
     }
     Ok(code)

@@ -41,6 +41,9 @@ async def exercise(session):
         "helper_schema": sorted(field(next(t for t in tools.tools if t.name == "helper"), "input_schema")["properties"]),
         "tools": sorted(t.name for t in tools.tools),
         "rlm_schema": sorted(field(next(t for t in tools.tools if t.name == "rlm"), "input_schema")["properties"]),
+        # The SDK checks each call's structured content against the tool's outputSchema.
+        "output_schemas": sorted({",".join(sorted((field(t, "output_schema") or {}).get("properties", {}))) for t in tools.tools}),
+        "structured_ok": (field(result, "structured_content") or {}).get("ok"),
         "text": result.content[0].text,
         "is_error": field(result, "is_error"),
         "progress": progress,

@@ -546,7 +546,7 @@ fn a_thread_stopped_on_its_limits_goes_on_with_raise_limits_and_a_fork_counts_af
     // A plain resume stops at the same limit without a model call; a fork counts afresh.
     assert_eq!(graph(&["resume", "--thread", "t1"]).status.code(), Some(17));
     assert_eq!(calls(), 2);
-    let out = graph(&["fork", "--thread", "t1", "--into", "t2"]);
+    let out = env.run(&["graph", "fork", "--thread", "t1", "--into", "t2", "--store", s(&store)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(graph(&["resume", "--thread", "t2"]).status.code(), Some(17));
     assert_eq!(calls(), 4, "the fork ran its own two visits");

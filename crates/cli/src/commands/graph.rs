@@ -487,6 +487,12 @@ async fn execute_graph(
 
 fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
     let code = u8::try_from(o.finish.finish_reason().exit_code()).unwrap_or(1);
+    if let limit @ (Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. }) = &o.finish {
+        eprintln!(
+            "thread {}: {limit}\nto go on past the blueprint's [limits]: recursive graph resume --thread {} --raise-limits",
+            o.thread, o.thread
+        );
+    }
     if json_out {
         let out = json!({
             "thread": o.thread,
@@ -513,10 +519,7 @@ fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
                 o.thread
             );
         }
-        limit @ (Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. }) => eprintln!(
-            "thread {}: {limit}\nto go on past the blueprint's [limits]: recursive graph resume --thread {} --raise-limits",
-            o.thread, o.thread
-        ),
+        Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. } => {}
         other => eprintln!("thread {}: {other}", o.thread),
     }
     Ok(code)

@@ -8,9 +8,11 @@
 //!   The test checks that it exists in the clone, is executable, and is what `.ci/run` runs.
 //! - Nothing reads `../shared` when the main job builds or runs (only the conformance tests
 //!   read it), so the clone gets no `shared` sibling: the command must work without one.
-//! - A build in a fresh clone is slow, so the command runs with `CARGO_TARGET_DIR` set to this
-//!   workspace's target directory: the dependencies this test run built are reused, and only
-//!   what the test build compiled differently is compiled again.
+//! - The command runs with `CARGO_TARGET_DIR` set to a directory of its own inside this
+//!   workspace's target directory (`target/readme`), kept between runs: a later run compiles only
+//!   what changed. Not the workspace's own `target/debug`: the clone's crates get the same
+//!   file names as the workspace's (cargo hashes their workspace-relative paths), so building
+//!   them there would replace artifacts other tests of this run link against.
 //! - `git` is required: without it the test fails, it does not skip.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -118,7 +120,7 @@ fn run_verbatim(command: &str, dir: &Path) -> Output {
         .arg("-c")
         .arg(command)
         .current_dir(dir)
-        .env("CARGO_TARGET_DIR", workspace_target_dir())
+        .env("CARGO_TARGET_DIR", workspace_target_dir().join("readme"))
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")

@@ -37,7 +37,8 @@ const RLM_QUESTION: &str = "Carry out the request written in the input `context`
 /// The question an `rlm` run gets when the user attached files and wrote nothing.
 const RLM_FILES_QUESTION: &str = "Summarise the attached inputs.";
 
-#[derive(Debug, Deserialize)]
+/// A chat completion request: the fields this server reads (others are ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ChatRequest {
     model: String,
     messages: Vec<ChatMessage>,
@@ -47,13 +48,15 @@ pub(crate) struct ChatRequest {
     stream_options: Option<StreamOptions>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Streaming options.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// A message: `role`, and `content` as a string or a list of parts (`text`, `file`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct ChatMessage {
     role: String,
     #[serde(default)]
@@ -98,7 +101,8 @@ impl ChatMessage {
 }
 
 #[utoipa::path(get, path = "/v1/models",
-    responses((status = 200, description = "The models: `agent`, `rlm` and the server's named agents")))]
+    responses((status = 200, description = "The models: `agent`, `rlm` and the server's named agents"),
+        (status = 401, body = crate::server::ErrorBody), (status = 403, body = crate::server::ErrorBody)))]
 pub(crate) async fn models(State(server): State<Arc<Server>>) -> Json<Value> {
     let names = MODELS.iter().map(|m| m.to_string()).chain(server.runner.agents());
     let data: Vec<Value> =
@@ -152,8 +156,14 @@ fn run_request(request: &ChatRequest, agents: &[String]) -> Result<RunRequest, (
     Ok(RunRequest { kind, input, inputs: Default::default(), agent, history })
 }
 
-#[utoipa::path(post, path = "/v1/chat/completions",
-    responses((status = 200, description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set")))]
+#[utoipa::path(post, path = "/v1/chat/completions", request_body = ChatRequest,
+    responses((status = 200, description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set"),
+        (status = 400, body = crate::server::ErrorBody), (status = 401, body = crate::server::ErrorBody),
+        (status = 403, body = crate::server::ErrorBody), (status = 404, body = crate::server::ErrorBody),
+        (status = 413, body = crate::server::ErrorBody), (status = 415, body = crate::server::ErrorBody),
+        (status = 422, body = crate::server::ErrorBody), (status = 429, body = crate::server::ErrorBody),
+        (status = 500, body = crate::server::ErrorBody,
+            description = "The run failed; `x-should-retry: false` (a retry would run it again)")))]
 pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(request): Json<ChatRequest>) -> Response {
     let run_request = match run_request(&request, &server.runner.agents()) {
         Ok(r) => r,

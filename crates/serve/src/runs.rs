@@ -74,8 +74,8 @@ pub struct RunOutput {
     pub outcome: FinishReason,
     /// The answer as text.
     pub text: String,
-    /// The structured result (the RLM's output, the goal's result), if any.
-    #[schema(value_type = Object)]
+    /// The structured result (the RLM's output, the goal's result); `null` when there is none
+    /// (an agent run answers with `text`).
     pub output: Value,
     /// Why it failed, if it did.
     pub error: Option<String>,

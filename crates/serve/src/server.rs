@@ -278,9 +278,31 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// Every error response's body, in OpenAI's shape.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// An error's detail.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong and, where it helps, how to fix it.
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `permission_error`, `not_found_error`,
+    /// `request_too_large`, `rate_limit_error` or `server_error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault (always null here).
+    pub param: Option<String>,
+    /// A machine-readable code (always null here).
+    pub code: Option<String>,
+}
+
 /// An error in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
 pub(crate) fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+    let body = ErrorBody { error: ErrorDetail { message: message.into(), kind: kind.into(), param: None, code: None } };
     (status, Json(body)).into_response()
 }
 
@@ -344,7 +366,8 @@ pub(crate) fn busy() -> Response {
     response
 }
 
-#[utoipa::path(get, path = "/health", responses((status = 200, description = "The server is up")))]
+#[utoipa::path(get, path = "/health", responses((status = 200, description = "The server is up"),
+    (status = 403, body = ErrorBody, description = "A foreign `Host` or `Origin`")))]
 async fn health(State(server): State<Arc<Server>>) -> Json<Value> {
     Json(json!({"status": "ok", "running": server.store.unfinished().len()}))
 }
@@ -354,7 +377,9 @@ async fn health(State(server): State<Arc<Server>>) -> Json<Value> {
         (RunRequest = "application/json"),
         (Object = "multipart/form-data")
     )),
-    responses((status = 202, body = RunView), (status = 429, description = "Too many runs")))]
+    responses((status = 202, body = RunView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody, description = "Too many runs")))]
 async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Response {
     let multipart = request
         .headers()
@@ -408,7 +433,8 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = RunView), (status = 404, description = "No such run")))]
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "No such run")))]
 async fn get_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
     match server.store.get(&id) {
         Some(run) => Json(run.view()).into_response(),
@@ -417,7 +443,8 @@ async fn get_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> R
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", params(("id" = String, Path)),
-    responses((status = 202, body = RunView), (status = 404, description = "No such run")))]
+    responses((status = 202, body = RunView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "No such run")))]
 async fn cancel_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
     match server.store.get(&id) {
         Some(run) => {
@@ -434,7 +461,8 @@ fn not_found(id: &str) -> Response {
 
 #[utoipa::path(get, path = "/v1/runs/{id}/events", params(("id" = String, Path)),
     responses((status = 200, description = "Server-Sent Events: every event of the run tree, `id` = its index; \
-        then `event: end` with the result. Resumes after `Last-Event-ID`.", content_type = "text/event-stream")))]
+        then `event: end` with the result. Resumes after `Last-Event-ID`.", content_type = "text/event-stream"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn run_events(State(server): State<Arc<Server>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let Some(run) = server.store.get(&id) else { return not_found(&id) };
     let from = headers
@@ -477,7 +505,8 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
 #[openapi(
     info(title = "Recursive", description = "Runs, their live events, and agents as OpenAI-compatible models."),
     paths(health, create_run, get_run, cancel_run, run_events, crate::openai::models, crate::openai::chat_completions),
-    components(schemas(RunRequest, RunView, RunOutput, RunKind, crate::runs::RunStatus))
+    components(schemas(RunRequest, RunView, RunOutput, RunKind, crate::runs::RunStatus, ErrorBody, ErrorDetail,
+        crate::openai::ChatRequest))
 )]
 struct ApiDoc;
 

@@ -32,7 +32,8 @@ fn check(doc: &Value, path: &str, method: &str, (status, body): (u16, &str)) -> 
 
 fn finished(server: &Served, id: &str) -> (u16, String) {
     for _ in 0..200 {
-        let (status, _, body) = http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[("authorization", "Bearer t")], None);
+        let (status, _, body) =
+            http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[("authorization", "Bearer t")], None);
         if serde_json::from_str::<Value>(&body).unwrap()["status"] == "finished" {
             return (status, body);
         }

@@ -505,8 +505,16 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
 #[openapi(
     info(title = "Recursive", description = "Runs, their live events, and agents as OpenAI-compatible models."),
     paths(health, create_run, get_run, cancel_run, run_events, crate::openai::models, crate::openai::chat_completions),
-    components(schemas(RunRequest, RunView, RunOutput, RunKind, crate::runs::RunStatus, ErrorBody, ErrorDetail,
-        crate::openai::ChatRequest))
+    components(schemas(
+        RunRequest,
+        RunView,
+        RunOutput,
+        RunKind,
+        crate::runs::RunStatus,
+        ErrorBody,
+        ErrorDetail,
+        crate::openai::ChatRequest
+    ))
 )]
 struct ApiDoc;
 

@@ -273,3 +273,33 @@ fn a_cors_origin_that_is_not_an_origin_is_a_usage_error() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("an origin is"), "{bad}");
     }
 }
+
+#[test]
+fn fields_the_server_would_drop_are_refused_by_name() {
+    let env = Env::new();
+    let server = Served::start(&env, &["--mock-script", s(&script(&env))], None);
+    let messages = json!([{"role": "user", "content": "say hello"}]);
+    let tool = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    for (field, value) in [
+        ("temperature", json!(0.2)),
+        ("max_tokens", json!(50)),
+        ("stop", json!(["\n"])),
+        ("n", json!(2)),
+        ("tools", tool),
+        ("response_format", schema),
+    ] {
+        let mut body = json!({"model": "agent", "messages": messages});
+        body[field] = value;
+        let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", &[], Some(&body));
+        assert_eq!(status, 400, "{field}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["error"]["param"], field, "{text}");
+        assert_eq!(error["error"]["code"], "unsupported_parameter", "{text}");
+    }
+    // What changes nothing about the answer passes.
+    let body = json!({"model": "agent", "messages": messages, "n": 1, "user": "u-1", "tool_choice": "auto",
+        "response_format": {"type": "text"}, "temperature": null});
+    let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", &[], Some(&body));
+    assert_eq!(status, 200, "{text}");
+}

@@ -37,7 +37,9 @@ const RLM_QUESTION: &str = "Carry out the request written in the input `context`
 /// The question an `rlm` run gets when the user attached files and wrote nothing.
 const RLM_FILES_QUESTION: &str = "Summarise the attached inputs.";
 
-/// A chat completion request: the fields this server reads (others are ignored).
+/// A chat completion request: the fields this server reads. Any other field of OpenAI's
+/// request that would change the answer (sampling, `n`, client tools, `response_format`) is
+/// refused with 400 naming it — never silently dropped.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ChatRequest {
     model: String,
@@ -46,6 +48,46 @@ pub(crate) struct ChatRequest {
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    /// Every other field, checked by [`unsupported`].
+    #[serde(flatten)]
+    #[schema(ignore)]
+    other: serde_json::Map<String, Value>,
+}
+
+/// Fields that change nothing about the answer: accepted and not used.
+const HARMLESS: &[&str] =
+    &["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "parallel_tool_calls"];
+
+/// The first field of `other` this server would have to drop, with why it is refused.
+fn unsupported(other: &serde_json::Map<String, Value>) -> Option<(String, String)> {
+    let no_tools = other.get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty));
+    for (name, value) in other {
+        let harmless = HARMLESS.contains(&name.as_str())
+            || value.is_null()
+            || match name.as_str() {
+                "n" => value.as_u64() == Some(1),
+                "tools" | "functions" => value.as_array().is_some_and(Vec::is_empty),
+                "tool_choice" | "function_call" => no_tools && (value == "none" || value == "auto"),
+                "response_format" => value["type"] == "text",
+                _ => false,
+            };
+        if harmless {
+            continue;
+        }
+        let why = match name.as_str() {
+            "n" => "`n` above 1 is not supported: ask once for each completion".to_string(),
+            "tools" | "functions" | "tool_choice" | "function_call" => {
+                format!("`{name}`: client tools are not supported yet; the served agents use the server's tools")
+            }
+            "response_format" => "`response_format` (structured output) is not supported yet".to_string(),
+            _ => format!(
+                "`{name}` is not supported: a served agent's model settings come from the server's configuration; \
+                 leave it out"
+            ),
+        };
+        return Some((name.clone(), why));
+    }
+    None
 }
 
 /// Streaming options.
@@ -165,6 +207,9 @@ fn run_request(request: &ChatRequest, agents: &[String]) -> Result<RunRequest, (
         (status = 500, body = crate::server::ErrorBody,
             description = "The run failed; `x-should-retry: false` (a retry would run it again)")))]
 pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(request): Json<ChatRequest>) -> Response {
+    if let Some((param, why)) = unsupported(&request.other) {
+        return crate::server::unsupported_parameter(&param, &why);
+    }
     let run_request = match run_request(&request, &server.runner.agents()) {
         Ok(r) => r,
         Err((status, message)) => return error(status, "invalid_request_error", &message),

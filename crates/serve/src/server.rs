@@ -294,9 +294,9 @@ pub struct ErrorDetail {
     /// `request_too_large`, `rate_limit_error` or `server_error`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The request field at fault (always null here).
+    /// The request field at fault, when one is.
     pub param: Option<String>,
-    /// A machine-readable code (always null here).
+    /// A machine-readable code (`unsupported_parameter`), when there is one.
     pub code: Option<String>,
 }
 
@@ -353,6 +353,18 @@ fn error_type(status: StatusCode) -> &'static str {
         400..=499 => "invalid_request_error",
         _ => "server_error",
     }
+}
+
+/// 400 for a request field this server does not honour, as OpenAI answers one:
+/// `param` names it, `code` is `unsupported_parameter`.
+pub(crate) fn unsupported_parameter(param: &str, message: &str) -> Response {
+    let error = ErrorDetail {
+        message: message.into(),
+        kind: "invalid_request_error".into(),
+        param: Some(param.into()),
+        code: Some("unsupported_parameter".into()),
+    };
+    (StatusCode::BAD_REQUEST, Json(ErrorBody { error })).into_response()
 }
 
 /// 429 with `Retry-After`.

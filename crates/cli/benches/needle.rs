@@ -13,29 +13,11 @@ use recursive_testkit::{ModelServer, RecordedRequest, Reply};
 use serde_json::{Value, json};
 
 const LATENCY: Duration = Duration::from_millis(50);
-const CHUNK: usize = 21_000;
+use recursive_testkit::texts::NEEDLE_CHUNK as CHUNK;
 
 /// The scripted turns of the root model and the sub-model's answers; every reply after 50 ms.
 fn needle_reply(r: &RecordedRequest) -> Reply {
-    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = if r.body["model"] == "bench-primary" {
-        match messages.iter().filter(|m| m["role"] == "assistant").count() {
-            0 => "Look first.\n```python\nprint(len(context), context[:80])\n```".to_string(),
-            1 => format!(
-                "Ask about every chunk at once.\n```python\nchunks = [context[i:i + {CHUNK}] for i in range(0, \
-                 len(context), {CHUNK})]\nrs = llm_query_batched([f'Quote the code word if this text has one, else \
-                 say none: {{c}}' for c in chunks])['result']\nhits = [r for r in rs if r != 'none']\nprint(len(chunks), hits)\n```"
-            ),
-            _ => "```python\nsubmit(hits[0])\n```".to_string(),
-        }
-    } else {
-        let prompt = messages.last().and_then(|m| m["content"].as_str()).unwrap_or("");
-        match prompt.find("CODEWORD-") {
-            Some(at) => prompt[at..].split_whitespace().next().unwrap_or("none").to_string(),
-            None => "none".to_string(),
-        }
-    };
-    Reply::text(text).after(LATENCY)
+    Reply::text(recursive_testkit::texts::needle_turn(&r.body)).after(LATENCY)
 }
 
 /// A provider's limit, as the scripted server enforces it: beyond it a request gets 429 with

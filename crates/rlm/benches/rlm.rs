@@ -215,25 +215,7 @@ async fn needle_server(latency: Duration) -> SocketAddr {
         "/v1/chat/completions",
         post(move |Json(body): Json<Value>| async move {
             tokio::time::sleep(latency).await;
-            let messages = body["messages"].as_array().cloned().unwrap_or_default();
-            let text = if body["model"] == "bench-primary" {
-                let turns = messages.iter().filter(|m| m["role"] == "assistant").count();
-                match turns {
-                    0 => "Look first.\n```python\nprint(len(context), context[:80])\n```".to_string(),
-                    1 => "Ask about every chunk at once.\n```python\nchunks = [context[i:i + 21000] for i in \
-                          range(0, len(context), 21000)]\nrs = llm_query_batched([f'Quote the code word if this text \
-                          has one, else say none: {c}' for c in chunks])['result']\nhits = [r for r in rs if r != \
-                          'none']\nprint(len(chunks), hits)\n```"
-                        .to_string(),
-                    _ => "```python\nsubmit(hits[0])\n```".to_string(),
-                }
-            } else {
-                let prompt = messages.last().and_then(|m| m["content"].as_str()).unwrap_or("");
-                match prompt.find("CODEWORD-") {
-                    Some(at) => prompt[at..].split_whitespace().next().unwrap_or("none").to_string(),
-                    None => "none".to_string(),
-                }
-            };
+            let text = recursive_testkit::texts::needle_turn(&body);
             Json(json!({
                 "id": "cmpl-bench", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],

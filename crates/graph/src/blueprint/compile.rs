@@ -384,12 +384,12 @@ impl Checker<'_> {
             if !cyclic {
                 continue;
             }
+            // Components are sorted: the cycle is reported at its first-declared node.
             let cycle: Vec<&str> = cycle_through(first, &component, &always).into_iter().map(|i| nodes[i]).collect();
-            let at = component.iter().copied().min().unwrap_or(first);
             found.push(
                 Diagnostic::new(
                     format!("the cycle {} has no exit condition: it would never end", cycle.join(" → ")),
-                    self.bp.nodes[at].name.span(),
+                    self.bp.nodes[first].name.span(),
                 )
                 .help("guard one of its edges with `when` (and add an `otherwise` or exit edge)"),
             );

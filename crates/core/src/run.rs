@@ -58,6 +58,9 @@ pub enum FinishReason {
     Interrupted,
     /// A graph's recursion policy (supersteps, visits per node, depth) ended the run.
     RecursionLimit,
+    /// The model called a tool the caller runs itself ([`crate::asks::Asks::tools`]): the calls
+    /// wait in the transcript for the caller's results.
+    ClientToolCalls,
 }
 
 impl FinishReason {
@@ -82,6 +85,7 @@ impl FinishReason {
             FinishReason::Fault => "error",
             FinishReason::Interrupted => "interrupted",
             FinishReason::RecursionLimit => "recursion_limit",
+            FinishReason::ClientToolCalls => "client_tool_calls",
         }
     }
 
@@ -106,6 +110,7 @@ impl FinishReason {
             FinishReason::Fault,
             FinishReason::Interrupted,
             FinishReason::RecursionLimit,
+            FinishReason::ClientToolCalls,
         ];
         if name == "provider_stop" {
             return Some(FinishReason::ProviderStop(crate::provider::StopReason::Other(String::new())));
@@ -116,7 +121,7 @@ impl FinishReason {
     /// The process exit status the CLI uses for this reason (0 only for a normal finish).
     pub fn exit_code(&self) -> i32 {
         match self {
-            FinishReason::NoMoreToolCalls | FinishReason::Completed => 0,
+            FinishReason::NoMoreToolCalls | FinishReason::Completed | FinishReason::ClientToolCalls => 0,
             FinishReason::Fault => 1,
             FinishReason::BudgetExceeded => 3,
             FinishReason::ProviderStop(_) => 4,
@@ -138,7 +143,7 @@ impl FinishReason {
 
     /// Whether the run did what was asked.
     pub fn is_success(&self) -> bool {
-        matches!(self, FinishReason::NoMoreToolCalls | FinishReason::Completed)
+        matches!(self, FinishReason::NoMoreToolCalls | FinishReason::Completed | FinishReason::ClientToolCalls)
     }
 
     /// Whether a limit of the run tree (budget, wall clock) or cancellation ended the run, as

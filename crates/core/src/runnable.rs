@@ -67,6 +67,10 @@ pub struct RunInput {
     /// graph gives each node's run one, so a node killed mid-run resumes.
     #[serde(skip)]
     pub checkpoint: Option<CheckpointHandle>,
+    /// What the caller asks beyond the input (client tools, model settings, a checked answer):
+    /// agents honour it; a server refuses it for other kinds rather than drop it.
+    #[serde(skip)]
+    pub asks: crate::asks::Asks,
 }
 
 /// A place for one run's checkpoints: the latest saved value is what a resumed run loads.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::asks::{Asks, MAX_REPAIRS};
 use crate::event::EventKind;
 use crate::invoke::{DEFAULT_MAX_OUTPUT_CHARS, ToolInvoker, ToolLimits, ToolOutcome};
 use crate::message::{Message, Role, ToolCall, Usage};
@@ -133,6 +134,9 @@ pub enum AgentError {
     /// A message broke the pairing contract (a bug in a provider or a caller's transcript).
     #[error(transparent)]
     Transcript(#[from] TranscriptError),
+    /// A caller's tool has the name of one of the agent's own tools.
+    #[error("the client tool `{0}` has the name of one of the agent's own tools; rename it")]
+    ToolClash(String),
 }
 
 impl From<std::io::Error> for AgentError {
@@ -299,11 +303,25 @@ impl Agent {
         input: &str,
         scope: &RunScope,
     ) -> Result<RunResult, RunError> {
+        self.continue_with(history, input, &Asks::default(), scope).await
+    }
+
+    /// [`continue_in`](Self::continue_in) with a caller's [`Asks`]: client tools offered beside
+    /// the agent's own, model settings over the agent's, a check of the final answer. An empty
+    /// `input` after a history that ends with tool results continues from those results (the
+    /// caller answered client tool calls) without a new user message.
+    pub async fn continue_with(
+        &self,
+        history: Vec<Message>,
+        input: &str,
+        asks: &Asks,
+        scope: &RunScope,
+    ) -> Result<RunResult, RunError> {
         let mut rec = Recorder { transcript: Transcript::new(), log: None };
         scope.emit(0, EventKind::RunStarted { goal: input.to_string() });
         let mut steps = 0u32;
         let outcome = match self.start(&mut rec, history, input) {
-            Ok(()) => self.drive(&mut rec, scope, &mut steps).await,
+            Ok(()) => self.drive(&mut rec, scope, &mut steps, asks).await,
             Err(e) => Err(e),
         };
         let (finish_reason, error) = match outcome {
@@ -352,6 +370,10 @@ impl Agent {
             }
             rec.transcript.push(m)?;
         }
+        let answered = rec.transcript.messages().last().is_some_and(|m| m.role == Role::Tool);
+        if input.is_empty() && answered && rec.transcript.is_balanced() {
+            return Ok(());
+        }
         rec.push(Message::user(input))
     }
 
@@ -367,9 +389,20 @@ impl Agent {
         (!system.is_empty()).then(|| Message::system(system))
     }
 
-    async fn drive(&self, rec: &mut Recorder, scope: &RunScope, step: &mut u32) -> Result<FinishReason, AgentError> {
+    async fn drive(
+        &self,
+        rec: &mut Recorder,
+        scope: &RunScope,
+        step: &mut u32,
+        asks: &Asks,
+    ) -> Result<FinishReason, AgentError> {
         let limits = &self.config.limits;
         let mut tools = self.tools.clone();
+        if let Some(clash) = asks.tools.iter().find(|t| tools.get(&t.name).is_some()) {
+            return Err(AgentError::ToolClash(clash.name.clone()));
+        }
+        let options = asks.overlay(&self.config.options);
+        let mut repairs = 0u32;
         let mut joined = 0usize;
         let mut invoker = self.invoker();
         let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
@@ -399,8 +432,12 @@ impl Agent {
             }
             let request = ChatRequest {
                 messages: rec.transcript.messages().to_vec(),
-                tools: if self.config.plan_mode { Vec::new() } else { tools.specs() },
-                options: self.config.options.clone(),
+                tools: if self.config.plan_mode {
+                    Vec::new()
+                } else {
+                    tools.specs().into_iter().chain(asks.tools.iter().cloned()).collect()
+                },
+                options: options.clone(),
             };
             let call = ModelCall { step: *step + 1, deadline, stream_text: true, reserved: false };
             let response = match scope.call_model(self.provider.as_ref(), request, call).await {
@@ -413,19 +450,35 @@ impl Agent {
             let mut message = response.message;
             message.role = Role::Assistant;
             message.tool_call_id = None;
+            // The caller's calls go last: the agent's own are answered here, theirs later.
+            let (own, client): (Vec<ToolCall>, Vec<ToolCall>) =
+                message.tool_calls.drain(..).partition(|c| !asks.is_client_tool(&c.name));
+            message.tool_calls = own.iter().chain(&client).cloned().collect();
             let calls = message.tool_calls.clone();
             if !message.content.is_empty() {
                 scope.emit(step, EventKind::AssistantText { text: message.content.clone() });
             }
+            let answer = message.content.clone();
             rec.push(message)?;
             if calls.is_empty() {
-                return Ok(if self.config.plan_mode {
-                    FinishReason::PlanPending
-                } else if response.stop_reason.is_natural() {
-                    FinishReason::NoMoreToolCalls
-                } else {
-                    FinishReason::ProviderStop(response.stop_reason.clone())
-                });
+                if self.config.plan_mode {
+                    return Ok(FinishReason::PlanPending);
+                }
+                if !response.stop_reason.is_natural() {
+                    return Ok(FinishReason::ProviderStop(response.stop_reason.clone()));
+                }
+                match asks.check.as_ref().map(|c| c.0.check(&answer)) {
+                    None | Some(Ok(())) => return Ok(FinishReason::NoMoreToolCalls),
+                    Some(Err(_)) if repairs >= MAX_REPAIRS => return Ok(FinishReason::NoAnswer),
+                    Some(Err(why)) => {
+                        repairs += 1;
+                        rec.push(Message::user(format!(
+                            "Your answer does not have the required format: {why}\nAnswer again with only \
+                             the corrected answer."
+                        )))?;
+                        continue;
+                    }
+                }
             }
             // Calls that cannot run still get exactly one result each.
             let skip = if self.config.plan_mode {
@@ -450,12 +503,16 @@ impl Agent {
                 rec.push_outcomes(invoker.skip_all(&calls, scope, step, &text))?;
                 return Ok(reason);
             }
-            let outcomes = invoker.invoke_all(&calls, scope, step, deadline).await;
+            let outcomes = invoker.invoke_all(&own, scope, step, deadline).await;
             denials += outcomes.iter().filter(|o| o.denied).count() as u32;
             let stop = outcomes.iter().find_map(|o| o.stop.clone());
             rec.push_outcomes(outcomes)?;
             if let Some(reason) = stop {
+                rec.push_outcomes(invoker.skip_all(&client, scope, step, "not executed: the run stopped"))?;
                 return Ok(reason);
+            }
+            if !client.is_empty() {
+                return Ok(FinishReason::ClientToolCalls);
             }
             if limits.max_permission_denials > 0 && denials >= limits.max_permission_denials {
                 return Ok(FinishReason::PermissionDenialLimit);

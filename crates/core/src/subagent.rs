@@ -66,7 +66,7 @@ impl Runnable for Agent {
     }
 
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
-        agent_outcome(self.continue_in(input.history, &input.text, scope).await)
+        agent_outcome(self.continue_with(input.history, &input.text, &input.asks, scope).await)
     }
 }
 

@@ -71,6 +71,7 @@ impl Asks {
             stop: if over.stop.is_empty() { base.stop.clone() } else { over.stop.clone() },
             response_format: over.response_format.clone().or_else(|| base.response_format.clone()),
             reasoning_effort: over.reasoning_effort.clone().or_else(|| base.reasoning_effort.clone()),
+            tool_choice: over.tool_choice.clone().or_else(|| base.tool_choice.clone()),
         }
     }
 }

@@ -39,7 +39,7 @@ pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{
     ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat, StopReason,
-    StreamEvent,
+    StreamEvent, ToolChoice,
 };
 pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope, StopToken};
 pub use runnable::{

@@ -33,6 +33,21 @@ pub enum ResponseFormat {
     },
 }
 
+/// Whether and which tool the model must call (OpenAI's `tool_choice`, Anthropic's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    Auto,
+    /// No tool call.
+    None,
+    /// At least one tool call.
+    Required,
+    /// A call of this tool.
+    Tool(String),
+}
+
 /// Options of one completion call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatOptions {
@@ -55,6 +70,9 @@ pub struct ChatOptions {
     /// provider supports it (OpenAI's `reasoning_effort`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Whether and which tool the model must call (sent only with tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// One completion request.

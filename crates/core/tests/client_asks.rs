@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{
-    Agent, AnswerCheck, Asks, ChatOptions, CheckAnswer, FinishReason, Message, MockProvider, MockReply, Role,
-    RunInput, RunScope, Runnable, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec,
+    Agent, AnswerCheck, Asks, ChatOptions, CheckAnswer, FinishReason, Message, MockProvider, MockReply, Role, RunInput,
+    RunScope, Runnable, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec,
 };
 use serde_json::{Value, json};
 
@@ -93,7 +93,8 @@ async fn a_client_tool_named_like_an_own_tool_is_a_fault() {
     let provider = MockProvider::new([MockReply::text("never")]);
     let mut clash = weather();
     clash.name = "clock".into();
-    let input = RunInput { text: "hi".into(), asks: Asks { tools: vec![clash], ..Default::default() }, ..Default::default() };
+    let input =
+        RunInput { text: "hi".into(), asks: Asks { tools: vec![clash], ..Default::default() }, ..Default::default() };
     let outcome = Runnable::run(&agent(&provider), input, &RunScope::detached("t")).await;
     assert_eq!(outcome.finish_reason, FinishReason::Fault);
     assert!(outcome.error.unwrap().contains("`clock`"));
@@ -103,7 +104,8 @@ async fn a_client_tool_named_like_an_own_tool_is_a_fault() {
 #[tokio::test]
 async fn the_callers_model_settings_reach_every_model_call() {
     let provider = MockProvider::new([MockReply::tool("clock", json!({})), MockReply::text("noon")]);
-    let options = ChatOptions { temperature: Some(0.25), max_tokens: Some(64), stop: vec!["END".into()], ..Default::default() };
+    let options =
+        ChatOptions { temperature: Some(0.25), max_tokens: Some(64), stop: vec!["END".into()], ..Default::default() };
     let input = RunInput { text: "time?".into(), asks: Asks { options, ..Default::default() }, ..Default::default() };
     let outcome = Runnable::run(&agent(&provider), input, &RunScope::detached("t")).await;
     assert_eq!(outcome.finish_reason, FinishReason::NoMoreToolCalls);

@@ -40,6 +40,7 @@ fn conversation() -> ChatRequest {
             stop: vec!["END".into()],
             response_format: None,
             reasoning_effort: None,
+            tool_choice: None,
         },
     }
 }

@@ -7,12 +7,19 @@
 //!   harness);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
 //! - [`guard`]: the `Host` and `Origin` every request is checked for, and CORS;
+//! - [`conversation`]: a client's conversation (either OpenAI API) as a run request, and the
+//!   conversations that wait on a client's tool results;
+//! - [`answer`]: the check of a structured answer;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
+//! - [`responses`]: `/v1/responses` (OpenAI's Responses API);
 //! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
 
+pub mod answer;
+pub mod conversation;
 pub mod guard;
 pub mod mcp;
 pub mod openai;
+pub mod responses;
 pub mod runs;
 pub mod served;
 pub mod server;

@@ -121,21 +121,15 @@ fn request(params: &CallToolRequestParams, offered: &[String]) -> Result<RunRequ
     Ok(match params.name.as_ref() {
         "run" => {
             let a: RunArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest { kind: RunKind::Run, input: a.goal, inputs: BTreeMap::new(), agent: None, history: Vec::new() }
+            RunRequest::new(RunKind::Run, a.goal)
         }
         "rlm" => {
             let a: RlmArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest { kind: RunKind::Rlm, input: a.question, inputs: a.inputs, agent: None, history: Vec::new() }
+            RunRequest { inputs: a.inputs, ..RunRequest::new(RunKind::Rlm, a.question) }
         }
         "goal" => {
             let a: GoalArgs = serde_json::from_value(args).map_err(bad)?;
-            RunRequest {
-                kind: RunKind::Goal,
-                input: a.objective,
-                inputs: BTreeMap::new(),
-                agent: None,
-                history: Vec::new(),
-            }
+            RunRequest::new(RunKind::Goal, a.objective)
         }
         other => {
             let mut names: Vec<String> = BUILTIN.iter().map(|n| n.to_string()).collect();
@@ -150,7 +144,7 @@ fn request(params: &CallToolRequestParams, offered: &[String]) -> Result<RunRequ
 fn named_request(name: &str, args: Value) -> Result<RunRequest, String> {
     let RunInput { text: input, data, .. } = RunInput::from_arguments(name, args).map_err(|e| e.to_string())?;
     let inputs = data.into_iter().map(|(k, v)| (k, if let Value::String(s) = v { s } else { v.to_string() })).collect();
-    Ok(RunRequest { kind: RunKind::Run, input, inputs, agent: Some(name.to_string()), history: Vec::new() })
+    Ok(RunRequest { inputs, agent: Some(name.to_string()), ..RunRequest::new(RunKind::Run, input) })
 }
 
 /// A one-line description of an event, for a progress message.

@@ -4,8 +4,14 @@
 //! `stream_options.include_usage`, then `[DONE]`) or not. Every such request is also a run of the
 //! runs API, so its events can be followed there.
 //!
-//! How messages become a run: for `agent`, the last user message is the goal and the earlier
-//! messages (system, user, assistant text) are the history. For `rlm`, the last user message
+//! How messages become a run ([`crate::conversation`]): for `agent`, the last user message is
+//! the goal and the earlier messages (system, user, assistant with its tool calls, tool results)
+//! are the history; a conversation that ends with tool results continues the run that asked for
+//! them. The client's `tools` are offered beside the server's: a call to one ends the run with
+//! `finish_reason: "tool_calls"`. Sampling fields (`temperature`, `max_tokens`,
+//! `max_completion_tokens`, `stop`, `reasoning_effort`), `tool_choice` and `response_format`
+//! (the answer checked against the schema) are forwarded; anything else that would change the
+//! answer is refused with 400. For `rlm`, the last user message
 //! is read as parts: attached files (`type: "file"`, base64 `file_data`) are inputs named by their
 //! file names and the text is the question; otherwise with several text parts the first is the
 //! question and each further part an input (`input1`, `input2`…); with one part, that text is the
@@ -21,25 +27,16 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::StreamExt;
-use recursive_core::Message;
+use recursive_core::{ChatOptions, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use crate::runs::{RunKind, RunOutput, RunRecord, RunRequest};
-use crate::server::{Busy, Server, busy, error, wait_finished};
-
-/// The models this server offers.
-pub const MODELS: [&str; 2] = ["agent", "rlm"];
-
-/// The question an `rlm` run gets when the user's message is its only input.
-const RLM_QUESTION: &str = "Carry out the request written in the input `context` and answer it.";
-
-/// The question an `rlm` run gets when the user attached files and wrote nothing.
-const RLM_FILES_QUESTION: &str = "Summarise the attached inputs.";
+use crate::conversation::{ClientAsks, MODELS, Refusal, Turn, input_name, refuse_asks, run_request};
+use crate::runs::{RunOutput, RunRecord, RunRequest};
+use crate::server::{Busy, Server, busy, error, unsupported_parameter, wait_finished};
 
 /// A chat completion request: the fields this server reads. Any other field of OpenAI's
-/// request that would change the answer (sampling, `n`, client tools, `response_format`) is
-/// refused with 400 naming it — never silently dropped.
+/// request that would change the answer is refused with 400 naming it — never silently dropped.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ChatRequest {
     model: String,
@@ -48,46 +45,142 @@ pub(crate) struct ChatRequest {
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
-    /// Every other field, checked by [`unsupported`].
+    /// Every other field: client tools, sampling, `response_format`, checked by [`chat_asks`].
     #[serde(flatten)]
     #[schema(ignore)]
-    other: serde_json::Map<String, Value>,
+    other: Map<String, Value>,
 }
 
 /// Fields that change nothing about the answer: accepted and not used.
-const HARMLESS: &[&str] =
-    &["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "parallel_tool_calls"];
+pub(crate) const HARMLESS: &[&str] = &[
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+    "parallel_tool_calls",
+    "truncation",
+    "include",
+    "background",
+];
 
-/// The first field of `other` this server would have to drop, with why it is refused.
-fn unsupported(other: &serde_json::Map<String, Value>) -> Option<(String, String)> {
-    let no_tools = other.get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty));
+/// A refused field: its name and why.
+pub(crate) type Unsupported = (String, String);
+
+/// The client's asks of a chat request: its tools and the model settings it sets.
+fn chat_asks(other: &Map<String, Value>) -> Result<ClientAsks, Unsupported> {
+    let mut asks = ClientAsks::default();
     for (name, value) in other {
-        let harmless = HARMLESS.contains(&name.as_str())
-            || value.is_null()
-            || match name.as_str() {
-                "n" => value.as_u64() == Some(1),
-                "tools" | "functions" => value.as_array().is_some_and(Vec::is_empty),
-                "tool_choice" | "function_call" => no_tools && (value == "none" || value == "auto"),
-                "response_format" => value["type"] == "text",
-                _ => false,
-            };
-        if harmless {
+        if HARMLESS.contains(&name.as_str()) || value.is_null() {
             continue;
         }
-        let why = match name.as_str() {
-            "n" => "`n` above 1 is not supported: ask once for each completion".to_string(),
-            "tools" | "functions" | "tool_choice" | "function_call" => {
-                format!("`{name}`: client tools are not supported yet; the served agents use the server's tools")
+        let refused = |why: &str| (name.clone(), why.to_string());
+        match name.as_str() {
+            "n" if value.as_u64() == Some(1) => {}
+            "n" => return Err(refused("`n` above 1 is not supported: ask once for each completion")),
+            "tools" => asks.tools = chat_tools(value).map_err(|why| refused(&why))?,
+            "response_format" => {
+                asks.options.response_format = chat_format(value).map_err(|why| refused(&why))?;
             }
-            "response_format" => "`response_format` (structured output) is not supported yet".to_string(),
-            _ => format!(
-                "`{name}` is not supported: a served agent's model settings come from the server's configuration; \
-                 leave it out"
-            ),
-        };
-        return Some((name.clone(), why));
+            "functions" | "function_call" => {
+                return Err(refused("the legacy `functions`/`function_call` are not supported: use `tools`"));
+            }
+            _ => sampling(name, value, &mut asks.options).map_err(|why| refused(&why))?,
+        }
     }
-    None
+    Ok(asks)
+}
+
+/// A model setting both endpoints take (`tool_choice` in either API's form), set on `options`.
+pub(crate) fn sampling(name: &str, value: &Value, options: &mut ChatOptions) -> Result<(), String> {
+    let number = || value.as_f64().ok_or(format!("`{name}` must be a number"));
+    let count =
+        || value.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or(format!("`{name}` must be a positive integer"));
+    match name {
+        "temperature" => options.temperature = Some(number()? as f32),
+        "max_tokens" | "max_completion_tokens" | "max_output_tokens" => options.max_tokens = Some(count()?),
+        "stop" => {
+            options.stop = match value {
+                Value::String(s) => vec![s.clone()],
+                Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+                _ => return Err("`stop` must be a string or a list of strings".into()),
+            }
+        }
+        "reasoning_effort" => options.reasoning_effort = value.as_str().map(str::to_string),
+        "tool_choice" => options.tool_choice = Some(tool_choice(value)?),
+        _ => {
+            return Err(format!(
+                "`{name}` is not supported: a served agent's other model settings come from the server's \
+                 configuration; leave it out"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `tool_choice`: `auto`, `none`, `required`, or a named function (either API's form).
+fn tool_choice(value: &Value) -> Result<ToolChoice, String> {
+    match value {
+        Value::String(s) if s == "auto" => Ok(ToolChoice::Auto),
+        Value::String(s) if s == "none" => Ok(ToolChoice::None),
+        Value::String(s) if s == "required" => Ok(ToolChoice::Required),
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o.get("function").and_then(|f| f.get("name")).or_else(|| o.get("name"));
+            name.and_then(Value::as_str)
+                .map(|n| ToolChoice::Tool(n.to_string()))
+                .ok_or_else(|| "a `tool_choice` function needs its `name`".to_string())
+        }
+        _ => Err("`tool_choice` must be `auto`, `none`, `required` or a function".into()),
+    }
+}
+
+/// A tool definition as either API writes it (`function` nested or flat).
+pub(crate) fn tool_spec(tool: &Value) -> Result<ToolSpec, String> {
+    if tool.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(format!("only `function` tools are supported, not `{}`", tool["type"]));
+    }
+    let function = tool.get("function").unwrap_or(tool);
+    let name = function.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let name = name.ok_or("a function tool needs a `name`")?;
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description: function.get("description").and_then(Value::as_str).unwrap_or_default().to_string(),
+        parameters: function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+    })
+}
+
+fn chat_tools(value: &Value) -> Result<Vec<ToolSpec>, String> {
+    value.as_array().ok_or("`tools` must be a list")?.iter().map(tool_spec).collect()
+}
+
+/// `response_format` of a chat request.
+fn chat_format(value: &Value) -> Result<Option<ResponseFormat>, String> {
+    match value["type"].as_str() {
+        Some("json_schema") => format_of(&value["json_schema"]).map(Some),
+        other => simple_format(other),
+    }
+}
+
+/// `text` and `json_object` formats (`None` for free text).
+pub(crate) fn simple_format(kind: Option<&str>) -> Result<Option<ResponseFormat>, String> {
+    match kind {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        _ => Err("the format's `type` must be `text`, `json_object` or `json_schema`".into()),
+    }
+}
+
+/// A JSON-schema format from its `name`, `schema` and `strict`.
+pub(crate) fn format_of(spec: &Value) -> Result<ResponseFormat, String> {
+    let schema = spec.get("schema").filter(|s| s.is_object()).ok_or("a `json_schema` format needs its `schema`")?;
+    let format = ResponseFormat::JsonSchema {
+        name: spec.get("name").and_then(Value::as_str).unwrap_or("answer").to_string(),
+        schema: schema.clone(),
+        strict: spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
+    };
+    crate::answer::check_for(Some(&format))?;
+    Ok(format)
 }
 
 /// Streaming options.
@@ -97,49 +190,93 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-/// A message: `role`, and `content` as a string or a list of parts (`text`, `file`).
+/// A message: `role`, `content` as a string or a list of parts (`text`, `file`), an assistant's
+/// `tool_calls`, a tool result's `tool_call_id`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct ChatMessage {
     role: String,
     #[serde(default)]
     content: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
-    /// The text parts of the content (a string, or `[{type: "text", text}]`).
-    fn parts(&self) -> Vec<String> {
+    /// The message as a turn of the conversation.
+    fn turn(&self) -> Result<Turn, String> {
+        let mut turn = Turn { role: self.role.clone(), tool_call_id: self.tool_call_id.clone(), ..Default::default() };
         match &self.content {
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(parts)) => parts.iter().filter_map(|p| p["text"].as_str().map(str::to_string)).collect(),
-            _ => Vec::new(),
+            Some(Value::String(s)) => turn.parts.push(s.clone()),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    match part["type"].as_str() {
+                        Some("file") => {
+                            let (name, text) = file_part(&part["file"], turn.files.len(), &turn.files)?;
+                            turn.files.push((name, text));
+                        }
+                        _ => turn.parts.extend(part["text"].as_str().map(str::to_string)),
+                    }
+                }
+            }
+            _ => {}
         }
-    }
-
-    fn text(&self) -> String {
-        self.parts().join("\n")
-    }
-
-    /// Attached files (`{"type": "file", "file": {"filename", "file_data": "data:…;base64,…"}}`),
-    /// by file-name stem, as text.
-    fn files(&self) -> Result<Vec<(String, String)>, String> {
-        let Some(Value::Array(parts)) = &self.content else { return Ok(Vec::new()) };
-        let mut files = Vec::new();
-        for (i, part) in parts.iter().filter(|p| p["type"] == "file").enumerate() {
-            let file = &part["file"];
-            let data = file["file_data"].as_str().ok_or("a file part needs `file_data` (a base64 data URL)")?;
-            let encoded = data.split_once(";base64,").map_or(data, |(_, b64)| b64);
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded.trim())
-                .map_err(|e| format!("a file part's data is not base64: {e}"))?;
-            let name = file["filename"]
-                .as_str()
-                .and_then(|f| std::path::Path::new(f).file_stem())
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| format!("file{}", i + 1));
-            files.push((name, String::from_utf8_lossy(&bytes).into_owned()));
+        for call in self.tool_calls.iter().flatten() {
+            let function = &call["function"];
+            turn.tool_calls.push(ToolCall {
+                id: call["id"].as_str().ok_or("a tool call needs its `id`")?.to_string(),
+                name: function["name"].as_str().ok_or("a tool call needs its function's `name`")?.to_string(),
+                arguments: arguments(&function["arguments"]),
+            });
         }
-        Ok(files)
+        if turn.role == "tool" && turn.tool_call_id.is_none() {
+            return Err("a `tool` message needs its `tool_call_id`".into());
+        }
+        Ok(turn)
     }
+}
+
+/// A call's arguments as sent (a JSON text): parsed, or kept as the raw text.
+pub(crate) fn arguments(value: &Value) -> Value {
+    match value {
+        Value::String(text) => serde_json::from_str(text).unwrap_or_else(|_| value.clone()),
+        Value::Null => json!({}),
+        other => other.clone(),
+    }
+}
+
+/// A call's arguments as the APIs send them: a JSON text.
+pub(crate) fn arguments_text(call: &ToolCall) -> String {
+    match &call.arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An attached file (`{"filename", "file_data": "data:…;base64,…"}`): its input name and text.
+pub(crate) fn file_part(file: &Value, index: usize, taken: &[(String, String)]) -> Result<(String, String), String> {
+    let data = file["file_data"].as_str().ok_or("a file part needs `file_data` (a base64 data URL)")?;
+    let encoded = data.split_once(";base64,").map_or(data, |(_, b64)| b64);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|e| format!("a file part's data is not base64: {e}"))?;
+    let name = input_name(file["filename"].as_str(), index, taken);
+    Ok((name, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Checks a request built from a conversation against what its model can honour, and starts it.
+pub(crate) fn start_run(server: &Arc<Server>, request: RunRequest) -> Result<Arc<RunRecord>, Response> {
+    if let Some(why) = refuse_asks(&request, server.runner.kind_of(&request)) {
+        return Err(error(StatusCode::BAD_REQUEST, "invalid_request_error", &why));
+    }
+    server.start(request).map_err(|Busy| busy())
+}
+
+/// A refusal as an OpenAI error.
+pub(crate) fn refused((status, message): Refusal) -> Response {
+    error(status, "invalid_request_error", &message)
 }
 
 #[utoipa::path(get, path = "/v1/models",
@@ -152,52 +289,6 @@ pub(crate) async fn models(State(server): State<Arc<Server>>) -> Json<Value> {
     Json(json!({"object": "list", "data": data}))
 }
 
-/// The run a chat request asks for.
-fn run_request(request: &ChatRequest, agents: &[String]) -> Result<RunRequest, (StatusCode, String)> {
-    let (kind, agent) = match request.model.as_str() {
-        "agent" => (RunKind::Run, None),
-        "rlm" => (RunKind::Rlm, None),
-        named if agents.iter().any(|a| a == named) => (RunKind::Run, Some(named.to_string())),
-        other => {
-            let offered: Vec<String> = MODELS.iter().map(|m| m.to_string()).chain(agents.iter().cloned()).collect();
-            let message = format!("The model `{other}` does not exist; this server offers {}", offered.join(", "));
-            return Err((StatusCode::NOT_FOUND, message));
-        }
-    };
-    let Some(last) = request.messages.iter().rposition(|m| m.role == "user") else {
-        return Err((StatusCode::BAD_REQUEST, "`messages` needs a user message".into()));
-    };
-    let user = &request.messages[last];
-    let files = user.files().map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-    if kind == RunKind::Rlm {
-        let mut parts = user.parts();
-        let (input, inputs) = if !files.is_empty() {
-            let question = if parts.is_empty() { RLM_FILES_QUESTION.to_string() } else { parts.join("\n") };
-            (question, files.into_iter().collect())
-        } else if parts.len() > 1 {
-            let question = parts.remove(0);
-            (question, parts.into_iter().enumerate().map(|(i, p)| (format!("input{}", i + 1), p)).collect())
-        } else {
-            (RLM_QUESTION.to_string(), [("context".to_string(), user.text())].into())
-        };
-        return Ok(RunRequest { kind, input, inputs, agent, history: Vec::new() });
-    }
-    let history = request.messages[..last]
-        .iter()
-        .filter_map(|m| match m.role.as_str() {
-            "system" | "developer" => Some(Message::system(m.text())),
-            "user" => Some(Message::user(m.text())),
-            "assistant" => Some(Message::assistant(m.text())),
-            _ => None,
-        })
-        .collect();
-    let mut input = user.text();
-    for (name, text) in files {
-        input.push_str(&format!("\n\n[attached file `{name}`]\n{text}"));
-    }
-    Ok(RunRequest { kind, input, inputs: Default::default(), agent, history })
-}
-
 #[utoipa::path(post, path = "/v1/chat/completions", request_body = ChatRequest,
     responses((status = 200, description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set"),
         (status = 400, body = crate::server::ErrorBody), (status = 401, body = crate::server::ErrorBody),
@@ -207,42 +298,73 @@ fn run_request(request: &ChatRequest, agents: &[String]) -> Result<RunRequest, (
         (status = 500, body = crate::server::ErrorBody,
             description = "The run failed; `x-should-retry: false` (a retry would run it again)")))]
 pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(request): Json<ChatRequest>) -> Response {
-    if let Some((param, why)) = unsupported(&request.other) {
-        return crate::server::unsupported_parameter(&param, &why);
-    }
-    let run_request = match run_request(&request, &server.runner.agents()) {
-        Ok(r) => r,
-        Err((status, message)) => return error(status, "invalid_request_error", &message),
+    let asks = match chat_asks(&request.other) {
+        Ok(asks) => asks,
+        Err((param, why)) => return unsupported_parameter(&param, &why),
     };
-    let run = match server.start(run_request) {
+    let turns = match request.messages.iter().map(ChatMessage::turn).collect::<Result<Vec<_>, _>>() {
+        Ok(turns) => turns,
+        Err(e) => return refused((StatusCode::BAD_REQUEST, e)),
+    };
+    let agents = server.runner.agents();
+    let run_request = match run_request(&request.model, turns, None, asks, &agents, &server.continuations) {
+        Ok(r) => r,
+        Err(refusal) => return refused(refusal),
+    };
+    let run = match start_run(&server, run_request) {
         Ok(run) => run,
-        Err(Busy) => return busy(),
+        Err(response) => return response,
     };
     let id = format!("chatcmpl-{}", run.id.trim_start_matches("run_"));
     if request.stream {
         let usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Sse::new(chunks(run, id, request.model, usage)).keep_alive(KeepAlive::default()).into_response();
+        return Sse::new(chunks(server, run, id, request.model, usage))
+            .keep_alive(KeepAlive::default())
+            .into_response();
     }
-    let output = CancelOnDrop(run.clone()).wait().await;
+    let mut output = CancelOnDrop(run.clone()).wait().await;
     if !output.ok {
         return failure(&output);
     }
+    server.continuations.settle(&mut output);
+    let (message, finish) = match output.tool_calls.is_empty() {
+        true => (json!({"role": "assistant", "content": output.text}), "stop"),
+        false => {
+            let content = Some(&output.text).filter(|t| !t.is_empty());
+            (
+                json!({"role": "assistant", "content": content, "tool_calls": wire_calls(&output.tool_calls)}),
+                "tool_calls",
+            )
+        }
+    };
     Json(json!({
         "id": id,
         "object": "chat.completion",
         "created": now(),
         "model": request.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": output.text}, "finish_reason": "stop", "logprobs": null}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
         "usage": usage(&output),
     }))
     .into_response()
 }
 
+/// Tool calls as a chat message carries them.
+fn wire_calls(calls: &[ToolCall]) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            json!({"index": index, "id": c.id, "type": "function",
+                "function": {"name": c.name, "arguments": arguments_text(c)}})
+        })
+        .collect()
+}
+
 /// Cancels the run if the client goes away before it has finished.
-struct CancelOnDrop(Arc<RunRecord>);
+pub(crate) struct CancelOnDrop(pub(crate) Arc<RunRecord>);
 
 impl CancelOnDrop {
-    async fn wait(&self) -> RunOutput {
+    pub(crate) async fn wait(&self) -> RunOutput {
         wait_finished(&self.0).await
     }
 }
@@ -257,7 +379,7 @@ impl Drop for CancelOnDrop {
 
 /// A run that ended without its answer: 500, marked not to be retried (`x-should-retry:
 /// false`, which the OpenAI SDKs obey) — a retry would run the whole agent again, tools and all.
-fn failure(output: &RunOutput) -> Response {
+pub(crate) fn failure(output: &RunOutput) -> Response {
     let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
     let mut response = error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &message);
     response.headers_mut().insert("x-should-retry", axum::http::HeaderValue::from_static("false"));
@@ -272,7 +394,7 @@ fn usage(output: &RunOutput) -> Value {
     })
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
@@ -287,6 +409,7 @@ fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> Event {
 /// The stream of a chat completion: the role, the root run's text as it streams (for `agent`;
 /// an `rlm` answer arrives whole at the end), the finish, the usage when asked, `[DONE]`.
 fn chunks(
+    server: Arc<Server>,
     run: Arc<RunRecord>,
     id: String,
     model: String,
@@ -305,7 +428,7 @@ fn chunks(
         if !send(chunk(&id, &model, json!({"role": "assistant", "content": ""}), None)).await {
             return;
         }
-        let output = loop {
+        let mut output = loop {
             let (events, _) = run.events_from(next);
             for (i, event) in events {
                 next = i + 1;
@@ -339,7 +462,17 @@ fn chunks(
         if !rest.is_empty() && !send(chunk(&id, &model, json!({"content": rest}), None)).await {
             return;
         }
-        if !send(chunk(&id, &model, json!({}), Some("stop"))).await {
+        server.continuations.settle(&mut output);
+        let finish = match output.tool_calls.is_empty() {
+            true => "stop",
+            false => {
+                if !send(chunk(&id, &model, json!({"tool_calls": wire_calls(&output.tool_calls)}), None)).await {
+                    return;
+                }
+                "tool_calls"
+            }
+        };
+        if !send(chunk(&id, &model, json!({}), Some(finish))).await {
             return;
         }
         if with_usage {

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use recursive_core::{AgentEvent, EventSink, FinishReason, Message, RunScope};
+use recursive_core::{
+    AgentEvent, ChatOptions, EventSink, FinishReason, Message, RunScope, RunnableKind, ToolCall, ToolSpec,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -58,6 +60,35 @@ pub struct RunRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>)]
     pub history: Vec<Message>,
+    /// Tools the client runs itself (`run` only): offered to the model beside the server's; a
+    /// call to one ends the run (`client_tool_calls`) with the calls in `tool_calls`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<ToolSpec>,
+    /// Model settings over the server's (`run` only): `temperature`, `max_tokens`, `stop`,
+    /// `reasoning_effort`, `tool_choice`, `response_format` (the answer is then checked).
+    #[serde(default, skip_serializing_if = "is_default")]
+    #[schema(value_type = Object)]
+    pub options: ChatOptions,
+}
+
+impl RunRequest {
+    /// A request of `kind` with just its input.
+    pub fn new(kind: RunKind, input: impl Into<String>) -> Self {
+        RunRequest {
+            kind,
+            input: input.into(),
+            inputs: BTreeMap::new(),
+            agent: None,
+            history: Vec::new(),
+            tools: Vec::new(),
+            options: ChatOptions::default(),
+        }
+    }
+}
+
+fn is_default(options: &ChatOptions) -> bool {
+    *options == ChatOptions::default()
 }
 
 /// How a run ended, as the runner reports it (also the structured content of an MCP tool's
@@ -85,6 +116,16 @@ pub struct RunOutput {
     pub output_tokens: u64,
     /// Cost in USD, when the models' prices are known.
     pub cost_usd: Option<f64>,
+    /// The client's tool calls the run waits on (outcome `client_tool_calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    #[schemars(with = "Vec<Value>")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The conversation so far, when it waits on client tool calls (kept to continue it).
+    #[serde(skip)]
+    #[schema(ignore)]
+    #[schemars(skip)]
+    pub messages: Vec<Message>,
 }
 
 impl RunOutput {
@@ -99,6 +140,8 @@ impl RunOutput {
             input_tokens: 0,
             output_tokens: 0,
             cost_usd: None,
+            tool_calls: Vec::new(),
+            messages: Vec::new(),
         }
     }
 }
@@ -114,6 +157,12 @@ pub trait Runner: Send + Sync {
     /// OpenAI-compatible endpoint).
     fn agents(&self) -> Vec<String> {
         self.offered().into_iter().map(|spec| spec.name).collect()
+    }
+
+    /// The kind of runnable `request` would run (`None` when unknown): a client's tools and model
+    /// settings are honoured only by agents.
+    fn kind_of(&self, _request: &RunRequest) -> Option<RunnableKind> {
+        None
     }
 
     /// The named runnables as tool specs (name, description, input schema), for the MCP

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use recursive_core::{FinishReason, Outcome, RunInput, RunScope, Runnable, RunnableKind, Runnables};
+use recursive_core::{
+    Asks, FinishReason, Message, Outcome, Role, RunInput, RunScope, Runnable, RunnableKind, Runnables, ToolCall,
+};
 use serde_json::Value;
 
 use crate::runs::{RunKind, RunOutput, RunRequest, Runner};
@@ -69,13 +71,30 @@ impl Runner for Served {
             Err(e) => return RunOutput::failed(e),
         };
         let scope = scope.with_max_depth(self.max_depth);
+        let check = match crate::answer::check_for(request.options.response_format.as_ref()) {
+            Ok(check) => check,
+            Err(e) => return RunOutput::failed(e),
+        };
+        let asks = Asks { tools: request.tools, options: request.options, check };
+        if !asks.is_empty() && runnable.kind() != RunnableKind::Agent {
+            return RunOutput::failed(format!(
+                "client tools and model settings are served by agents; `{}` is a {}",
+                runnable.name(),
+                runnable.kind()
+            ));
+        }
         let input = RunInput {
             text: request.input,
             data: request.inputs.into_iter().map(|(k, v)| (k, Value::String(v))).collect(),
             history: request.history,
             checkpoint: None,
+            asks,
         };
         output(runnable.run(input, &scope).await)
+    }
+
+    fn kind_of(&self, request: &RunRequest) -> Option<RunnableKind> {
+        self.pick(request).ok().map(|r| r.kind())
     }
 
     fn agents(&self) -> Vec<String> {
@@ -90,6 +109,7 @@ impl Runner for Served {
 /// A run's outcome as the API reports it.
 pub fn output(outcome: Outcome) -> RunOutput {
     let failed = outcome.error.is_some() || outcome.finish_reason == FinishReason::Fault;
+    let waiting = outcome.finish_reason == FinishReason::ClientToolCalls;
     RunOutput {
         ok: outcome.is_success(),
         outcome: if failed { FinishReason::Fault } else { outcome.finish_reason },
@@ -99,5 +119,14 @@ pub fn output(outcome: Outcome) -> RunOutput {
         input_tokens: outcome.usage.input_tokens,
         output_tokens: outcome.usage.output_tokens,
         cost_usd: Some(outcome.cost_usd),
+        tool_calls: if waiting { pending_calls(&outcome.messages) } else { Vec::new() },
+        messages: if waiting { outcome.messages } else { Vec::new() },
     }
+}
+
+/// The calls of the last assistant message that no tool result answers yet.
+fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
+    let Some(at) = messages.iter().rposition(|m| m.role == Role::Assistant) else { return Vec::new() };
+    let answered: Vec<&str> = messages[at..].iter().filter_map(|m| m.tool_call_id.as_deref()).collect();
+    messages[at].tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())).cloned().collect()
 }

@@ -81,6 +81,8 @@ pub enum ServeError {
 pub struct Server {
     pub(crate) runner: Arc<dyn Runner>,
     pub(crate) store: RunStore,
+    /// Conversations waiting on a client's tool results.
+    pub(crate) continuations: crate::conversation::Continuations,
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     config: ServeConfig,
@@ -106,6 +108,7 @@ impl Server {
         Arc::new(Server {
             runner,
             store: RunStore::default(),
+            continuations: Default::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),
             waiting: AtomicUsize::new(0),
             config,
@@ -158,6 +161,7 @@ impl Server {
             .route("/v1/runs/{id}/cancel", post(cancel_run))
             .route("/v1/models", get(crate::openai::models))
             .route("/v1/chat/completions", post(crate::openai::chat_completions))
+            .route("/v1/responses", post(crate::responses::create_response))
             .route("/openapi.json", get(openapi))
             .nest_service("/mcp", self.mcp_service())
             .layer(axum::middleware::from_fn_with_state(self.clone(), require_token));
@@ -441,7 +445,7 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
         }
     }
     let kind = kind.ok_or("the form needs a `kind` field (run, rlm or goal)")?;
-    Ok(RunRequest { kind, input, inputs, agent: None, history: Vec::new() })
+    Ok(RunRequest { inputs, ..RunRequest::new(kind, input) })
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
@@ -516,7 +520,16 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Recursive", description = "Runs, their live events, and agents as OpenAI-compatible models."),
-    paths(health, create_run, get_run, cancel_run, run_events, crate::openai::models, crate::openai::chat_completions),
+    paths(
+        health,
+        create_run,
+        get_run,
+        cancel_run,
+        run_events,
+        crate::openai::models,
+        crate::openai::chat_completions,
+        crate::responses::create_response
+    ),
     components(schemas(
         RunRequest,
         RunView,
@@ -525,7 +538,8 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
         crate::runs::RunStatus,
         ErrorBody,
         ErrorDetail,
-        crate::openai::ChatRequest
+        crate::openai::ChatRequest,
+        crate::responses::ResponsesRequest
     ))
 )]
 struct ApiDoc;

@@ -74,7 +74,7 @@ async fn served(
     let harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
     if let Some(name) =
-        harness.runnables().names().iter().find(|n| recursive_serve::openai::MODELS.contains(&n.as_str()))
+        harness.runnables().names().iter().find(|n| recursive_serve::conversation::MODELS.contains(&n.as_str()))
     {
         return Err(ConfigError(format!("--agent {name}: the name is taken by a built-in model")).into());
     }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::Stream;
 use recursive_core::{
     ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
-    ToolCall, Usage,
+    ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
@@ -139,6 +139,7 @@ impl AnthropicConfig {
                     cache_control: None,
                 })
                 .collect(),
+            tool_choice: opts.tool_choice.as_ref().filter(|_| !request.tools.is_empty()).map(tool_choice),
             temperature: opts.temperature,
             stop_sequences: opts.stop.clone(),
             stream: self.stream.then_some(true),
@@ -154,6 +155,16 @@ impl AnthropicConfig {
             mark_cache_breakpoints(&mut body);
         }
         Ok(body)
+    }
+}
+
+/// `tool_choice` on the wire.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        _ => json!({"type": "auto"}),
     }
 }
 

@@ -20,6 +20,10 @@ pub struct MessagesRequest {
     /// Tools offered to the model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
+    /// Whether and which tool the model must call (`{"type": "auto" | "any" | "none"}` or
+    /// `{"type": "tool", "name"}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
     /// Sampling temperature.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::Stream;
 use recursive_core::{
     ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
-    ToolCall, Usage,
+    ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
@@ -123,6 +123,7 @@ impl OpenAiConfig {
                     },
                 })
                 .collect(),
+            tool_choice: opts.tool_choice.as_ref().filter(|_| !request.tools.is_empty()).map(tool_choice),
             temperature: opts.temperature,
             max_tokens,
             max_completion_tokens,
@@ -171,6 +172,16 @@ fn arguments_text(arguments: &Value) -> String {
         Value::String(raw) => raw.clone(),
         Value::Null => "{}".into(),
         v => v.to_string(),
+    }
+}
+
+/// `tool_choice` on the wire.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        _ => json!("auto"),
     }
 }
 

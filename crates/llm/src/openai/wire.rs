@@ -15,6 +15,10 @@ pub struct ChatCompletionRequest {
     /// Tools offered to the model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
+    /// Whether and which tool the model must call (`"auto"`, `"none"`, `"required"` or
+    /// `{"type": "function", "function": {"name"}}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
     /// Sampling temperature.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,

@@ -144,7 +144,7 @@ fn the_official_mcp_sdk_calls_rlm_over_stdio_and_http_with_progress() {
         assert_eq!(t["helper_schema"], json!(["input"]), "{transport}: {t}");
         assert_eq!(t["rlm_schema"], json!(["inputs", "question"]), "{transport}: {t}");
         // One outputSchema for every tool, which the SDK checked each result against.
-        let fields = "cost_usd,error,input_tokens,ok,outcome,output,output_tokens,text";
+        let fields = "cost_usd,error,input_tokens,ok,outcome,output,output_tokens,text,tool_calls";
         assert_eq!(t["output_schemas"], json!([fields]), "{transport}: {t}");
         assert_eq!(t["structured_ok"], true, "{transport}: {t}");
         assert_eq!(t["text"], "4", "{transport}: {t}");

@@ -197,6 +197,24 @@ pub struct RunView {
     pub events: u64,
     /// How it ended, once it has.
     pub result: Option<RunOutput>,
+    /// When it was created (Unix seconds).
+    #[serde(default)]
+    pub created_at: u64,
+    /// The start of its input (one line, at most [`TITLE_CHARS`] characters).
+    #[serde(default)]
+    pub title: String,
+}
+
+/// The longest run title.
+pub const TITLE_CHARS: usize = 120;
+
+/// A run's title: the first line of its input, cut to [`TITLE_CHARS`].
+pub fn title_of(input: &str) -> String {
+    let line = input.lines().find(|l| !l.trim().is_empty()).unwrap_or_default().trim();
+    match line.char_indices().nth(TITLE_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
 }
 
 /// One run held by the server.
@@ -205,6 +223,10 @@ pub struct RunRecord {
     pub id: String,
     /// The kind of run.
     pub kind: RunKind,
+    /// When it was created (Unix seconds).
+    pub created_at: u64,
+    /// The start of its input.
+    pub title: String,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     /// Cancels the run.
@@ -218,10 +240,12 @@ struct State {
 }
 
 impl RunRecord {
-    fn new(kind: RunKind) -> Self {
+    fn new(kind: RunKind, title: String) -> Self {
         RunRecord {
             id: format!("run_{}", uuid::Uuid::new_v4().simple()),
             kind,
+            created_at: unix_now(),
+            title,
             state: Mutex::new(State { status: RunStatus::Queued, events: Vec::new(), result: None }),
             changed: watch::Sender::new(0),
             cancel: CancellationToken::new(),
@@ -237,6 +261,8 @@ impl RunRecord {
             status: state.status,
             events: state.events.len() as u64,
             result: state.result.clone(),
+            created_at: self.created_at,
+            title: self.title.clone(),
         }
     }
 
@@ -286,18 +312,78 @@ impl EventSink for RecordSink {
     }
 }
 
+/// The current time in Unix seconds.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Which runs a listing shows: newest first, `limit` of them, those created before the run
+/// `before` (the last id of the previous page).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+pub struct RunFilter {
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this kind.
+    pub kind: Option<RunKind>,
+    /// At most this many (default 50, at most 500).
+    pub limit: Option<usize>,
+    /// Only runs created before this one (paging).
+    pub before: Option<String>,
+}
+
+/// The default and largest page of a listing.
+pub const PAGE: (usize, usize) = (50, 500);
+
 /// Every run of this server, by id.
 #[derive(Default)]
 pub struct RunStore {
     runs: Mutex<HashMap<String, Arc<RunRecord>>>,
+    order: Mutex<Vec<String>>,
 }
 
 impl RunStore {
     /// Adds a new, queued run.
-    pub fn create(&self, kind: RunKind) -> Arc<RunRecord> {
-        let record = Arc::new(RunRecord::new(kind));
+    pub fn create(&self, kind: RunKind, title: String) -> Arc<RunRecord> {
+        let record = Arc::new(RunRecord::new(kind, title));
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(record.id.clone(), record.clone());
+        self.order.lock().unwrap_or_else(|e| e.into_inner()).push(record.id.clone());
         record
+    }
+
+    /// A page of runs, newest first, and whether more follow.
+    pub fn list(&self, filter: &RunFilter) -> (Vec<RunView>, bool) {
+        let limit = filter.limit.unwrap_or(PAGE.0).clamp(1, PAGE.1);
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let start = match &filter.before {
+            Some(id) => order.iter().position(|o| o == id).unwrap_or(0),
+            None => order.len(),
+        };
+        let mut page = Vec::new();
+        for id in order[..start].iter().rev() {
+            let Some(view) = self.get(id).map(|r| r.view()) else { continue };
+            if filter.status.is_some_and(|s| s != view.status) || filter.kind.is_some_and(|k| k != view.kind) {
+                continue;
+            }
+            if page.len() == limit {
+                return (page, true);
+            }
+            page.push(view);
+        }
+        (page, false)
+    }
+
+    /// Forgets a finished run; `Err` when it is still running (cancel it first).
+    pub fn delete(&self, id: &str) -> Result<bool, RunStatus> {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        match runs.get(id).map(|r| r.view().status) {
+            None => Ok(false),
+            Some(status) if status != RunStatus::Finished => Err(status),
+            Some(_) => {
+                runs.remove(id);
+                self.order.lock().unwrap_or_else(|e| e.into_inner()).retain(|o| o != id);
+                Ok(true)
+            }
+        }
     }
 
     /// A run by id.

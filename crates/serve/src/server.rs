@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -24,7 +24,9 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use utoipa::OpenApi;
 
-use crate::runs::{RecordSink, RunKind, RunOutput, RunRecord, RunRequest, RunStore, RunView, Runner};
+use crate::runs::{RecordSink, RunFilter, RunKind, RunOutput, RunRecord, RunRequest, RunStore, RunView, Runner};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -122,7 +124,7 @@ impl Server {
             return Err(Busy);
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let record = self.store.create(request.kind);
+        let record = self.store.create(request.kind, crate::runs::title_of(&request.input));
         let (server, run) = (self.clone(), record.clone());
         tokio::spawn(async move {
             let permit = server.slots.clone().acquire_owned().await;
@@ -155,8 +157,8 @@ impl Server {
     /// The router with every endpoint.
     pub fn router(self: &Arc<Self>) -> axum::Router {
         let api = axum::Router::new()
-            .route("/v1/runs", post(create_run))
-            .route("/v1/runs/{id}", get(get_run))
+            .route("/v1/runs", post(create_run).get(list_runs))
+            .route("/v1/runs/{id}", get(get_run).delete(delete_run))
             .route("/v1/runs/{id}/events", get(run_events))
             .route("/v1/runs/{id}/cancel", post(cancel_run))
             .route("/v1/models", get(crate::openai::models))
@@ -464,6 +466,40 @@ async fn get_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> R
     }
 }
 
+/// A page of runs.
+#[derive(Serialize, ToSchema)]
+pub struct RunList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The runs, newest first.
+    pub data: Vec<RunView>,
+    /// Whether older runs follow (ask with `before` = the last id).
+    pub has_more: bool,
+}
+
+#[utoipa::path(get, path = "/v1/runs", params(RunFilter),
+    responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody)))]
+async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFilter>) -> Json<RunList> {
+    let (data, has_more) = server.store.list(&filter);
+    Json(RunList { object: "list", data, has_more })
+}
+
+#[utoipa::path(delete, path = "/v1/runs/{id}", params(("id" = String, Path)),
+    responses((status = 204, description = "Deleted with its events"), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such run"),
+        (status = 409, body = ErrorBody, description = "Still running: cancel it first")))]
+async fn delete_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    match server.store.delete(&id) {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => not_found(&id),
+        Err(status) => {
+            let message = format!("the run `{id}` is {status:?}; cancel it first").to_lowercase();
+            error(StatusCode::CONFLICT, "invalid_request_error", &message)
+        }
+    }
+}
+
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", params(("id" = String, Path)),
     responses((status = 202, body = RunView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "No such run")))]
@@ -529,7 +565,9 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
     paths(
         health,
         create_run,
+        list_runs,
         get_run,
+        delete_run,
         cancel_run,
         run_events,
         crate::openai::models,
@@ -539,6 +577,7 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
     components(schemas(
         RunRequest,
         RunView,
+        RunList,
         RunOutput,
         RunKind,
         crate::runs::RunStatus,

@@ -89,9 +89,31 @@ pub struct Retention {
     pub before_ms: Option<i64>,
 }
 
+/// One run's new state for [`RunArchive::save`]: its record, and its events from `first` on.
+#[derive(Debug, Clone)]
+pub struct RunWrite {
+    /// The run's record.
+    pub run: ArchivedRun,
+    /// The index of the first of `events`.
+    pub first: u64,
+    /// Events not written before.
+    pub events: Vec<Arc<str>>,
+}
+
 /// Where served runs are kept.
 #[async_trait]
 pub trait RunArchive: Send + Sync {
+    /// Writes several runs' records and new events at once (one transaction where the store
+    /// has them).
+    async fn save(&self, writes: &[RunWrite]) -> Result<(), StoreError> {
+        for write in writes {
+            if !write.events.is_empty() {
+                self.add_events(&write.run.id, write.first, &write.events).await?;
+            }
+            self.put_run(&write.run).await?;
+        }
+        Ok(())
+    }
     /// Adds a run or replaces its record.
     async fn put_run(&self, run: &ArchivedRun) -> Result<(), StoreError>;
     /// Adds a run's events `first`, `first + 1`… (an event already kept is left as it is).
@@ -149,35 +171,52 @@ fn sqlite_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<ArchivedRun> {
 
 const COLUMNS: &str = "id, kind, status, created_ms, body";
 
+fn sqlite_put(conn: &rusqlite::Connection, run: &ArchivedRun) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO served_runs (id, kind, status, created_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body",
+    )
+    .and_then(|mut put| put.execute(params![run.id, run.kind, run.status, run.created_ms, run.body]))
+    .map_err(backend)?;
+    Ok(())
+}
+
+fn sqlite_events(conn: &rusqlite::Connection, run: &str, first: u64, events: &[Arc<str>]) -> Result<(), StoreError> {
+    let mut insert = conn
+        .prepare_cached("INSERT OR IGNORE INTO served_run_events (run, idx, body) VALUES (?1, ?2, ?3)")
+        .map_err(backend)?;
+    for (i, event) in events.iter().enumerate() {
+        let idx = i64::try_from(first + i as u64).map_err(backend)?;
+        insert.execute(params![run, idx, event.as_ref()]).map_err(backend)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl RunArchive for SqliteCheckpointer {
-    async fn put_run(&self, run: &ArchivedRun) -> Result<(), StoreError> {
-        let run = run.clone();
+    async fn save(&self, writes: &[RunWrite]) -> Result<(), StoreError> {
+        let writes = writes.to_vec();
         self.with(move |conn| {
-            conn.execute(
-                "INSERT INTO served_runs (id, kind, status, created_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body",
-                params![run.id, run.kind, run.status, run.created_ms, run.body],
-            )
-            .map_err(backend)?;
-            Ok(())
+            let tx = conn.unchecked_transaction().map_err(backend)?;
+            for write in &writes {
+                sqlite_events(&tx, &write.run.id, write.first, &write.events)?;
+                sqlite_put(&tx, &write.run)?;
+            }
+            tx.commit().map_err(backend)
         })
         .await
+    }
+
+    async fn put_run(&self, run: &ArchivedRun) -> Result<(), StoreError> {
+        let run = run.clone();
+        self.with(move |conn| sqlite_put(conn, &run)).await
     }
 
     async fn add_events(&self, run: &str, first: u64, events: &[Arc<str>]) -> Result<(), StoreError> {
         let (run, events) = (run.to_string(), events.to_vec());
         self.with(move |conn| {
             let tx = conn.unchecked_transaction().map_err(backend)?;
-            {
-                let mut insert = tx
-                    .prepare_cached("INSERT OR IGNORE INTO served_run_events (run, idx, body) VALUES (?1, ?2, ?3)")
-                    .map_err(backend)?;
-                for (i, event) in events.iter().enumerate() {
-                    let idx = i64::try_from(first + i as u64).map_err(backend)?;
-                    insert.execute(params![run, idx, event.as_ref()]).map_err(backend)?;
-                }
-            }
+            sqlite_events(&tx, &run, first, &events)?;
             tx.commit().map_err(backend)
         })
         .await

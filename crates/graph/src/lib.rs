@@ -22,7 +22,7 @@ pub mod sqlite;
 pub mod state;
 pub mod template;
 
-pub use archive::{ArchivedRun, MemoryArchive, Retention, RunArchive, RunQuery, open_archive};
+pub use archive::{ArchivedRun, MemoryArchive, Retention, RunArchive, RunQuery, RunWrite, open_archive};
 pub use checkpoint::{
     Checkpoint, Checkpointer, Listed, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, Unreadable, When, Write,
 };

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recursive_core::FinishReason;
-use recursive_graph::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, StoreError};
+use recursive_graph::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, RunWrite, StoreError};
 use tokio::sync::Notify;
 
 use crate::runs::{PAGE, RunFilter, RunKind, RunOutput, RunRecord, RunStatus, RunView, unix_ms};
@@ -197,23 +197,32 @@ impl RunStore {
     pub async fn flush(&self) -> Result<(), String> {
         let runs: Vec<(Arc<RunRecord>, usize, Option<RunStatus>)> =
             self.lock().values().map(|(r, w)| (r.clone(), w.events, w.status)).collect();
-        let mut released = 0;
-        for (run, written, status) in runs {
+        let mut writes = Vec::new();
+        let mut written = Vec::new();
+        for (run, from, status) in runs {
             let view = run.view();
-            let events = run.events_since(written);
-            if !events.is_empty() {
-                self.archive.add_events(&run.id, written as u64, &events).await.map_err(stored)?;
+            let events = run.events_since(from);
+            if status == Some(view.status) && events.is_empty() {
+                continue;
             }
-            if status != Some(view.status) || !events.is_empty() {
-                self.archive.put_run(&archived_of(&view, run.created_ms)?).await.map_err(stored)?;
-            }
+            written.push((run.clone(), from + events.len(), view.status));
+            writes.push(RunWrite { run: archived_of(&view, run.created_ms)?, first: from as u64, events });
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.archive.save(&writes).await.map_err(stored)?;
+        let mut released = 0;
+        {
             let mut live = self.lock();
-            let finished = view.status == RunStatus::Finished;
-            if finished && run.events_since(written + events.len()).is_empty() {
-                live.remove(&run.id);
-                released += 1;
-            } else if let Some((_, w)) = live.get_mut(&run.id) {
-                *w = Written { events: written + events.len(), status: Some(view.status) };
+            for (run, events, status) in written {
+                let done = status == RunStatus::Finished && run.events_since(events).is_empty();
+                if done {
+                    live.remove(&run.id);
+                    released += 1;
+                } else if let Some((_, w)) = live.get_mut(&run.id) {
+                    *w = Written { events, status: Some(status) };
+                }
             }
         }
         if released > 0 {

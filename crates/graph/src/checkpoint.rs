@@ -78,7 +78,8 @@ pub struct Checkpoint {
     pub id: String,
     /// The thread.
     pub thread: String,
-    /// The namespace: empty for the top graph, `node:step/…` for a sub-graph run.
+    /// The namespace: empty for the top graph, `node:step@checkpoint/…` for a sub-graph run
+    /// (keyed by the parent checkpoint it ran under, so time travel never finds a stale run).
     pub ns: String,
     /// The checkpoint this one follows.
     pub parent: Option<String>,
@@ -137,6 +138,11 @@ pub struct PendingWrite {
     pub node: String,
     /// What it wrote.
     pub write: Write,
+    /// For a node that runs a graph (a sub-graph) and asked within this step: the checkpoint
+    /// of that run where it first asked. Kept when the node goes on to finish, so time travel
+    /// back to this step answers the question there again instead of re-running the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_at: Option<String>,
 }
 
 /// A thread's record: which graph it runs (its blueprint, when it came from one).
@@ -401,6 +407,7 @@ pub(crate) mod contract {
         let w = |node: &str, n: i64| PendingWrite {
             node: node.into(),
             write: Write::Update { update: json!({"n": n}).as_object().cloned().unwrap_or_default() },
+            asked_at: (n == 2).then(|| "inner".to_string()),
         };
         store.put_write(thread, &c1.id, &w("a", 1)).await.unwrap();
         store.put_write(thread, &c1.id, &w("b", 2)).await.unwrap();

@@ -155,9 +155,14 @@ pub struct ThreadInfo {
     /// The blueprint's text, so a thread can be resumed without its file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blueprint: Option<String>,
-    /// Where the blueprint was read from (sub-graphs are looked up next to it).
+    /// Where the blueprint was read from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The text of every sub-graph blueprint it reaches (by the name nodes use), pinned when
+    /// the thread starts so a resume binds these, never the files. `None` in threads stored
+    /// before sub-graphs were pinned: their sub-graphs are looked up next to `origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subgraphs: Option<BTreeMap<String, crate::blueprint::Source>>,
     /// When the thread was created.
     pub created_at: DateTime<Utc>,
 }
@@ -385,10 +390,14 @@ pub(crate) mod contract {
             graph: "g".into(),
             blueprint: Some("name = \"g\"".into()),
             origin: None,
+            subgraphs: Some(BTreeMap::from([(
+                "sub".to_string(),
+                crate::blueprint::Source { origin: "sub.toml".into(), text: "name = \"sub\"".into() },
+            )])),
             created_at: Utc::now(),
         };
         store.put_thread(&info).await.unwrap();
-        assert_eq!(store.thread(thread).await.unwrap().unwrap().blueprint, info.blueprint);
+        assert_eq!(store.thread(thread).await.unwrap().unwrap(), info);
         assert!(store.threads().await.unwrap().iter().any(|t| t.as_ref().is_ok_and(|t| t.thread == thread)));
 
         assert!(store.latest(thread, "").await.unwrap().is_none());

@@ -54,6 +54,7 @@ impl StoreSlot {
                 graph: kind.clone(),
                 blueprint: None,
                 origin: None,
+                subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
             store.put_thread(&info).await.map_err(|e| e.to_string())?;

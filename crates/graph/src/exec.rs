@@ -407,7 +407,8 @@ impl Graph {
         let runs = to_run.iter().map(|node| {
             let given = if answered.as_deref() == Some(node.as_str()) { value.as_ref() } else { None };
             let resume_from = asked.get(*node).cloned().flatten();
-            self.run_node(node, cp, Resumed { value: given, from: resume_from }, thread, scope)
+            let resumed = Resumed { value: given, from: resume_from, legacy: resuming };
+            self.run_node(node, cp, resumed, thread, scope)
         });
         let results = join_all(runs).await;
         // The first node (in declaration order) that stopped decides how the run ends.
@@ -494,12 +495,13 @@ impl Graph {
             Err(e) => return Ok(Ran::Limit(Finish::DepthLimit { node: name.to_string(), max: e.max_depth })),
         };
         child.emit(step, event(GraphEvent::GraphNodeStarted { node: name.into(), kind: node.kind().into() }));
-        let nested = Nested {
-            store: thread.store.clone(),
-            thread: thread.id.clone(),
-            ns: nested_ns(&thread.ns, name, cp),
-            resume_from: resume.from,
-        };
+        let mut ns = nested_ns(&thread.ns, name, cp);
+        if resume.legacy
+            && let Some(legacy) = legacy_ns(thread, name, cp).await?
+        {
+            ns = legacy;
+        }
+        let nested = Nested { store: thread.store.clone(), thread: thread.id.clone(), ns, resume_from: resume.from };
         let nested_ns = nested.ns.clone();
         let first_asked = nested.resume_from.clone();
         let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume: resume.value, nested };
@@ -546,6 +548,8 @@ impl Graph {
 struct Resumed<'a> {
     value: Option<&'a Value>,
     from: Option<String>,
+    /// The first step of a resumed run: a nested run may sit in a namespace of the old form.
+    legacy: bool,
 }
 
 /// The namespace of a nested run of node `name` in the step that starts at `cp`: keyed by the
@@ -567,6 +571,20 @@ fn asked_again(w: PendingWrite) -> Option<PendingWrite> {
             asked_at: Some(at),
         }),
     }
+}
+
+/// Threads stored before nested runs were keyed by checkpoint kept them under `node:step`: a
+/// run found there that started under `cp` (no earlier than it) is continued where it is.
+async fn legacy_ns(thread: &Thread, name: &str, cp: &Checkpoint) -> Result<Option<String>, GraphError> {
+    let sep = if thread.ns.is_empty() { "" } else { "/" };
+    let ns = format!("{}{sep}{name}:{}", thread.ns, cp.step);
+    for slot in [ns.clone(), format!("{ns}{}", crate::slot::RUN_SUFFIX)] {
+        let latest = thread.store.latest(&thread.id, &slot).await?;
+        if latest.is_some_and(|l| l.created_at >= cp.created_at) {
+            return Ok(Some(ns));
+        }
+    }
+    Ok(None)
 }
 
 /// Where a node's nested run (a sub-graph) stands as the node asks: its latest checkpoint.

@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Source, ThreadInfo};
 
+/// What a node's run slot adds to the node's nested namespace.
+pub(crate) const RUN_SUFFIX: &str = "#run";
+
 /// A slot in a store.
 pub struct StoreSlot {
     store: Arc<dyn Checkpointer>,
@@ -34,7 +37,7 @@ impl StoreSlot {
         Self {
             store: nested.store.clone(),
             thread: nested.thread.clone(),
-            ns: format!("{}#run", nested.ns),
+            ns: format!("{}{RUN_SUFFIX}", nested.ns),
             standalone: None,
             last: Default::default(),
         }

@@ -455,6 +455,10 @@ async fn a_function_node_still_computing_ends_at_the_trees_deadline() {
 /// draft and counts its runs, then `check` asks) → END, mapping draft → text and summary,
 /// ok → result, verdict.
 fn picking_parent(inner_runs: Arc<AtomicUsize>) -> Graph {
+    picking_parent_builder(inner_runs).build().unwrap()
+}
+
+fn picking_parent_builder(inner_runs: Arc<AtomicUsize>) -> recursive_graph::GraphBuilder {
     let map_in = BTreeMap::from([("text".to_string(), "draft".to_string())]);
     let map_out =
         BTreeMap::from([("result".to_string(), "summary".to_string()), ("verdict".to_string(), "ok".to_string())]);
@@ -473,8 +477,6 @@ fn picking_parent(inner_runs: Arc<AtomicUsize>) -> Graph {
         )
         .edge(START, "pick")
         .edge("pick", "sub")
-        .build()
-        .unwrap()
 }
 
 /// Runs `start` on thread `t` and returns the outcome.
@@ -551,5 +553,34 @@ async fn time_travel_to_a_question_inside_a_sub_graph_answers_it_again_without_r
         let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
         assert_eq!((i.at(), i.payload["question"].as_str()), ("sub/check".to_string(), Some("OK: TIDES?")));
         assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_sub_graph_run_stored_under_the_old_namespace_form_is_continued() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        let parent = picking_parent(inner_runs.clone());
+        // The parent stops before `sub`; the sub-graph then runs as releases before sub-graph
+        // runs were keyed by checkpoint ran it: under `sub:1`, asking `check`.
+        let paused = picking_parent_builder(inner_runs.clone()).interrupt_before("sub").build().unwrap();
+        go(&paused, &store, Start::Input(json!({}))).await;
+        let out = go(&paused, &store, Start::Resume(Some(json!("tides")))).await;
+        assert!(matches!(out.finish, Finish::Interrupted(_)), "{:?}", out.finish);
+        let old = Thread { store: store.clone(), id: "t".into(), ns: "sub:1".into() };
+        let inner = child_graph(inner_runs.clone());
+        inner.run(Start::Input(json!({"text": "tides"})), &old, &RunScope::detached("g")).await.unwrap();
+        let asked = recursive_graph::PendingWrite {
+            node: "sub".into(),
+            write: recursive_graph::Write::Interrupt { payload: json!({"question": "OK: TIDES?"}) },
+            asked_at: None,
+        };
+        store.put_write("t", &out.checkpoint, &asked).await.unwrap();
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+
+        let out = go(&parent, &store, Start::Resume(Some(json!("yes")))).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("TIDES"), Some("yes")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "the stored sub-graph run went on");
     }
 }

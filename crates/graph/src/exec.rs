@@ -495,13 +495,19 @@ impl Graph {
             Err(e) => return Ok(Ran::Limit(Finish::DepthLimit { node: name.to_string(), max: e.max_depth })),
         };
         child.emit(step, event(GraphEvent::GraphNodeStarted { node: name.into(), kind: node.kind().into() }));
-        let mut ns = nested_ns(&thread.ns, name, cp);
+        let mut ns = nested_ns(&thread.ns, name, &runs_key(thread, cp).await?, cp.step);
         if resume.legacy
             && let Some(legacy) = legacy_ns(thread, name, cp).await?
         {
             ns = legacy;
         }
-        let nested = Nested { store: thread.store.clone(), thread: thread.id.clone(), ns, resume_from: resume.from };
+        let nested = Nested {
+            store: thread.store.clone(),
+            thread: thread.id.clone(),
+            ns,
+            resume_from: resume.from,
+            raise: cp.source == Source::Raise,
+        };
         let nested_ns = nested.ns.clone();
         let first_asked = nested.resume_from.clone();
         let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume: resume.value, nested };
@@ -552,12 +558,25 @@ struct Resumed<'a> {
     legacy: bool,
 }
 
-/// The namespace of a nested run of node `name` in the step that starts at `cp`: keyed by the
-/// checkpoint, so a step run again from a copy (time travel, a fork) never finds a run made
-/// under another checkpoint, while a resume of the same step finds its own.
-fn nested_ns(ns: &str, name: &str, cp: &Checkpoint) -> String {
+/// The namespace of a nested run of node `name` in the step `step` that starts at checkpoint
+/// `key`: keyed by the checkpoint, so a step run again from a copy (time travel, a fork) never
+/// finds a run made under another checkpoint, while a resume of the same step finds its own.
+fn nested_ns(ns: &str, name: &str, key: &str, step: u64) -> String {
     let sep = if ns.is_empty() { "" } else { "/" };
-    format!("{ns}{sep}{name}:{}@{}", cp.step, cp.id)
+    format!("{ns}{sep}{name}:{step}@{key}")
+}
+
+/// The checkpoint whose nested runs the step at `cp` continues: its own, or for a raise of the
+/// limits (a copy of the step as it stands) the checkpoint it was raised from.
+async fn runs_key(thread: &Thread, cp: &Checkpoint) -> Result<String, GraphError> {
+    let (mut id, mut source, mut parent) = (cp.id.clone(), cp.source, cp.parent.clone());
+    while source == Source::Raise
+        && let Some(from) = parent.take()
+        && let Some(raised_from) = thread.store.get(&thread.id, &from).await?
+    {
+        (id, source, parent) = (raised_from.id, raised_from.source, raised_from.parent);
+    }
+    Ok(id)
 }
 
 /// A write at a checkpoint as copied for time travel back to it: a question asked again, and

@@ -28,6 +28,9 @@ pub struct Nested {
     /// from (time travel back to a question): the nested run's checkpoint where it asked, in
     /// the earlier namespace, to continue from there.
     pub resume_from: Option<String>,
+    /// The step is a raise of the limits: a nested run found in the namespace continues with
+    /// its limits counted afresh too.
+    pub raise: bool,
 }
 
 /// What a node is given.

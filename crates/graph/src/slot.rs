@@ -129,8 +129,13 @@ mod tests {
         resumed.save(&json!({"iteration": 3})).await.unwrap();
         assert_eq!(store.latest("r1", "rlm").await.unwrap().unwrap().step, 2, "a new slot continues the chain");
         assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
-        let nested =
-            crate::node::Nested { store: store.clone(), thread: "r1".into(), ns: "n:1".into(), resume_from: None };
+        let nested = crate::node::Nested {
+            store: store.clone(),
+            thread: "r1".into(),
+            ns: "n:1".into(),
+            resume_from: None,
+            raise: false,
+        };
         assert_eq!(StoreSlot::nested(&nested).load().await.unwrap(), None);
     }
 }

@@ -584,3 +584,40 @@ async fn a_sub_graph_run_stored_under_the_old_namespace_form_is_continued() {
         assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "the stored sub-graph run went on");
     }
 }
+
+#[tokio::test]
+async fn raising_the_limits_continues_a_sub_graph_that_stopped_on_its_own() {
+    for (store, _dir) in stores() {
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counted = ticks.clone();
+        // The sub-graph ticks until n reaches 3, but may visit `tick` only twice per run.
+        let inner = Graph::builder("ticker")
+            .channel("n", Channel::last(ValueType::Integer))
+            .node(
+                "tick",
+                func(move |s| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(update(json!({"n": s["n"].as_i64().unwrap_or(0) + 1})))
+                }),
+            )
+            .edge(START, "tick")
+            .edge_when("tick", END, Test { channel: "n".into(), op: Op::Ge(3.0) })
+            .guarded("tick", "tick", Guard::Otherwise)
+            .policy(RecursionPolicy { max_visits: 2, ..RecursionPolicy::default() })
+            .build()
+            .unwrap();
+        let parent = Graph::builder("parent")
+            .channel("n", Channel::last(ValueType::Integer))
+            .node("sub", Arc::new(SubgraphNode { graph: Arc::new(inner), inputs: None, outputs: None }))
+            .edge(START, "sub")
+            .build()
+            .unwrap();
+        let out = go(&parent, &store, Start::Input(json!({"n": 0}))).await;
+        assert_eq!(out.finish, Finish::VisitLimit { node: "tick".into(), max: 2 });
+        assert_eq!(ticks.load(Ordering::SeqCst), 2);
+        let out = go(&parent, &store, Start::RaiseLimits(None)).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!(out.state["n"], 3);
+        assert_eq!(ticks.load(Ordering::SeqCst), 3, "the sub-graph went on from n = 2, not from its start");
+    }
+}

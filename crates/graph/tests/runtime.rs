@@ -621,3 +621,34 @@ async fn raising_the_limits_continues_a_sub_graph_that_stopped_on_its_own() {
         assert_eq!(ticks.load(Ordering::SeqCst), 3, "the sub-graph went on from n = 2, not from its start");
     }
 }
+
+#[tokio::test]
+async fn time_travel_reaches_a_question_two_sub_graphs_deep() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        // outer → mid → sub (the child graph: `summarize`, then `check` asks), all on the
+        // channels they share.
+        let nest = |name: &str, node: &str, graph: Graph| {
+            Graph::builder(name)
+                .channel("text", Channel::last(ValueType::String))
+                .channel("ok", Channel::last(ValueType::String))
+                .channel("summary", Channel::last(ValueType::String))
+                .node(node, Arc::new(SubgraphNode { graph: Arc::new(graph), inputs: None, outputs: None }))
+                .edge(START, node)
+                .build()
+                .unwrap()
+        };
+        let outer = nest("outer", "mid", nest("mid", "sub", child_graph(inner_runs.clone())));
+        let out = go(&outer, &store, Start::Input(json!({"text": "tides"}))).await;
+        let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+        assert_eq!(i.at(), "mid/sub/check");
+        let out = go(&outer, &store, Start::Resume(Some(json!("yes")))).await;
+        assert_eq!((out.state["summary"].as_str(), out.state["ok"].as_str()), (Some("TIDES"), Some("yes")));
+
+        let start = at(&store, &["mid"]).await;
+        let out = go(&outer, &store, Start::From { checkpoint: start, value: Some(json!("no")) }).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!((out.state["summary"].as_str(), out.state["ok"].as_str()), (Some("TIDES"), Some("no")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "`summarize` had finished: it did not run again");
+    }
+}

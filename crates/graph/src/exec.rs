@@ -313,10 +313,16 @@ impl Graph {
                 Ok((raised, value, true))
             }
             Start::From { checkpoint, value } => {
-                let from = store.get(&thread.id, &checkpoint).await?.ok_or_else(|| GraphError::NoCheckpoint {
-                    thread: thread.id.clone(),
-                    checkpoint: checkpoint.clone(),
-                })?;
+                // At the top, only the top graph's checkpoints (a sub-graph continues from one of
+                // an earlier run of its node, in another namespace).
+                let from = store
+                    .get(&thread.id, &checkpoint)
+                    .await?
+                    .filter(|c| !thread.ns.is_empty() || c.ns.is_empty())
+                    .ok_or_else(|| GraphError::NoCheckpoint {
+                        thread: thread.id.clone(),
+                        checkpoint: checkpoint.clone(),
+                    })?;
                 let mut replay = branch(&from, Source::Replay, from.state.clone());
                 // A sub-graph's run continues from a checkpoint of an earlier run of its node.
                 replay.ns = thread.ns.clone();

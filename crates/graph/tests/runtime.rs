@@ -549,10 +549,15 @@ async fn time_travel_to_a_question_inside_a_sub_graph_answers_it_again_without_r
         assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("TIDES"), Some("no")));
         assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "`summarize` had finished: it did not run again");
         // Without a value, the question is asked again.
-        let out = go(&g, &store, Start::From { checkpoint: asked, value: None }).await;
+        let out = go(&g, &store, Start::From { checkpoint: asked.clone(), value: None }).await;
         let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
         assert_eq!((i.at(), i.payload["question"].as_str()), ("sub/check".to_string(), Some("OK: TIDES?")));
         assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+        // A sub-graph's checkpoint is not one to travel to at the top.
+        let inner = store.list("t", &format!("sub:1@{asked}")).await.unwrap();
+        let travel = Start::From { checkpoint: inner[0].id.clone(), value: None };
+        let err = g.run(travel, &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap_err();
+        assert!(matches!(err, GraphError::NoCheckpoint { .. }), "{err}");
     }
 }
 

@@ -270,6 +270,7 @@ mod tests {
                 graph: "g".into(),
                 blueprint: None,
                 origin: None,
+                subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
             store.put_thread(&info).await.unwrap();

@@ -118,6 +118,22 @@ pub enum EventKind {
         /// How long the tool took.
         duration_ms: u64,
     },
+    /// A tool call waits for its client's permission (a served run): answer it by `ask` before
+    /// `timeout_ms`, or it is denied.
+    Ask {
+        /// The question's id, which the answer names.
+        ask: String,
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The call's arguments.
+        arguments: serde_json::Value,
+        /// Which rule or default asked.
+        reason: String,
+        /// How long the answer is awaited.
+        timeout_ms: u64,
+    },
     /// A permission decision for a tool call.
     Permission {
         /// The call id.
@@ -434,6 +450,9 @@ impl StderrSink {
             EventKind::ToolResult { name, output, is_error, duration_ms, .. } => {
                 let mark = if *is_error { "✗" } else { "✓" };
                 format!("{mark} {name} [{duration_ms} ms] {}", clip(output, 160))
+            }
+            EventKind::Ask { name, ask, timeout_ms, .. } => {
+                format!("? permission {name}: asked the client ({ask}, {} s to answer)", timeout_ms / 1000)
             }
             EventKind::Permission { name, decision, reason, .. } => {
                 format!("permission {name}: {decision:?} ({reason})")

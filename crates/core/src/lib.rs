@@ -6,6 +6,7 @@
 //! Nothing here does HTTP, touches the filesystem beyond the JSONL logs a caller asks for, or
 //! runs a sandbox; those live in the crates above.
 
+pub mod answers;
 pub mod asks;
 pub mod budget;
 pub mod compact;
@@ -27,6 +28,7 @@ pub mod text;
 pub mod tool;
 pub mod transcript;
 
+pub use answers::{AnswerBoard, ClientAnswer, Question};
 pub use asks::{AnswerCheck, Asks, CheckAnswer};
 pub use budget::{Budget, BudgetLimitError, BudgetLimits};
 pub use event::{

@@ -371,6 +371,12 @@ pub trait ToolGate: Send + Sync {
     /// Decides on one call. `tool` is `None` for a call to an unknown tool.
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict;
 
+    /// [`check`](Self::check) for a call of the run `scope` (what the tool loop calls): a gate
+    /// that asks someone may ask through the run (its events).
+    async fn check_in(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>, _scope: &RunScope) -> GateVerdict {
+        self.check(call, tool).await
+    }
+
     /// The paths an allowed call may not show in its results; `None` hides nothing.
     fn screen(&self, _call: &ToolCall, _tool: &Arc<dyn Tool>) -> Option<Arc<dyn PathScreen>> {
         None

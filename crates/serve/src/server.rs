@@ -54,6 +54,9 @@ pub struct ServeConfig {
     pub archive: Option<Arc<dyn recursive_graph::RunArchive>>,
     /// How many finished runs to keep, and for how long.
     pub retention: crate::store::Retention,
+    /// Where permission asks of runs wait for their clients' answers (`None`: the server
+    /// denies asks itself).
+    pub answers: Option<Arc<recursive_core::AnswerBoard>>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -80,6 +83,7 @@ impl Default for ServeConfig {
             cors_origins: Vec::new(),
             archive: None,
             retention: Default::default(),
+            answers: None,
         }
     }
 }
@@ -183,6 +187,7 @@ impl Server {
             .route("/v1/runs/{id}", get(get_run).delete(delete_run))
             .route("/v1/runs/{id}/events", get(run_events))
             .route("/v1/runs/{id}/cancel", post(cancel_run))
+            .route("/v1/runs/{id}/asks/{ask}", post(answer_ask))
             .route("/v1/models", get(crate::openai::models))
             .route("/v1/chat/completions", post(crate::openai::chat_completions))
             .route("/v1/responses", post(crate::responses::create_response))
@@ -557,6 +562,42 @@ async fn cancel_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -
     }
 }
 
+/// A client's answer to a permission ask.
+#[derive(Debug, serde::Deserialize, ToSchema)]
+pub struct AskAnswer {
+    /// `allow` or `deny`.
+    #[schema(value_type = String, example = "allow")]
+    pub decision: recursive_core::Decision,
+    /// Why (shown to the model on a denial).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/asks/{ask}", params(("id" = String, Path), ("ask" = String, Path)),
+    request_body = AskAnswer,
+    responses((status = 202, description = "Answered: the call runs or is denied"), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "No such run, or no such open ask (answered, expired)")))]
+async fn answer_ask(
+    State(server): State<Arc<Server>>,
+    Path((id, ask)): Path<(String, String)>,
+    Json(answer): Json<AskAnswer>,
+) -> Response {
+    let Some(board) = &server.config.answers else {
+        let message = "this server does not ask its clients: start it with --client-asks SECS";
+        return error(StatusCode::NOT_FOUND, "invalid_request_error", message);
+    };
+    if server.store.live(&id).is_none() {
+        return not_found(&id);
+    }
+    let allow = answer.decision == recursive_core::Decision::Allow;
+    if !board.answer(&ask, recursive_core::ClientAnswer { allow, reason: answer.reason }) {
+        let message = format!("no open ask `{ask}` (answered already, or its time ran out)");
+        return error(StatusCode::NOT_FOUND, "invalid_request_error", &message);
+    }
+    (StatusCode::ACCEPTED, Json(json!({"ask": ask, "decision": answer.decision}))).into_response()
+}
+
 fn not_found(id: &str) -> Response {
     error(StatusCode::NOT_FOUND, "invalid_request_error", &format!("no run `{id}`"))
 }
@@ -665,6 +706,7 @@ fn archived_stream(
         get_run,
         delete_run,
         cancel_run,
+        answer_ask,
         run_events,
         crate::openai::models,
         crate::openai::chat_completions,
@@ -674,6 +716,7 @@ fn archived_stream(
         RunRequest,
         RunView,
         RunList,
+        AskAnswer,
         RunOutput,
         RunKind,
         crate::runs::RunStatus,

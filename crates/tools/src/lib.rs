@@ -38,8 +38,9 @@ pub use mcp::{
 pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
 pub use patch::ApplyPatch;
 pub use permissions::{
-    Action, Approval, ApprovalHandler, FixedApprover, NO_TERMINAL_REASON, PermissionPolicy, PermissionRule,
-    PermissionsConfig, PermissionsError, SERVER_ASK_REASON, ServerApprover, TerminalApprover, approver_for_flags,
+    Action, Approval, ApprovalHandler, ClientApprover, FixedApprover, NO_TERMINAL_REASON, PermissionPolicy,
+    PermissionRule, PermissionsConfig, PermissionsError, SERVER_ASK_REASON, ServerApprover, TerminalApprover,
+    approver_for_flags,
 };
 pub use process::kill_running_commands;
 pub use sandbox::{SandboxError, Workspace};

@@ -58,10 +58,14 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use recursive_core::{GateVerdict, PathScreen, Tool, ToolCall, ToolGate, ToolOrigin, call_arguments};
+use recursive_core::{
+    AnswerBoard, ClientAnswer, EventKind, GateVerdict, PathScreen, RunScope, Tool, ToolCall, ToolGate, ToolOrigin,
+    call_arguments,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -204,6 +208,12 @@ pub trait ApprovalHandler: Send + Sync {
     /// Asks whether `call` may run; `reason` says which rule or default asked.
     async fn approve(&self, call: &ToolCall, reason: &str) -> Approval;
 
+    /// [`approve`](Self::approve) for a call of the run `scope` (what the policy calls): a
+    /// handler that asks through the run overrides it.
+    async fn approve_in(&self, call: &ToolCall, reason: &str, _scope: &RunScope) -> Approval {
+        self.approve(call, reason).await
+    }
+
     /// Why this handler cannot ask at all right now (the call is then denied with this
     /// reason), or `None` when it can.
     fn unavailable(&self) -> Option<String> {
@@ -257,6 +267,59 @@ impl ApprovalHandler for ServerApprover {
 
     fn unavailable(&self) -> Option<String> {
         Some(SERVER_ASK_REASON.to_string())
+    }
+}
+
+/// Asks the client of a served run: an `ask` event on the run's stream announces the question,
+/// which the client answers by its id on the [`AnswerBoard`] (the server's endpoint); no answer
+/// within the timeout is a denial. Outside a run (no scope) nobody can be asked: denied.
+#[derive(Debug, Clone)]
+pub struct ClientApprover {
+    board: Arc<AnswerBoard>,
+    timeout: Duration,
+}
+
+impl ClientApprover {
+    /// Questions go on `board`; each waits at most `timeout`.
+    pub fn new(board: Arc<AnswerBoard>, timeout: Duration) -> Self {
+        Self { board, timeout }
+    }
+}
+
+#[async_trait]
+impl ApprovalHandler for ClientApprover {
+    async fn approve(&self, _call: &ToolCall, _reason: &str) -> Approval {
+        Approval::NoBecause("no client to ask outside a run".into())
+    }
+
+    async fn approve_in(&self, call: &ToolCall, reason: &str, scope: &RunScope) -> Approval {
+        let question = self.board.open();
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        scope.emit(
+            scope.next_step().saturating_sub(1),
+            EventKind::Ask {
+                ask: question.id.clone(),
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                reason: reason.to_string(),
+                timeout_ms,
+            },
+        );
+        match question.wait(self.timeout).await {
+            Some(ClientAnswer { allow: true, .. }) => Approval::Yes,
+            Some(ClientAnswer { reason: Some(why), .. }) => Approval::NoBecause(why),
+            Some(ClientAnswer { reason: None, .. }) => Approval::No,
+            None => Approval::NoBecause(format!("no answer within {} s", self.timeout.as_secs())),
+        }
+    }
+
+    fn describe(&self, answer: &Approval) -> String {
+        match answer {
+            Approval::Yes | Approval::Always => "approved by the client".into(),
+            Approval::No => "declined by the client".into(),
+            Approval::NoBecause(why) => format!("not approved by the client: {why}"),
+        }
     }
 }
 
@@ -645,6 +708,10 @@ fn text_has_prefix(text: &str, prefix: &[String]) -> bool {
 #[async_trait]
 impl ToolGate for PermissionPolicy {
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict {
+        self.check_in(call, tool, &RunScope::detached("permissions")).await
+    }
+
+    async fn check_in(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>, scope: &RunScope) -> GateVerdict {
         let Some(tool) = tool else {
             return GateVerdict::allow("unknown tool; the call fails and lists the known tools");
         };
@@ -666,7 +733,7 @@ impl ToolGate for PermissionPolicy {
                 }
                 let how = tool.confinement().map(|c| format!("; {c}")).unwrap_or_default();
                 let asked = format!("{source}: {}{how}", Action::Ask.as_str());
-                let answer = self.approver.approve(call, &asked).await;
+                let answer = self.approver.approve_in(call, &asked, scope).await;
                 let said = self.approver.describe(&answer);
                 match answer {
                     Approval::Yes => GateVerdict::allow(format!("{asked}; {said}")),

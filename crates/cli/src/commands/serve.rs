@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// (`1000,7d`). Without it every run is kept.
     #[arg(long, value_name = "COUNT|AGE")]
     pub keep: Option<String>,
+    /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
+    /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
+    /// Without it, asks are denied at once with how to allow the tool.
+    #[arg(long, value_name = "SECS")]
+    pub client_asks: Option<u64>,
     /// Offer a named runnable (agent, RLM, goal or graph, as for `run --agent`): NAME=FILE,
     /// repeatable. Each is a model of the OpenAI-compatible endpoint, a runnable of the runs API
     /// (`agent` of a request) and an MCP tool.
@@ -77,8 +82,8 @@ async fn served(
     workspace: Option<&std::path::Path>,
     max_steps: u32,
     runnable_specs: &[String],
+    approver: Arc<dyn recursive_tools::ApprovalHandler>,
 ) -> anyhow::Result<Served> {
-    let approver: Arc<dyn recursive_tools::ApprovalHandler> = Arc::new(recursive_tools::ServerApprover);
     let harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
     if let Some(name) =
@@ -136,7 +141,9 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     if args.max_concurrent_runs == 0 {
         return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
     }
-    let runner = served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents).await?;
+    let approver = Arc::new(recursive_tools::ServerApprover);
+    let runner =
+        served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
     tokio::select! {
@@ -186,8 +193,15 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
     let shown = super::graph::shown_address(&address);
+    let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
+    let approver: Arc<dyn recursive_tools::ApprovalHandler> = match (&answers, args.client_asks) {
+        (Some(board), Some(secs)) => {
+            Arc::new(recursive_tools::ClientApprover::new(board.clone(), std::time::Duration::from_secs(secs)))
+        }
+        _ => Arc::new(recursive_tools::ServerApprover),
+    };
     let (runner, archive) = tokio::join!(
-        served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents),
+        served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
         recursive_graph::open_archive(&address)
     );
     let (runner, archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
@@ -203,6 +217,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         cors_origins: cors_origins(&args.cors_origins)?,
         archive: Some(archive),
         retention: keep(args.keep.as_deref())?,
+        answers,
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;

@@ -21,6 +21,7 @@ pub mod provider;
 pub mod rlm;
 pub mod setup;
 pub mod system_prompt;
+pub mod threads;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,7 @@ pub use files::{RunnableFile, RunnableSpec};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
 pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
 pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
+pub use threads::{SubGraphs, ThreadError, ThreadRun};
 
 /// A configuration problem: the CLI's exit status 2, and a message saying how to fix it.
 #[derive(Debug, thiserror::Error)]

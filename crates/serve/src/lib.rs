@@ -6,6 +6,7 @@
 //! - [`served`]: [`Served`], the runner over registered runnables (the CLI builds them with the
 //!   harness);
 //! - [`store`]: runs in flight in memory, the rest in the run archive (SQLite or PostgreSQL);
+//! - [`threads`]: graph threads over HTTP (create, run, resume, state, history, fork);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
 //! - [`guard`]: the `Host` and `Origin` every request is checked for, and CORS;
 //! - [`conversation`]: a client's conversation (either OpenAI API) as a run request, and the
@@ -25,6 +26,7 @@ pub mod runs;
 pub mod served;
 pub mod server;
 pub mod store;
+pub mod threads;
 
 pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunView, Runner};
 pub use served::Served;

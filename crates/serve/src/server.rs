@@ -57,6 +57,8 @@ pub struct ServeConfig {
     /// Where permission asks of runs wait for their clients' answers (`None`: the server
     /// denies asks itself).
     pub answers: Option<Arc<recursive_core::AnswerBoard>>,
+    /// Graph threads over HTTP (`None`: the threads API answers 404).
+    pub graphs: Option<Arc<dyn crate::threads::GraphHost>>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -84,6 +86,7 @@ impl Default for ServeConfig {
             archive: None,
             retention: Default::default(),
             answers: None,
+            graphs: None,
         }
     }
 }
@@ -109,7 +112,7 @@ pub struct Server {
     pub(crate) continuations: crate::conversation::Continuations,
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
-    config: ServeConfig,
+    pub(crate) config: ServeConfig,
     /// Sees every event of every run besides the run's own record (e.g. span export).
     observer: Option<Arc<dyn recursive_core::EventSink>>,
 }
@@ -145,11 +148,28 @@ impl Server {
 
     /// Starts a run in the background (queued while every slot is taken).
     pub(crate) fn start(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
+        let (kind, title) = (request.kind, crate::runs::title_of(&request.input));
+        let runner = self.runner.clone();
+        self.start_job(kind, title, move |scope| async move { runner.run(request, scope).await })
+    }
+
+    /// Starts `job` as a run of `kind` in the background (queued while every slot is taken):
+    /// its events go to the run's record (and the observer), its cancel token is the run's.
+    pub(crate) fn start_job<F, Fut>(
+        self: &Arc<Self>,
+        kind: RunKind,
+        title: String,
+        job: F,
+    ) -> Result<Arc<RunRecord>, Busy>
+    where
+        F: FnOnce(RunScope) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = RunOutput> + Send + 'static,
+    {
         if self.slots.available_permits() == 0 && self.waiting.load(Ordering::SeqCst) >= self.config.max_queued_runs {
             return Err(Busy);
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let record = self.store.create(request.kind, crate::runs::title_of(&request.input));
+        let record = self.store.create(kind, title);
         let (server, run) = (self.clone(), record.clone());
         tokio::spawn(async move {
             let permit = server.slots.clone().acquire_owned().await;
@@ -162,7 +182,7 @@ impl Server {
                 return;
             }
             run.set_running();
-            let name = match request.kind {
+            let name = match kind {
                 RunKind::Run => "main",
                 other => other.as_str(),
             };
@@ -172,7 +192,7 @@ impl Server {
             }
             let scope =
                 RunScope::root(name, Arc::new(sink), Arc::new(Budget::unlimited())).with_cancel(run.cancel.clone());
-            let output = server.runner.run(request, scope).await;
+            let output = job(scope).await;
             run.finish(output);
             server.store.nudge();
             drop(permit);
@@ -188,6 +208,12 @@ impl Server {
             .route("/v1/runs/{id}/events", get(run_events))
             .route("/v1/runs/{id}/cancel", post(cancel_run))
             .route("/v1/runs/{id}/asks/{ask}", post(answer_ask))
+            .route("/v1/graphs", get(crate::threads::list_graphs))
+            .route("/v1/threads", post(crate::threads::create_thread))
+            .route("/v1/threads/{id}", get(crate::threads::get_thread))
+            .route("/v1/threads/{id}/history", get(crate::threads::thread_history))
+            .route("/v1/threads/{id}/runs", post(crate::threads::run_thread))
+            .route("/v1/threads/{id}/fork", post(crate::threads::fork_thread))
             .route("/v1/models", get(crate::openai::models))
             .route("/v1/chat/completions", post(crate::openai::chat_completions))
             .route("/v1/responses", post(crate::responses::create_response))
@@ -708,6 +734,12 @@ fn archived_stream(
         cancel_run,
         answer_ask,
         run_events,
+        crate::threads::list_graphs,
+        crate::threads::create_thread,
+        crate::threads::get_thread,
+        crate::threads::thread_history,
+        crate::threads::run_thread,
+        crate::threads::fork_thread,
         crate::openai::models,
         crate::openai::chat_completions,
         crate::responses::create_response
@@ -717,6 +749,11 @@ fn archived_stream(
         RunView,
         RunList,
         AskAnswer,
+        crate::threads::GraphInfo,
+        crate::threads::ThreadView,
+        crate::threads::ThreadRunRequest,
+        crate::threads::ForkRequest,
+        crate::threads::NewThread,
         RunOutput,
         RunKind,
         crate::runs::RunStatus,

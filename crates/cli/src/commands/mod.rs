@@ -10,6 +10,7 @@ pub mod repl;
 pub mod rlm;
 pub mod run;
 pub mod serve;
+pub mod served_graphs;
 pub mod sessions;
 pub mod trace;
 

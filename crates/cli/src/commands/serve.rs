@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// (`1000,7d`). Without it every run is kept.
     #[arg(long, value_name = "COUNT|AGE")]
     pub keep: Option<String>,
+    /// Offer graph threads over HTTP: every blueprint in DIR by its file stem (`/v1/graphs`,
+    /// `/v1/threads`), kept in the store of `--store`.
+    #[arg(long, value_name = "DIR")]
+    pub graphs: Option<PathBuf>,
     /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
     /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
     /// Without it, asks are denied at once with how to allow the tool.
@@ -83,7 +87,7 @@ async fn served(
     max_steps: u32,
     runnable_specs: &[String],
     approver: Arc<dyn recursive_tools::ApprovalHandler>,
-) -> anyhow::Result<Served> {
+) -> anyhow::Result<(Served, Arc<recursive_harness::Harness>)> {
     let harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
     if let Some(name) =
@@ -97,7 +101,8 @@ async fn served(
     let agent: Arc<dyn Runnable> = Arc::new(harness.agent("main"));
     let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
     let goal: Arc<dyn Runnable> = Arc::new(harness.pursuer(goal_config));
-    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth))
+    let served = Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth);
+    Ok((served, Arc::new(harness)))
 }
 
 /// Arguments of `mcp`.
@@ -142,7 +147,7 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
         return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
     }
     let approver = Arc::new(recursive_tools::ServerApprover);
-    let runner =
+    let (runner, _) =
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
@@ -204,7 +209,16 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
         recursive_graph::open_archive(&address)
     );
-    let (runner, archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
+    let ((runner, harness), archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
+    let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
+        Some(dir) => {
+            let store = recursive_graph::checkpoint::open(&address)
+                .await
+                .map_err(|e| anyhow::anyhow!("the graph store ({shown}): {e}"))?;
+            Some(Arc::new(super::served_graphs::ServedGraphs::load(harness, store, dir)?))
+        }
+        None => None,
+    };
     let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
     let serve_config = ServeConfig {
         listen: args.listen,
@@ -218,6 +232,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         archive: Some(archive),
         retention: keep(args.keep.as_deref())?,
         answers,
+        graphs,
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;

@@ -1,0 +1,223 @@
+//! The graph threads `serve --graphs DIR` offers: every blueprint in DIR by its file stem (the
+//! only names a request can give — never a path), bound with this program's harness and run
+//! through [`Harness::run_thread`] on the server's store, as the `graph` command runs them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use recursive_core::{EventKind, FinishReason, RunScope};
+use recursive_graph::blueprint::{self, Source};
+use recursive_graph::{Checkpointer, Finish, GraphOutcome, Schema, Start, ThreadInfo, Write};
+use recursive_harness::{Harness, SubGraphs, ThreadError};
+use recursive_serve::RunOutput;
+use recursive_serve::threads::{ForkRequest, GraphHost, GraphInfo, HostError, ThreadRunRequest, ThreadView};
+use serde_json::{Value, json};
+
+use crate::ConfigError;
+
+/// The graphs of a directory, on a store.
+pub struct ServedGraphs {
+    harness: Arc<Harness>,
+    store: Arc<dyn Checkpointer>,
+    dir: PathBuf,
+    offered: Vec<(GraphInfo, Source)>,
+}
+
+impl ServedGraphs {
+    /// Every blueprint in `dir`, each checked to bind now (a broken one is named, exit 2).
+    pub fn load(harness: Arc<Harness>, store: Arc<dyn Checkpointer>, dir: &Path) -> Result<Self, ConfigError> {
+        let dir = std::fs::canonicalize(dir).map_err(|e| ConfigError(format!("--graphs {}: {e}", dir.display())))?;
+        let sources = SubGraphs::Files(Some(dir.clone()), Vec::new()).sources();
+        if sources.is_empty() {
+            return Err(ConfigError(format!("--graphs {}: no blueprint (*.toml) in it", dir.display())));
+        }
+        let allow = harness.allowlist(sources.clone())?;
+        let mut offered = Vec::new();
+        for (name, source) in sources {
+            blueprint::load(&source, &allow).map_err(|d| ConfigError(format!("--graphs: {d}")))?;
+            let bp = blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?;
+            let info = GraphInfo { name, description: bp.description.clone(), mermaid: blueprint::mermaid(&bp) };
+            offered.push((info, source));
+        }
+        Ok(Self { harness, store, dir, offered })
+    }
+
+    fn failed(e: impl std::fmt::Display) -> HostError {
+        HostError::Failed(e.to_string())
+    }
+
+    /// A thread's view from its record and latest checkpoint.
+    async fn view(&self, info: &ThreadInfo) -> Result<ThreadView, HostError> {
+        let latest = self.store.latest(&info.thread, "").await.map_err(Self::failed)?;
+        let mut view = ThreadView {
+            thread_id: info.thread.clone(),
+            graph: info.graph.clone(),
+            created_at: info.created_at.to_rfc3339(),
+            status: "new".into(),
+            checkpoint: None,
+            step: 0,
+            next: Vec::new(),
+            values: json!({}),
+            interrupt: None,
+        };
+        let Some(cp) = latest else { return Ok(view) };
+        let writes = self.store.writes(&info.thread, &cp.id).await.map_err(Self::failed)?;
+        let asked = writes.iter().find_map(|w| match &w.write {
+            Write::Interrupt { payload } => Some(json!({"when": "ask", "node": w.node, "payload": payload})),
+            Write::Update { .. } => None,
+        });
+        let paused = cp.pause.as_ref().map(|p| json!({"when": p.when, "nodes": p.nodes}));
+        view.interrupt = asked.or(paused);
+        view.status = match (&view.interrupt, cp.is_done()) {
+            (Some(_), _) => "interrupted",
+            (None, true) => "done",
+            (None, false) => "pending",
+        }
+        .into();
+        view.values = serde_json::to_value(&cp.state).map_err(Self::failed)?;
+        (view.checkpoint, view.step, view.next) = (Some(cp.id.clone()), cp.step, cp.next.clone());
+        Ok(view)
+    }
+
+    async fn info(&self, thread: &str) -> Result<ThreadInfo, HostError> {
+        self.store
+            .thread(thread)
+            .await
+            .map_err(Self::failed)?
+            .ok_or_else(|| HostError::NotFound(format!("no thread `{thread}`")))
+    }
+}
+
+/// How a request starts a thread's run.
+fn start_of(request: ThreadRunRequest) -> Start {
+    match request {
+        ThreadRunRequest { input: Some(input), .. } => Start::Input(Value::Object(input)),
+        ThreadRunRequest { checkpoint: Some(checkpoint), resume, .. } => Start::From { checkpoint, value: resume },
+        ThreadRunRequest { raise_limits: true, resume, .. } => Start::RaiseLimits(resume),
+        ThreadRunRequest { resume, .. } => Start::Resume(resume),
+    }
+}
+
+/// A thread run's outcome as the runs API reports it.
+fn output_of(outcome: &GraphOutcome, scope: &RunScope) -> RunOutput {
+    let finish = outcome.finish.finish_reason();
+    let interrupt = match &outcome.finish {
+        Finish::Interrupted(i) => json!({"when": i.when, "at": i.at(), "payload": i.payload}),
+        _ => Value::Null,
+    };
+    RunOutput {
+        ok: finish.is_success(),
+        text: format!("thread {}: {}", outcome.thread, outcome.finish),
+        output: json!({
+            "thread": outcome.thread, "finish": outcome.finish.as_str(), "state": outcome.state,
+            "checkpoint": outcome.checkpoint, "step": outcome.step, "interrupt": interrupt,
+        }),
+        error: None,
+        input_tokens: scope.usage().input_tokens,
+        output_tokens: scope.usage().output_tokens,
+        cost_usd: Some(scope.cost_usd()),
+        outcome: finish,
+        ..RunOutput::failed("")
+    }
+}
+
+/// Why a thread did not run, as the runs API reports it.
+fn failure_of(e: &ThreadError, thread: &str) -> String {
+    match e {
+        ThreadError::Graph(recursive_graph::GraphError::Unfinished(_)) => format!(
+            "thread `{thread}` has an unfinished run: continue it (`resume`, or `raise_limits` if it stopped on its \
+             [limits]) or start a new thread"
+        ),
+        ThreadError::Graph(recursive_graph::GraphError::NothingAsks(_)) => {
+            format!("thread `{thread}` does not wait for a value: resume it without one")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[async_trait]
+impl GraphHost for ServedGraphs {
+    fn graphs(&self) -> Vec<GraphInfo> {
+        self.offered.iter().map(|(info, _)| info.clone()).collect()
+    }
+
+    async fn create(&self, graph: &str) -> Result<ThreadView, HostError> {
+        let Some((_, source)) = self.offered.iter().find(|(info, _)| info.name == graph) else {
+            let names: Vec<&str> = self.offered.iter().map(|(i, _)| i.name.as_str()).collect();
+            return Err(HostError::NotFound(format!("no graph `{graph}`; this server offers {}", names.join(", "))));
+        };
+        let allow = self
+            .harness
+            .allowlist(SubGraphs::Files(Some(self.dir.clone()), Vec::new()).sources())
+            .map_err(Self::failed)?;
+        let bound = blueprint::load(source, &allow).map_err(|d| HostError::Invalid(d.to_string()))?;
+        let info = ThreadInfo {
+            thread: crate::sessions::new_id(),
+            graph: bound.name().to_string(),
+            blueprint: Some(source.text.clone()),
+            origin: Some(source.origin.clone()),
+            subgraphs: Some(allow.reachable_graphs(source)),
+            created_at: chrono::Utc::now(),
+        };
+        self.store.put_thread(&info).await.map_err(Self::failed)?;
+        self.view(&info).await
+    }
+
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadView>, HostError> {
+        match self.store.thread(thread).await.map_err(Self::failed)? {
+            Some(info) => self.view(&info).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn history(&self, thread: &str) -> Result<Vec<Value>, HostError> {
+        self.info(thread).await?;
+        let list = self.store.list(thread, "").await.map_err(Self::failed)?;
+        list.iter().map(|c| serde_json::to_value(c).map_err(Self::failed)).collect()
+    }
+
+    async fn fork(&self, thread: &str, fork: ForkRequest) -> Result<ThreadView, HostError> {
+        let info = self.info(thread).await?;
+        let text = info.blueprint.clone().unwrap_or_default();
+        let bp = blueprint::compile(&text, info.origin.as_deref().unwrap_or_default())
+            .map_err(|d| HostError::Failed(d.to_string()))?;
+        let schema = blueprint::compile::channels(&bp).into_iter().fold(Schema::new(), |s, (n, c)| s.with(n, c));
+        let from = match fork.checkpoint {
+            Some(id) => id,
+            None => self.store.latest(thread, "").await.map_err(Self::failed)?.map(|c| c.id).unwrap_or_default(),
+        };
+        let into = crate::sessions::new_id();
+        let edits = fork.set.unwrap_or_default();
+        recursive_graph::fork(&schema, &self.store, thread, &from, &edits, &into)
+            .await
+            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        let forked = ThreadInfo { thread: into, created_at: chrono::Utc::now(), ..info };
+        self.store.put_thread(&forked).await.map_err(Self::failed)?;
+        self.view(&forked).await
+    }
+
+    async fn run(&self, thread: &str, request: ThreadRunRequest, scope: RunScope) -> RunOutput {
+        scope.emit(0, EventKind::RunStarted { goal: format!("thread {thread}") });
+        let outcome = match Harness::stored_thread(self.store.as_ref(), thread, start_of(request)).await {
+            Ok(Some(run)) => self.harness.run_thread(self.store.clone(), run, &scope).await,
+            Ok(None) => Err(ThreadError::Bind(format!("no thread `{thread}`"))),
+            Err(e) => Err(e),
+        };
+        let output = match &outcome {
+            Ok(o) => output_of(o, &scope),
+            Err(e) => RunOutput { cost_usd: Some(scope.cost_usd()), ..RunOutput::failed(failure_of(e, thread)) },
+        };
+        let finish_reason = if output.error.is_some() { FinishReason::Fault } else { output.outcome.clone() };
+        scope.emit(
+            0,
+            EventKind::RunFinished {
+                finish_reason,
+                error: output.error.clone(),
+                usage: scope.usage(),
+                cost_usd: scope.cost_usd(),
+            },
+        );
+        output
+    }
+}

@@ -12,7 +12,8 @@
 //! - [`answer`]: the check of a structured answer;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
 //! - [`responses`]: `/v1/responses` (OpenAI's Responses API);
-//! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
+//! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`;
+//! - [`web`]: the live web view at `/` (the runs and their trees, drawn as their events arrive).
 
 pub mod answer;
 pub mod conversation;
@@ -23,6 +24,7 @@ pub mod responses;
 pub mod runs;
 pub mod served;
 pub mod server;
+pub mod web;
 
 pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunStore, RunView, Runner};
 pub use served::Served;

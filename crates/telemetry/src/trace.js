@@ -306,8 +306,14 @@ var RecursiveTrace = (function () {
       clear: function () { events = []; opened = {}; render(); },
       runCount: function () { return m.order.length; },
       totals: function () {
+        /* A finished root counts its tree's usage; a running one what its tree's calls spent so far. */
         var total = 0, cost = 0;
-        m.roots.forEach(function (id) { total += tokens(m.runs[id].usage); cost += Number(m.runs[id].cost || 0); });
+        function rootOf(id) { while (m.runs[id].parent && m.runs[m.runs[id].parent]) id = m.runs[id].parent; return id; }
+        m.order.forEach(function (id) {
+          var r = m.runs[id], root = m.runs[rootOf(id)];
+          if (root.usage && r === root) { total += tokens(r.usage); cost += Number(r.cost || 0); }
+          if (!root.usage) { total += r.spent; cost += r.spentCost; }
+        });
         var secs = m.order.length ? (m.t1 - m.t0) / 1000 : 0;
         return m.order.length + " runs · " + secs.toFixed(2) + " s · " + total + " tok · $" + cost.toFixed(4);
       }

@@ -267,11 +267,11 @@ pub(crate) fn file_part(file: &Value, index: usize, taken: &[(String, String)]) 
 }
 
 /// Checks a request built from a conversation against what its model can honour, and starts it.
-pub(crate) fn start_run(server: &Arc<Server>, request: RunRequest) -> Result<Arc<RunRecord>, Response> {
+pub(crate) fn start_run(server: &Arc<Server>, request: RunRequest) -> Result<Arc<RunRecord>, Box<Response>> {
     if let Some(why) = refuse_asks(&request, server.runner.kind_of(&request)) {
-        return Err(error(StatusCode::BAD_REQUEST, "invalid_request_error", &why));
+        return Err(Box::new(error(StatusCode::BAD_REQUEST, "invalid_request_error", &why)));
     }
-    server.start(request).map_err(|Busy| busy())
+    server.start(request).map_err(|Busy| Box::new(busy()))
 }
 
 /// A refusal as an OpenAI error.
@@ -313,7 +313,7 @@ pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(req
     };
     let run = match start_run(&server, run_request) {
         Ok(run) => run,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let id = format!("chatcmpl-{}", run.id.trim_start_matches("run_"));
     if request.stream {

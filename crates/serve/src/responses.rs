@@ -201,7 +201,7 @@ pub(crate) async fn create_response(
         Asked { request: run_request.clone(), model: request.model.clone(), previous: request.previous_response_id };
     let run = match start_run(&server, run_request) {
         Ok(run) => run,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let id = format!("resp_{}", run.id.trim_start_matches("run_"));
     if request.stream {

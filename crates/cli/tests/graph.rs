@@ -483,6 +483,7 @@ fn one_corrupt_thread_record_is_named_and_the_others_are_listed() {
                 graph: "survey".into(),
                 blueprint: None,
                 origin: None,
+                subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
             recursive_graph::Checkpointer::put_thread(&sqlite, &info).await.unwrap();
@@ -557,4 +558,133 @@ fn a_thread_stopped_on_its_limits_goes_on_with_raise_limits_and_a_fork_counts_af
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stdout_json(&out)["state"]["said"], "stop");
     assert_eq!(calls(), 5);
+}
+
+const SUMMARIZE: &str = r#"
+name = "summarize"
+[state]
+text = "string"
+summary = "string"
+[[nodes]]
+name = "sum"
+model = "default"
+prompt = "Summarise: {text}"
+output = "summary"
+[[edges]]
+from = "START"
+to = "sum"
+"#;
+
+const PICKER: &str = r#"
+name = "picker"
+[state]
+doc = "string"
+short = "string"
+[[nodes]]
+name = "pick"
+ask = "Which document?"
+output = "doc"
+[[nodes]]
+name = "shorten"
+graph = "summarize"
+map_in = { text = "doc" }
+map_out = { short = "summary" }
+[[edges]]
+from = "START"
+to = "pick"
+[[edges]]
+from = "pick"
+to = "shorten"
+"#;
+
+/// A workspace with the picker blueprint (a question, then the `summarize` sub-graph next to
+/// it) and a model server that answers `S[<prompt>]`.
+fn picker_workspace() -> (Env, tokio::runtime::Runtime, ModelServer) {
+    let env = Env::new();
+    std::fs::write(env.path("summarize.toml"), SUMMARIZE).unwrap();
+    std::fs::write(env.path("picker.toml"), PICKER).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start());
+    server.respond_with(|r| Some(Reply::text(format!("S[{}]", prompt(r)))));
+    (env, runtime, server)
+}
+
+/// `graph` with the scripted server and `store`; returns the output.
+fn graph_cmd(env: &Env, server: &ModelServer, store: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = env.cmd();
+    cmd.env("OPENAI_API_KEY", "sk-test").arg("graph").args(args).args(graph_args(server, store));
+    cmd.output().unwrap()
+}
+
+/// The id of the newest top-level checkpoint of `thread` whose next nodes are `next`.
+fn checkpoint_before(env: &Env, store: &str, thread: &str, next: &str) -> String {
+    let out = env.run(&["graph", "history", "--thread", thread, "--store", store, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = stdout_json(&out);
+    let found = list.as_array().unwrap().iter().find(|c| c["next"] == json!([next])).cloned();
+    found.unwrap_or_else(|| panic!("no checkpoint before {next}: {list}"))["id"].as_str().unwrap().to_string()
+}
+
+/// Time travel and a fork into the same thread from before a sub-graph run it again on its new
+/// input: each is one more model call at the server, and the result follows the new input.
+fn time_travel_reruns_a_sub_graph_on_its_new_input(store: &str, thread: &str) {
+    let (env, _runtime, server) = picker_workspace();
+    let graph = |args: &[&str]| graph_cmd(&env, &server, store, args);
+    let short = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        stdout_json(out)["state"]["short"].as_str().unwrap().to_string()
+    };
+    assert_eq!(graph(&["run", "picker.toml", "--thread", thread, "--input", "{}"]).status.code(), Some(16));
+    assert_eq!(short(&graph(&["resume", "--thread", thread, "--value", "tides"])), "S[Summarise: tides]");
+    assert_eq!(server.request_count(), 1);
+
+    // `resume --checkpoint` back to the question, answered differently.
+    let asked = checkpoint_before(&env, store, thread, "pick");
+    let out = graph(&["resume", "--thread", thread, "--checkpoint", &asked, "--value", "waves"]);
+    assert_eq!(short(&out), "S[Summarise: waves]");
+    assert_eq!(server.request_count(), 2, "the sub-graph called the model again");
+
+    // `fork --into` the same thread before the sub-graph, with the input edited.
+    let before = checkpoint_before(&env, store, thread, "shorten");
+    let fork = ["graph", "fork", "--thread", thread, "--checkpoint", &before, "--into", thread];
+    let out = env.run(&[&fork[..], &["--set", r#"{"doc": "dunes"}"#, "--store", store]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(short(&graph(&["resume", "--thread", thread])), "S[Summarise: dunes]");
+    assert_eq!(server.request_count(), 3, "the sub-graph called the model again");
+    let prompts: Vec<String> = server.requests().iter().map(prompt).collect();
+    assert_eq!(prompts, ["Summarise: tides", "Summarise: waves", "Summarise: dunes"]);
+}
+
+#[test]
+fn time_travel_before_a_sub_graph_reruns_it_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    time_travel_reruns_a_sub_graph_on_its_new_input(s(&dir.path().join("graphs.db")), "travel");
+}
+
+#[test]
+fn time_travel_before_a_sub_graph_reruns_it_on_postgres() {
+    let Some(url) = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL") else { return };
+    time_travel_reruns_a_sub_graph_on_its_new_input(&url, &format!("travel-{}", uuid_like()));
+}
+
+#[test]
+fn a_running_thread_keeps_its_sub_graphs_when_their_file_is_edited_or_moved() {
+    let (env, _runtime, server) = picker_workspace();
+    let store = env.path("graphs.db");
+    let graph = |args: &[&str]| graph_cmd(&env, &server, s(&store), args);
+    assert_eq!(graph(&["run", "picker.toml", "--thread", "before", "--input", "{}"]).status.code(), Some(16));
+    // Edited after the first thread started: a new thread runs the edit.
+    std::fs::write(env.path("summarize.toml"), SUMMARIZE.replace("Summarise:", "Condense:")).unwrap();
+    assert_eq!(graph(&["run", "picker.toml", "--thread", "after", "--input", "{}"]).status.code(), Some(16));
+    // Then moved away: neither running thread needs the file.
+    std::fs::create_dir(env.path("old")).unwrap();
+    std::fs::rename(env.path("summarize.toml"), env.path("old/summarize.toml")).unwrap();
+    for (thread, want) in [("before", "S[Summarise: tides]"), ("after", "S[Condense: tides]")] {
+        let out = graph(&["resume", "--thread", thread, "--value", "tides"]);
+        assert_eq!(out.status.code(), Some(0), "{thread}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(stdout_json(&out)["state"]["short"], want, "{thread}");
+    }
+    // A new thread reads the files as they are now: the sub-graph is gone.
+    let out = graph(&["run", "picker.toml", "--thread", "later", "--input", "{}"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }

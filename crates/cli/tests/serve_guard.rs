@@ -275,19 +275,21 @@ fn a_cors_origin_that_is_not_an_origin_is_a_usage_error() {
 }
 
 #[test]
-fn fields_the_server_would_drop_are_refused_by_name() {
+fn fields_the_server_cannot_honour_are_refused_by_name() {
     let env = Env::new();
     let server = Served::start(&env, &["--mock-script", s(&script(&env))], None);
     let messages = json!([{"role": "user", "content": "say hello"}]);
-    let tool = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
-    let schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    let web_tool = json!([{"type": "web_search"}]);
+    let bad_schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}});
     for (field, value) in [
-        ("temperature", json!(0.2)),
-        ("max_tokens", json!(50)),
-        ("stop", json!(["\n"])),
+        ("top_p", json!(0.5)),
+        ("seed", json!(7)),
+        ("frequency_penalty", json!(0.1)),
+        ("logprobs", json!(true)),
         ("n", json!(2)),
-        ("tools", tool),
-        ("response_format", schema),
+        ("functions", json!([{"name": "f"}])),
+        ("tools", web_tool),
+        ("response_format", bad_schema),
     ] {
         let mut body = json!({"model": "agent", "messages": messages});
         body[field] = value;
@@ -297,6 +299,12 @@ fn fields_the_server_would_drop_are_refused_by_name() {
         assert_eq!(error["error"]["param"], field, "{text}");
         assert_eq!(error["error"]["code"], "unsupported_parameter", "{text}");
     }
+    // Client tools and settings are for agents: an RLM refuses them.
+    let tool = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let body = json!({"model": "rlm", "messages": messages, "tools": tool});
+    let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", &[], Some(&body));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("agent models"), "{text}");
     // What changes nothing about the answer passes.
     let body = json!({"model": "agent", "messages": messages, "n": 1, "user": "u-1", "tool_choice": "auto",
         "response_format": {"type": "text"}, "temperature": null});

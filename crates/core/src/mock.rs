@@ -44,6 +44,7 @@ impl MockReply {
 struct State {
     replies: VecDeque<MockReply>,
     requests: Vec<ChatRequest>,
+    received: usize,
     next_call: u64,
 }
 
@@ -55,6 +56,7 @@ pub struct MockProvider {
     latency: Option<Duration>,
     usage_per_call: Usage,
     model: String,
+    keeps_requests: bool,
 }
 
 impl Default for MockProvider {
@@ -72,6 +74,7 @@ impl MockProvider {
             latency: None,
             usage_per_call: Usage { input_tokens: 10, output_tokens: 5, ..Default::default() },
             model: "mock".into(),
+            keeps_requests: true,
         }
     }
 
@@ -100,6 +103,13 @@ impl MockProvider {
         self
     }
 
+    /// Counts requests without keeping them ([`requests`](Self::requests) stays empty), for a
+    /// provider that answers a long-lived server.
+    pub fn forgetting_requests(mut self) -> Self {
+        self.keeps_requests = false;
+        self
+    }
+
     /// Adds a reply to the end of the queue.
     pub fn push(&self, reply: MockReply) {
         if let Ok(mut s) = self.state.lock() {
@@ -114,7 +124,7 @@ impl MockProvider {
 
     /// Number of requests received.
     pub fn request_count(&self) -> usize {
-        self.state.lock().map(|s| s.requests.len()).unwrap_or_default()
+        self.state.lock().map(|s| s.received).unwrap_or_default()
     }
 
     /// Replies still queued.
@@ -136,7 +146,10 @@ impl MockProvider {
     fn next(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let reply = {
             let mut s = self.state.lock().map_err(|_| ProviderError::Invalid("mock state poisoned".into()))?;
-            s.requests.push(request.clone());
+            s.received += 1;
+            if self.keeps_requests {
+                s.requests.push(request.clone());
+            }
             match s.replies.pop_front() {
                 Some(MockReply::ToolCalls(calls)) => {
                     let calls = calls

@@ -78,7 +78,8 @@ pub struct Checkpoint {
     pub id: String,
     /// The thread.
     pub thread: String,
-    /// The namespace: empty for the top graph, `node:step/…` for a sub-graph run.
+    /// The namespace: empty for the top graph, `node:step@checkpoint/…` for a sub-graph run
+    /// (keyed by the parent checkpoint it ran under, so time travel never finds a stale run).
     pub ns: String,
     /// The checkpoint this one follows.
     pub parent: Option<String>,
@@ -137,6 +138,11 @@ pub struct PendingWrite {
     pub node: String,
     /// What it wrote.
     pub write: Write,
+    /// For a node that runs a graph (a sub-graph) and asked within this step: the checkpoint
+    /// of that run where it first asked. Kept when the node goes on to finish, so time travel
+    /// back to this step answers the question there again instead of re-running the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_at: Option<String>,
 }
 
 /// A thread's record: which graph it runs (its blueprint, when it came from one).
@@ -149,9 +155,14 @@ pub struct ThreadInfo {
     /// The blueprint's text, so a thread can be resumed without its file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blueprint: Option<String>,
-    /// Where the blueprint was read from (sub-graphs are looked up next to it).
+    /// Where the blueprint was read from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The text of every sub-graph blueprint it reaches (by the name nodes use), pinned when
+    /// the thread starts so a resume binds these, never the files. `None` in threads stored
+    /// before sub-graphs were pinned: their sub-graphs are looked up next to `origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subgraphs: Option<BTreeMap<String, crate::blueprint::Source>>,
     /// When the thread was created.
     pub created_at: DateTime<Utc>,
 }
@@ -379,10 +390,14 @@ pub(crate) mod contract {
             graph: "g".into(),
             blueprint: Some("name = \"g\"".into()),
             origin: None,
+            subgraphs: Some(BTreeMap::from([(
+                "sub".to_string(),
+                crate::blueprint::Source { origin: "sub.toml".into(), text: "name = \"sub\"".into() },
+            )])),
             created_at: Utc::now(),
         };
         store.put_thread(&info).await.unwrap();
-        assert_eq!(store.thread(thread).await.unwrap().unwrap().blueprint, info.blueprint);
+        assert_eq!(store.thread(thread).await.unwrap().unwrap(), info);
         assert!(store.threads().await.unwrap().iter().any(|t| t.as_ref().is_ok_and(|t| t.thread == thread)));
 
         assert!(store.latest(thread, "").await.unwrap().is_none());
@@ -401,6 +416,7 @@ pub(crate) mod contract {
         let w = |node: &str, n: i64| PendingWrite {
             node: node.into(),
             write: Write::Update { update: json!({"n": n}).as_object().cloned().unwrap_or_default() },
+            asked_at: (n == 2).then(|| "inner".to_string()),
         };
         store.put_write(thread, &c1.id, &w("a", 1)).await.unwrap();
         store.put_write(thread, &c1.id, &w("b", 2)).await.unwrap();

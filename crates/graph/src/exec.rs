@@ -313,16 +313,25 @@ impl Graph {
                 Ok((raised, value, true))
             }
             Start::From { checkpoint, value } => {
-                let from = store.get(&thread.id, &checkpoint).await?.ok_or_else(|| GraphError::NoCheckpoint {
-                    thread: thread.id.clone(),
-                    checkpoint: checkpoint.clone(),
-                })?;
-                let replay = branch(&from, Source::Replay, from.state.clone());
+                // At the top, only the top graph's checkpoints (a sub-graph continues from one of
+                // an earlier run of its node, in another namespace).
+                let from = store
+                    .get(&thread.id, &checkpoint)
+                    .await?
+                    .filter(|c| !thread.ns.is_empty() || c.ns.is_empty())
+                    .ok_or_else(|| GraphError::NoCheckpoint {
+                        thread: thread.id.clone(),
+                        checkpoint: checkpoint.clone(),
+                    })?;
+                let mut replay = branch(&from, Source::Replay, from.state.clone());
+                // A sub-graph's run continues from a checkpoint of an earlier run of its node.
+                replay.ns = thread.ns.clone();
                 store.put(&replay).await?;
-                // What nodes asked at the original checkpoint, they ask again at the copy.
+                // What nodes asked at the original checkpoint, they ask again at the copy (a
+                // sub-graph that asked and then finished, from where it asked).
                 for w in store.writes(&thread.id, &from.id).await? {
-                    if matches!(w.write, Write::Interrupt { .. }) {
-                        store.put_write(&thread.id, &replay.id, &w).await?;
+                    if let Some(asked) = asked_again(w) {
+                        store.put_write(&thread.id, &replay.id, &asked).await?;
                     }
                 }
                 Ok((replay, value, true))
@@ -370,13 +379,16 @@ impl Graph {
         let store = &thread.store;
         let writes = store.writes(&thread.id, &cp.id).await?;
         let mut done: BTreeMap<String, Update> = BTreeMap::new();
-        let mut asked = Vec::new();
+        // The nodes that asked, and where their nested runs asked (a sub-graph's checkpoint).
+        let mut asked: BTreeMap<String, Option<String>> = BTreeMap::new();
         for w in writes {
             match w.write {
                 Write::Update { update } => {
                     done.insert(w.node, update);
                 }
-                Write::Interrupt { .. } => asked.push(w.node),
+                Write::Interrupt { .. } => {
+                    asked.insert(w.node, w.asked_at);
+                }
             }
         }
         // The value goes to the first node (in declaration order) that asked; replaying from
@@ -385,7 +397,7 @@ impl Graph {
         let answered = cp
             .next
             .iter()
-            .find(|n| asked.contains(n))
+            .find(|n| asked.contains_key(*n))
             .or_else(|| cp.next.iter().filter(|n| !done.contains_key(*n)).find(can_ask))
             .filter(|_| resuming)
             .cloned();
@@ -400,7 +412,9 @@ impl Graph {
         let to_run: Vec<&String> = cp.next.iter().filter(|n| !done.contains_key(*n)).collect();
         let runs = to_run.iter().map(|node| {
             let given = if answered.as_deref() == Some(node.as_str()) { value.as_ref() } else { None };
-            self.run_node(node, cp, given, thread, scope)
+            let resume_from = asked.get(*node).cloned().flatten();
+            let resumed = Resumed { value: given, from: resume_from, legacy: resuming };
+            self.run_node(node, cp, resumed, thread, scope)
         });
         let results = join_all(runs).await;
         // The first node (in declaration order) that stopped decides how the run ends.
@@ -474,7 +488,7 @@ impl Graph {
         &self,
         name: &str,
         cp: &Checkpoint,
-        resume: Option<&Value>,
+        resume: Resumed<'_>,
         thread: &Thread,
         scope: &RunScope,
     ) -> Result<Ran, GraphError> {
@@ -487,13 +501,22 @@ impl Graph {
             Err(e) => return Ok(Ran::Limit(Finish::DepthLimit { node: name.to_string(), max: e.max_depth })),
         };
         child.emit(step, event(GraphEvent::GraphNodeStarted { node: name.into(), kind: node.kind().into() }));
-        let sep = if thread.ns.is_empty() { "" } else { "/" };
+        let mut ns = nested_ns(&thread.ns, name, &runs_key(thread, cp).await?, cp.step);
+        if resume.legacy
+            && let Some(legacy) = legacy_ns(thread, name, cp).await?
+        {
+            ns = legacy;
+        }
         let nested = Nested {
             store: thread.store.clone(),
             thread: thread.id.clone(),
-            ns: format!("{}{sep}{name}:{}", thread.ns, cp.step),
+            ns,
+            resume_from: resume.from,
+            raise: cp.source == Source::Raise,
         };
-        let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume, nested };
+        let nested_ns = nested.ns.clone();
+        let first_asked = nested.resume_from.clone();
+        let ctx = NodeContext { node: name, step, state: &cp.state, scope: &child, resume: resume.value, nested };
         // Cancellation and the tree's deadline end any node, also one that only computes; a
         // node that ends as the run is stopped (within STOP_GRACE) keeps its result.
         let stop = child.stop_token();
@@ -520,12 +543,78 @@ impl Graph {
             Err(NodeError::Failed(message)) => (Ran::Failed(message), None),
         };
         if let Some(write) = write {
-            let pending = PendingWrite { node: name.to_string(), write };
+            let asked_at = match (&write, first_asked) {
+                (_, Some(first)) => Some(first),
+                (Write::Interrupt { .. }, None) => asked_at(thread, &nested_ns).await?,
+                (Write::Update { .. }, None) => None,
+            };
+            let pending = PendingWrite { node: name.to_string(), write, asked_at };
             thread.store.put_write(&thread.id, &cp.id, &pending).await?;
         }
         child.emit(step, event(finished(name, &ran)));
         Ok(ran)
     }
+}
+
+/// What a node is resumed with: the value it asked for, and where its nested run asked.
+struct Resumed<'a> {
+    value: Option<&'a Value>,
+    from: Option<String>,
+    /// The first step of a resumed run: a nested run may sit in a namespace of the old form.
+    legacy: bool,
+}
+
+/// The namespace of a nested run of node `name` in the step `step` that starts at checkpoint
+/// `key`: keyed by the checkpoint, so a step run again from a copy (time travel, a fork) never
+/// finds a run made under another checkpoint, while a resume of the same step finds its own.
+fn nested_ns(ns: &str, name: &str, key: &str, step: u64) -> String {
+    let sep = if ns.is_empty() { "" } else { "/" };
+    format!("{ns}{sep}{name}:{step}@{key}")
+}
+
+/// The checkpoint whose nested runs the step at `cp` continues: its own, or for a raise of the
+/// limits (a copy of the step as it stands) the checkpoint it was raised from.
+async fn runs_key(thread: &Thread, cp: &Checkpoint) -> Result<String, GraphError> {
+    let (mut id, mut source, mut parent) = (cp.id.clone(), cp.source, cp.parent.clone());
+    while source == Source::Raise
+        && let Some(from) = parent.take()
+        && let Some(raised_from) = thread.store.get(&thread.id, &from).await?
+    {
+        (id, source, parent) = (raised_from.id, raised_from.source, raised_from.parent);
+    }
+    Ok(id)
+}
+
+/// A write at a checkpoint as copied for time travel back to it: a question asked again, and
+/// a sub-graph that asked and then finished asks again from where it asked; nothing else.
+fn asked_again(w: PendingWrite) -> Option<PendingWrite> {
+    match w.write {
+        Write::Interrupt { .. } => Some(w),
+        Write::Update { .. } => w.asked_at.map(|at| PendingWrite {
+            node: w.node,
+            write: Write::Interrupt { payload: json!({ "asked_at": at }) },
+            asked_at: Some(at),
+        }),
+    }
+}
+
+/// Threads stored before nested runs were keyed by checkpoint kept them under `node:step`: a
+/// run found there that started under `cp` (no earlier than it) is continued where it is.
+async fn legacy_ns(thread: &Thread, name: &str, cp: &Checkpoint) -> Result<Option<String>, GraphError> {
+    let sep = if thread.ns.is_empty() { "" } else { "/" };
+    let ns = format!("{}{sep}{name}:{}", thread.ns, cp.step);
+    for slot in [ns.clone(), format!("{ns}{}", crate::slot::RUN_SUFFIX)] {
+        let latest = thread.store.latest(&thread.id, &slot).await?;
+        if latest.is_some_and(|l| l.created_at >= cp.created_at) {
+            return Ok(Some(ns));
+        }
+    }
+    Ok(None)
+}
+
+/// Where a node's nested run (a sub-graph) stands as the node asks: its latest checkpoint.
+async fn asked_at(thread: &Thread, ns: &str) -> Result<Option<String>, GraphError> {
+    Ok(thread.store.latest(&thread.id, ns).await?.map(|c| c.id))
 }
 
 /// How long a node may still take to end once its run is stopped (a node that handles the stop

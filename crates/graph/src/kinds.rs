@@ -218,8 +218,15 @@ impl Node for SubgraphNode {
         let started =
             thread.store.latest(&thread.id, &thread.ns).await.map_err(|e| NodeError::Failed(e.to_string()))?.is_some();
         let parent_keys: Vec<String> = ctx.state.keys().cloned().collect();
-        let start =
-            if started { Start::Resume(ctx.resume.cloned()) } else { Start::Input(Value::Object(self.input(&ctx))) };
+        // A run under this checkpoint resumes (its limits raised with the parent's); time
+        // travel back to a question inside it continues from where it asked; anything else
+        // starts on the input.
+        let start = match (&ctx.nested.resume_from, started) {
+            (_, true) if ctx.nested.raise => Start::RaiseLimits(ctx.resume.cloned()),
+            (_, true) => Start::Resume(ctx.resume.cloned()),
+            (Some(from), false) => Start::From { checkpoint: from.clone(), value: ctx.resume.cloned() },
+            (None, false) => Start::Input(Value::Object(self.input(&ctx))),
+        };
         let outcome = self.graph.run(start, &thread, ctx.scope).await.map_err(|e| NodeError::Failed(e.to_string()))?;
         match outcome.finish {
             Finish::Done => Ok(self.output(&outcome.state, |n| parent_keys.iter().any(|k| k == n))),

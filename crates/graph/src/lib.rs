@@ -6,6 +6,7 @@
 //! parsed, compiled with located diagnostics, and bound against an allowlist before
 //! anything runs.
 
+pub mod archive;
 pub mod blueprint;
 pub mod checkpoint;
 pub mod events;
@@ -21,6 +22,7 @@ pub mod sqlite;
 pub mod state;
 pub mod template;
 
+pub use archive::{ArchivedRun, MemoryArchive, Retention, RunArchive, RunQuery, RunWrite, open_archive};
 pub use checkpoint::{
     Checkpoint, Checkpointer, Listed, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, Unreadable, When, Write,
 };

@@ -21,8 +21,16 @@ pub struct Nested {
     pub store: Arc<dyn Checkpointer>,
     /// The thread.
     pub thread: String,
-    /// The namespace for this invocation (unique per node and superstep).
+    /// The namespace for this invocation: unique per node and parent checkpoint, so a step run
+    /// again from an earlier checkpoint (time travel, a fork) starts a run of its own.
     pub ns: String,
+    /// When the namespace is new but the node asked at the checkpoint this step was copied
+    /// from (time travel back to a question): the nested run's checkpoint where it asked, in
+    /// the earlier namespace, to continue from there.
+    pub resume_from: Option<String>,
+    /// The step is a raise of the limits: a nested run found in the namespace continues with
+    /// its limits counted afresh too.
+    pub raise: bool,
 }
 
 /// What a node is given.

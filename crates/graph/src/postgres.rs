@@ -48,12 +48,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An arbitrary, fixed key for the advisory lock that serialises schema creation.
-const SCHEMA_LOCK: i64 = 0x7265_6375_7273_6976;
+pub(crate) const SCHEMA_LOCK: i64 = 0x7265_6375_7273_6976;
 
 /// Checkpoints in a PostgreSQL database.
 #[derive(Clone)]
 pub struct PostgresCheckpointer {
-    client: Arc<Client>,
+    pub(crate) client: Arc<Client>,
 }
 
 impl std::fmt::Debug for PostgresCheckpointer {
@@ -66,7 +66,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-fn pg(e: tokio_postgres::Error) -> StoreError {
+pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
     // The server's own message says what is wrong (auth, missing database...).
     match e.as_db_error() {
         Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),
@@ -114,7 +114,9 @@ impl PostgresCheckpointer {
 }
 
 /// Runs one statement, bounded by [`QUERY_TIMEOUT`].
-async fn timed<T>(statement: impl Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, StoreError> {
+pub(crate) async fn timed<T>(
+    statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, StoreError> {
     match tokio::time::timeout(QUERY_TIMEOUT, statement).await {
         Ok(done) => done.map_err(pg),
         Err(_) => Err(StoreError::Backend(format!(

@@ -20,6 +20,7 @@ pub struct GraphRunnable {
     name: String,
     description: String,
     source: Option<crate::blueprint::Source>,
+    subgraphs: std::collections::BTreeMap<String, crate::blueprint::Source>,
 }
 
 impl GraphRunnable {
@@ -27,13 +28,28 @@ impl GraphRunnable {
     pub fn new(graph: Arc<Graph>) -> Self {
         let name = graph.name().to_string();
         let description = format!("The graph `{name}`: give it its input; it runs its nodes and returns its output.");
-        Self { graph, store: Arc::new(MemoryCheckpointer::new()), name, description, source: None }
+        Self {
+            graph,
+            store: Arc::new(MemoryCheckpointer::new()),
+            name,
+            description,
+            source: None,
+            subgraphs: Default::default(),
+        }
     }
 
     /// Records the blueprint with each thread it starts, so the thread can be resumed (`graph
     /// resume`) without the file.
     pub fn with_source(mut self, source: crate::blueprint::Source) -> Self {
         self.source = Some(source);
+        self
+    }
+
+    /// The sub-graph blueprints the graph was bound with (see
+    /// [`Allowlist::reachable_graphs`](crate::blueprint::Allowlist::reachable_graphs)), recorded
+    /// with each thread next to its blueprint.
+    pub fn with_subgraphs(mut self, subgraphs: std::collections::BTreeMap<String, crate::blueprint::Source>) -> Self {
+        self.subgraphs = subgraphs;
         self
     }
 
@@ -88,6 +104,7 @@ impl Runnable for GraphRunnable {
                 graph: self.graph.name().to_string(),
                 blueprint: Some(source.text.clone()),
                 origin: Some(source.origin.clone()),
+                subgraphs: Some(self.subgraphs.clone()),
                 created_at: chrono::Utc::now(),
             };
             if let Err(e) = self.store.put_thread(&info).await {

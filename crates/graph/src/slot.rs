@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Source, ThreadInfo};
 
+/// What a node's run slot adds to the node's nested namespace.
+pub(crate) const RUN_SUFFIX: &str = "#run";
+
 /// A slot in a store.
 pub struct StoreSlot {
     store: Arc<dyn Checkpointer>,
@@ -34,7 +37,7 @@ impl StoreSlot {
         Self {
             store: nested.store.clone(),
             thread: nested.thread.clone(),
-            ns: format!("{}#run", nested.ns),
+            ns: format!("{}{RUN_SUFFIX}", nested.ns),
             standalone: None,
             last: Default::default(),
         }
@@ -54,6 +57,7 @@ impl StoreSlot {
                 graph: kind.clone(),
                 blueprint: None,
                 origin: None,
+                subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
             store.put_thread(&info).await.map_err(|e| e.to_string())?;
@@ -125,7 +129,13 @@ mod tests {
         resumed.save(&json!({"iteration": 3})).await.unwrap();
         assert_eq!(store.latest("r1", "rlm").await.unwrap().unwrap().step, 2, "a new slot continues the chain");
         assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
-        let nested = crate::node::Nested { store: store.clone(), thread: "r1".into(), ns: "n:1".into() };
+        let nested = crate::node::Nested {
+            store: store.clone(),
+            thread: "r1".into(),
+            ns: "n:1".into(),
+            resume_from: None,
+            raise: false,
+        };
         assert_eq!(StoreSlot::nested(&nested).load().await.unwrap(), None);
     }
 }

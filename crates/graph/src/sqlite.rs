@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS graph_writes (
 /// Checkpoints in a SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteCheckpointer {
-    conn: Arc<Mutex<Connection>>,
+    pub(crate) conn: Arc<Mutex<Connection>>,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -62,7 +62,7 @@ impl SqliteCheckpointer {
         Ok(Self { conn: Arc::new(Mutex::new(conn)) })
     }
 
-    async fn with<T: Send + 'static>(
+    pub(crate) async fn with<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -270,6 +270,7 @@ mod tests {
                 graph: "g".into(),
                 blueprint: None,
                 origin: None,
+                subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
             store.put_thread(&info).await.unwrap();

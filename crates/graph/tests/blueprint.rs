@@ -377,3 +377,25 @@ async fn a_bound_blueprint_runs_asks_and_loops_until_approved() {
     let second_prompt = provider.requests()[2].messages[0].content.clone();
     assert_eq!(second_prompt, "Write one sentence about tides. Notes so far: [\"Say why.\"]");
 }
+
+#[test]
+fn the_sub_graphs_a_blueprint_reaches_are_found_through_every_level() {
+    let graph_node = |name: &str, sub: &str| {
+        format!(
+            "name = \"{name}\"\n[state]\nx = \"string\"\n[[nodes]]\nname = \"n\"\ngraph = \"{sub}\"\n[[edges]]\nfrom = \"START\"\nto = \"n\"\n"
+        )
+    };
+    let leaf = "name = \"leaf\"\n[state]\nx = \"string\"\n[[nodes]]\nname = \"n\"\nask = \"?\"\noutput = \"x\"\n[[edges]]\nfrom = \"START\"\nto = \"n\"\n";
+    let src = |origin: &str, text: &str| Source { origin: origin.into(), text: text.into() };
+    let allow = Allowlist::new()
+        .graph("middle", src("middle.toml", &graph_node("middle", "leaf")))
+        .graph("leaf", src("leaf.toml", leaf))
+        .graph("unused", src("unused.toml", leaf));
+    let top = src("top.toml", &graph_node("top", "middle"));
+    let reached = allow.reachable_graphs(&top);
+    assert_eq!(reached.keys().collect::<Vec<_>>(), ["leaf", "middle"]);
+    assert_eq!(reached["leaf"], src("leaf.toml", leaf));
+    // Bound from what was reached alone, the blueprint needs nothing else.
+    let pinned = reached.into_iter().fold(Allowlist::new(), |a, (name, s)| a.graph(name, s));
+    assert!(blueprint::load(&top, &pinned).is_ok());
+}

@@ -284,8 +284,9 @@ async fn an_interrupt_inside_a_sub_graph_surfaces_and_resumes_into_it() {
         let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
         assert_eq!(i.path, ["sub", "check"]);
         assert_eq!(i.payload["question"], "OK: TIDES?");
-        // The sub-graph's checkpoints are namespaced under the embedding node and step.
-        assert!(!store.list("t", "sub:0").await.unwrap().is_empty());
+        // The sub-graph's checkpoints are namespaced under the embedding node, step and the
+        // checkpoint the step started at.
+        assert!(!store.list("t", &format!("sub:0@{}", out.checkpoint)).await.unwrap().is_empty());
         let out = parent.run(Start::Resume(Some(json!("yes"))), &thread, &RunScope::detached("g")).await.unwrap();
         assert_eq!(out.finish, Finish::Done);
         assert_eq!(out.state["result"], "TIDES");
@@ -448,4 +449,211 @@ async fn a_function_node_still_computing_ends_at_the_trees_deadline() {
     assert_eq!(out.finish, Finish::Stopped { reason: FinishReason::WallClockExceeded });
     assert!(t0.elapsed() < std::time::Duration::from_secs(3), "{:?}", t0.elapsed());
     assert!(out.state.get("log").is_none_or(|l| l == &json!([])), "{:?}", out.state);
+}
+
+/// START → `pick` (asks for the draft) → `sub` (the child graph: `summarize` uppercases the
+/// draft and counts its runs, then `check` asks) → END, mapping draft → text and summary,
+/// ok → result, verdict.
+fn picking_parent(inner_runs: Arc<AtomicUsize>) -> Graph {
+    picking_parent_builder(inner_runs).build().unwrap()
+}
+
+fn picking_parent_builder(inner_runs: Arc<AtomicUsize>) -> recursive_graph::GraphBuilder {
+    let map_in = BTreeMap::from([("text".to_string(), "draft".to_string())]);
+    let map_out =
+        BTreeMap::from([("result".to_string(), "summary".to_string()), ("verdict".to_string(), "ok".to_string())]);
+    Graph::builder("parent")
+        .channel("draft", Channel::last(ValueType::String))
+        .channel("result", Channel::last(ValueType::String))
+        .channel("verdict", Channel::last(ValueType::String))
+        .node("pick", Arc::new(AskNode { question: Template::parse("Which draft?").unwrap(), output: "draft".into() }))
+        .node(
+            "sub",
+            Arc::new(SubgraphNode {
+                graph: Arc::new(child_graph(inner_runs)),
+                inputs: Some(map_in),
+                outputs: Some(map_out),
+            }),
+        )
+        .edge(START, "pick")
+        .edge("pick", "sub")
+}
+
+/// Runs `start` on thread `t` and returns the outcome.
+async fn go(g: &Graph, store: &Arc<dyn Checkpointer>, start: Start) -> recursive_graph::GraphOutcome {
+    g.run(start, &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap()
+}
+
+/// The thread's checkpoint (top namespace) whose next nodes are `next`, the newest such.
+async fn at(store: &Arc<dyn Checkpointer>, next: &[&str]) -> String {
+    let list = store.list("t", "").await.unwrap();
+    list.iter().find(|c| c.next == next).map(|c| c.id.clone()).unwrap()
+}
+
+/// Picks "tides", answers the sub-graph's question "yes": done with TIDES, one inner run.
+async fn picked_tides(g: &Graph, store: &Arc<dyn Checkpointer>, inner_runs: &AtomicUsize) {
+    go(g, store, Start::Input(json!({}))).await;
+    go(g, store, Start::Resume(Some(json!("tides")))).await;
+    let out = go(g, store, Start::Resume(Some(json!("yes")))).await;
+    assert_eq!(out.finish, Finish::Done);
+    assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("TIDES"), Some("yes")));
+    assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn time_travel_before_a_sub_graph_runs_it_again_on_its_new_input() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        let g = picking_parent(inner_runs.clone());
+        picked_tides(&g, &store, &inner_runs).await;
+        // Back to the question before the sub-graph, answered differently.
+        let asked = at(&store, &["pick"]).await;
+        let out = go(&g, &store, Start::From { checkpoint: asked, value: Some(json!("waves")) }).await;
+        let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+        assert_eq!(i.payload["question"], "OK: WAVES?", "the sub-graph ran on the new input");
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 2);
+        let out = go(&g, &store, Start::Resume(Some(json!("fine")))).await;
+        assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("WAVES"), Some("fine")));
+    }
+}
+
+#[tokio::test]
+async fn a_fork_into_the_same_thread_before_a_sub_graph_runs_it_again_on_the_edited_input() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        let g = picking_parent(inner_runs.clone());
+        picked_tides(&g, &store, &inner_runs).await;
+        let before_sub = at(&store, &["sub"]).await;
+        recursive_graph::fork(g.schema(), &store, "t", &before_sub, &update(json!({"draft": "waves"})), "t")
+            .await
+            .unwrap();
+        let out = go(&g, &store, Start::Resume(None)).await;
+        let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+        assert_eq!(i.payload["question"], "OK: WAVES?", "the sub-graph ran on the edited input");
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 2);
+        let out = go(&g, &store, Start::Resume(Some(json!("yes")))).await;
+        assert_eq!(out.state["result"], "WAVES");
+    }
+}
+
+#[tokio::test]
+async fn time_travel_to_a_question_inside_a_sub_graph_answers_it_again_without_rerunning_its_finished_nodes() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        let g = picking_parent(inner_runs.clone());
+        picked_tides(&g, &store, &inner_runs).await;
+        // Back to where the sub-graph's `check` asked, answered differently.
+        let asked = at(&store, &["sub"]).await;
+        let out = go(&g, &store, Start::From { checkpoint: asked.clone(), value: Some(json!("no")) }).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("TIDES"), Some("no")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "`summarize` had finished: it did not run again");
+        // Without a value, the question is asked again.
+        let out = go(&g, &store, Start::From { checkpoint: asked.clone(), value: None }).await;
+        let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+        assert_eq!((i.at(), i.payload["question"].as_str()), ("sub/check".to_string(), Some("OK: TIDES?")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+        // A sub-graph's checkpoint is not one to travel to at the top.
+        let inner = store.list("t", &format!("sub:1@{asked}")).await.unwrap();
+        let travel = Start::From { checkpoint: inner[0].id.clone(), value: None };
+        let err = g.run(travel, &Thread::new(store.clone(), "t"), &RunScope::detached("g")).await.unwrap_err();
+        assert!(matches!(err, GraphError::NoCheckpoint { .. }), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_sub_graph_run_stored_under_the_old_namespace_form_is_continued() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        let parent = picking_parent(inner_runs.clone());
+        // The parent stops before `sub`; the sub-graph then runs as releases before sub-graph
+        // runs were keyed by checkpoint ran it: under `sub:1`, asking `check`.
+        let paused = picking_parent_builder(inner_runs.clone()).interrupt_before("sub").build().unwrap();
+        go(&paused, &store, Start::Input(json!({}))).await;
+        let out = go(&paused, &store, Start::Resume(Some(json!("tides")))).await;
+        assert!(matches!(out.finish, Finish::Interrupted(_)), "{:?}", out.finish);
+        let old = Thread { store: store.clone(), id: "t".into(), ns: "sub:1".into() };
+        let inner = child_graph(inner_runs.clone());
+        inner.run(Start::Input(json!({"text": "tides"})), &old, &RunScope::detached("g")).await.unwrap();
+        let asked = recursive_graph::PendingWrite {
+            node: "sub".into(),
+            write: recursive_graph::Write::Interrupt { payload: json!({"question": "OK: TIDES?"}) },
+            asked_at: None,
+        };
+        store.put_write("t", &out.checkpoint, &asked).await.unwrap();
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1);
+
+        let out = go(&parent, &store, Start::Resume(Some(json!("yes")))).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!((out.state["result"].as_str(), out.state["verdict"].as_str()), (Some("TIDES"), Some("yes")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "the stored sub-graph run went on");
+    }
+}
+
+#[tokio::test]
+async fn raising_the_limits_continues_a_sub_graph_that_stopped_on_its_own() {
+    for (store, _dir) in stores() {
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counted = ticks.clone();
+        // The sub-graph ticks until n reaches 3, but may visit `tick` only twice per run.
+        let inner = Graph::builder("ticker")
+            .channel("n", Channel::last(ValueType::Integer))
+            .node(
+                "tick",
+                func(move |s| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(update(json!({"n": s["n"].as_i64().unwrap_or(0) + 1})))
+                }),
+            )
+            .edge(START, "tick")
+            .edge_when("tick", END, Test { channel: "n".into(), op: Op::Ge(3.0) })
+            .guarded("tick", "tick", Guard::Otherwise)
+            .policy(RecursionPolicy { max_visits: 2, ..RecursionPolicy::default() })
+            .build()
+            .unwrap();
+        let parent = Graph::builder("parent")
+            .channel("n", Channel::last(ValueType::Integer))
+            .node("sub", Arc::new(SubgraphNode { graph: Arc::new(inner), inputs: None, outputs: None }))
+            .edge(START, "sub")
+            .build()
+            .unwrap();
+        let out = go(&parent, &store, Start::Input(json!({"n": 0}))).await;
+        assert_eq!(out.finish, Finish::VisitLimit { node: "tick".into(), max: 2 });
+        assert_eq!(ticks.load(Ordering::SeqCst), 2);
+        let out = go(&parent, &store, Start::RaiseLimits(None)).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!(out.state["n"], 3);
+        assert_eq!(ticks.load(Ordering::SeqCst), 3, "the sub-graph went on from n = 2, not from its start");
+    }
+}
+
+#[tokio::test]
+async fn time_travel_reaches_a_question_two_sub_graphs_deep() {
+    for (store, _dir) in stores() {
+        let inner_runs = Arc::new(AtomicUsize::new(0));
+        // outer → mid → sub (the child graph: `summarize`, then `check` asks), all on the
+        // channels they share.
+        let nest = |name: &str, node: &str, graph: Graph| {
+            Graph::builder(name)
+                .channel("text", Channel::last(ValueType::String))
+                .channel("ok", Channel::last(ValueType::String))
+                .channel("summary", Channel::last(ValueType::String))
+                .node(node, Arc::new(SubgraphNode { graph: Arc::new(graph), inputs: None, outputs: None }))
+                .edge(START, node)
+                .build()
+                .unwrap()
+        };
+        let outer = nest("outer", "mid", nest("mid", "sub", child_graph(inner_runs.clone())));
+        let out = go(&outer, &store, Start::Input(json!({"text": "tides"}))).await;
+        let Finish::Interrupted(i) = &out.finish else { panic!("{:?}", out.finish) };
+        assert_eq!(i.at(), "mid/sub/check");
+        let out = go(&outer, &store, Start::Resume(Some(json!("yes")))).await;
+        assert_eq!((out.state["summary"].as_str(), out.state["ok"].as_str()), (Some("TIDES"), Some("yes")));
+
+        let start = at(&store, &["mid"]).await;
+        let out = go(&outer, &store, Start::From { checkpoint: start, value: Some(json!("no")) }).await;
+        assert_eq!(out.finish, Finish::Done);
+        assert_eq!((out.state["summary"].as_str(), out.state["ok"].as_str()), (Some("TIDES"), Some("no")));
+        assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "`summarize` had finished: it did not run again");
+    }
 }

@@ -442,7 +442,8 @@ fn scripted_mock(path: &std::path::Path, model: &str) -> Result<MockProvider, Ll
             ))),
         }
     })
-    .with_model(model))
+    .with_model(model)
+    .forgetting_requests())
 }
 
 /// A mock that answers every request with the last user message, echoed.
@@ -460,6 +461,7 @@ fn echo_mock(model: &str) -> MockProvider {
         })
     })
     .with_model(model)
+    .forgetting_requests()
 }
 
 /// `OLLAMA_HOST` as a URL: a scheme and the default port are added, and a listen-everywhere

@@ -5,6 +5,7 @@
 //! - [`runs`]: the runs held by the server and the [`Runner`] that does the work;
 //! - [`served`]: [`Served`], the runner over registered runnables (the CLI builds them with the
 //!   harness);
+//! - [`store`]: runs in flight in memory, the rest in the run archive (SQLite or PostgreSQL);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
 //! - [`guard`]: the `Host` and `Origin` every request is checked for, and CORS;
 //! - [`conversation`]: a client's conversation (either OpenAI API) as a run request, and the
@@ -24,8 +25,10 @@ pub mod responses;
 pub mod runs;
 pub mod served;
 pub mod server;
+pub mod store;
 pub mod web;
 
-pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunStore, RunView, Runner};
+pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunView, Runner};
 pub use served::Served;
 pub use server::{ServeConfig, ServeError, Server};
+pub use store::{Retention, RunStore};

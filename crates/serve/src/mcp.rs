@@ -163,12 +163,17 @@ async fn follow(run: &Arc<RunRecord>, context: &RequestContext<RoleServer>) {
     let mut next = 0;
     loop {
         let (events, finished) = run.events_from(next);
+        let full = events.len() == crate::runs::EVENT_PAGE;
         for (i, event) in events {
+            let event = crate::runs::parse_event(&event);
             next = i + 1;
             if let Some(token) = &token {
                 let param = ProgressNotificationParam::new(token.clone(), next as f64).with_message(describe(&event));
                 let _ = context.peer.notify_progress(param).await;
             }
+        }
+        if full {
+            continue;
         }
         if finished {
             return;

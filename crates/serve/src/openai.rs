@@ -430,7 +430,9 @@ fn chunks(
         }
         let mut output = loop {
             let (events, _) = run.events_from(next);
+            let full = events.len() == crate::runs::EVENT_PAGE;
             for (i, event) in events {
+                let event = crate::runs::parse_event(&event);
                 next = i + 1;
                 if event["type"] == "partial_text" && event["depth"] == 0 {
                     let delta = event["delta"].as_str().unwrap_or_default();
@@ -443,6 +445,9 @@ fn chunks(
                     // Another turn follows the tools: only the last turn's text is the answer.
                     streamed.clear();
                 }
+            }
+            if full {
+                continue;
             }
             if let Some(output) = run.result() {
                 break output;

@@ -342,7 +342,9 @@ async fn stream_text(run: &RunRecord, id: &str, out: &mut Emitter) -> Option<(Ru
     let (mut next, mut streamed) = (0, None::<String>);
     loop {
         let (events, _) = run.events_from(next);
+        let full = events.len() == crate::runs::EVENT_PAGE;
         for (i, event) in events {
+            let event = crate::runs::parse_event(&event);
             next = i + 1;
             let delta = event["delta"].as_str().unwrap_or_default();
             if event["type"] != "partial_text" || event["depth"] != 0 || delta.is_empty() {
@@ -355,6 +357,9 @@ async fn stream_text(run: &RunRecord, id: &str, out: &mut Emitter) -> Option<(Ru
             if !text_delta(id, delta, out).await {
                 return None;
             }
+        }
+        if full {
+            continue;
         }
         if let Some(output) = run.result() {
             return Some((output, streamed));

@@ -3,7 +3,7 @@
 //! result, and how to cancel it. The work itself is done by a [`Runner`] the embedding program
 //! supplies (the CLI wires providers, tools and permissions from its config).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -217,14 +217,15 @@ pub fn title_of(input: &str) -> String {
     }
 }
 
-/// One run held by the server.
+/// One run held by the server while it is in flight (and by whoever still reads it): its
+/// events are kept once, serialized, and shared by every reader.
 pub struct RunRecord {
     /// The run's id.
     pub id: String,
     /// The kind of run.
     pub kind: RunKind,
-    /// When it was created (Unix seconds).
-    pub created_at: u64,
+    /// When it was created (Unix milliseconds).
+    pub created_ms: i64,
     /// The start of its input.
     pub title: String,
     state: Mutex<State>,
@@ -235,16 +236,19 @@ pub struct RunRecord {
 
 struct State {
     status: RunStatus,
-    events: Vec<Value>,
+    events: Vec<Arc<str>>,
     result: Option<RunOutput>,
 }
+
+/// The most events one read returns (a reader that stalls holds at most this many).
+pub const EVENT_PAGE: usize = 256;
 
 impl RunRecord {
     fn new(kind: RunKind, title: String) -> Self {
         RunRecord {
             id: format!("run_{}", uuid::Uuid::new_v4().simple()),
             kind,
-            created_at: unix_now(),
+            created_ms: unix_ms(),
             title,
             state: Mutex::new(State { status: RunStatus::Queued, events: Vec::new(), result: None }),
             changed: watch::Sender::new(0),
@@ -252,25 +256,35 @@ impl RunRecord {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The run as the API shows it.
     pub fn view(&self) -> RunView {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.lock();
         RunView {
             id: self.id.clone(),
             kind: self.kind,
             status: state.status,
             events: state.events.len() as u64,
             result: state.result.clone(),
-            created_at: self.created_at,
+            created_at: u64::try_from(self.created_ms / 1000).unwrap_or(0),
             title: self.title.clone(),
         }
     }
 
-    /// Events from index `from` on, and whether the run has finished.
-    pub fn events_from(&self, from: usize) -> (Vec<(usize, Value)>, bool) {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let events = state.events.iter().enumerate().skip(from).map(|(i, e)| (i, e.clone())).collect();
+    /// At most [`EVENT_PAGE`] events from index `from` on (each the event's JSON), and whether
+    /// the run has finished.
+    pub fn events_from(&self, from: usize) -> (Vec<(usize, Arc<str>)>, bool) {
+        let state = self.lock();
+        let events = state.events.iter().enumerate().skip(from).take(EVENT_PAGE).map(|(i, e)| (i, e.clone())).collect();
         (events, state.status == RunStatus::Finished)
+    }
+
+    /// The events from index `from` on, all of them (for the archive).
+    pub(crate) fn events_since(&self, from: usize) -> Vec<Arc<str>> {
+        self.lock().events.get(from..).map(<[Arc<str>]>::to_vec).unwrap_or_default()
     }
 
     /// A receiver that wakes on every change after this call (an event, a status): take it
@@ -281,11 +295,11 @@ impl RunRecord {
 
     /// The result, once finished.
     pub fn result(&self) -> Option<RunOutput> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).result.clone()
+        self.lock().result.clone()
     }
 
     fn update(&self, f: impl FnOnce(&mut State)) {
-        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut self.lock());
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -301,20 +315,29 @@ impl RunRecord {
     }
 }
 
+/// An event's JSON as a value (an unreadable one as `null`).
+pub fn parse_event(event: &str) -> Value {
+    serde_json::from_str(event).unwrap_or(Value::Null)
+}
+
 /// The sink that records a run's events.
 pub(crate) struct RecordSink(pub Arc<RunRecord>);
 
 impl EventSink for RecordSink {
     fn emit(&self, event: &AgentEvent) {
-        let json = serde_json::to_value(event)
-            .unwrap_or_else(|e| serde_json::json!({"type": "unserializable", "error": e.to_string()}));
+        let json = serde_json::to_string(event)
+            .unwrap_or_else(|e| serde_json::json!({"type": "unserializable", "error": e.to_string()}).to_string());
+        let json: Arc<str> = Arc::from(json);
         self.0.update(|s| s.events.push(json));
     }
 }
 
-/// The current time in Unix seconds.
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+/// The current time in Unix milliseconds.
+pub(crate) fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// Which runs a listing shows: newest first, `limit` of them, those created before the run
@@ -334,66 +357,9 @@ pub struct RunFilter {
 /// The default and largest page of a listing.
 pub const PAGE: (usize, usize) = (50, 500);
 
-/// Every run of this server, by id.
-#[derive(Default)]
-pub struct RunStore {
-    runs: Mutex<HashMap<String, Arc<RunRecord>>>,
-    order: Mutex<Vec<String>>,
-}
-
-impl RunStore {
-    /// Adds a new, queued run.
-    pub fn create(&self, kind: RunKind, title: String) -> Arc<RunRecord> {
-        let record = Arc::new(RunRecord::new(kind, title));
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(record.id.clone(), record.clone());
-        self.order.lock().unwrap_or_else(|e| e.into_inner()).push(record.id.clone());
-        record
-    }
-
-    /// A page of runs, newest first, and whether more follow.
-    pub fn list(&self, filter: &RunFilter) -> (Vec<RunView>, bool) {
-        let limit = filter.limit.unwrap_or(PAGE.0).clamp(1, PAGE.1);
-        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let start = match &filter.before {
-            Some(id) => order.iter().position(|o| o == id).unwrap_or(0),
-            None => order.len(),
-        };
-        let mut page = Vec::new();
-        for id in order[..start].iter().rev() {
-            let Some(view) = self.get(id).map(|r| r.view()) else { continue };
-            if filter.status.is_some_and(|s| s != view.status) || filter.kind.is_some_and(|k| k != view.kind) {
-                continue;
-            }
-            if page.len() == limit {
-                return (page, true);
-            }
-            page.push(view);
-        }
-        (page, false)
-    }
-
-    /// Forgets a finished run; `Err` when it is still running (cancel it first).
-    pub fn delete(&self, id: &str) -> Result<bool, RunStatus> {
-        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        match runs.get(id).map(|r| r.view().status) {
-            None => Ok(false),
-            Some(status) if status != RunStatus::Finished => Err(status),
-            Some(_) => {
-                runs.remove(id);
-                self.order.lock().unwrap_or_else(|e| e.into_inner()).retain(|o| o != id);
-                Ok(true)
-            }
-        }
-    }
-
-    /// A run by id.
-    pub fn get(&self, id: &str) -> Option<Arc<RunRecord>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
-    }
-
-    /// Every run not yet finished.
-    pub fn unfinished(&self) -> Vec<Arc<RunRecord>> {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.values().filter(|r| r.view().status != RunStatus::Finished).cloned().collect()
+impl RunRecord {
+    /// A new, queued run.
+    pub(crate) fn create(kind: RunKind, title: String) -> Arc<Self> {
+        Arc::new(RunRecord::new(kind, title))
     }
 }

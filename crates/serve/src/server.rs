@@ -24,12 +24,13 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use utoipa::OpenApi;
 
-use crate::runs::{RecordSink, RunFilter, RunKind, RunOutput, RunRecord, RunRequest, RunStore, RunView, Runner};
+use crate::runs::{RecordSink, RunFilter, RunKind, RunOutput, RunRecord, RunRequest, RunView, Runner};
+use crate::store::RunStore;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 /// How the server runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: SocketAddr,
@@ -49,6 +50,21 @@ pub struct ServeConfig {
     pub allowed_hosts: Vec<String>,
     /// Browser origins allowed to call the server (CORS); none by default.
     pub cors_origins: Vec<String>,
+    /// Where runs are kept past their flight (`None`: in memory only).
+    pub archive: Option<Arc<dyn recursive_graph::RunArchive>>,
+    /// How many finished runs to keep, and for how long.
+    pub retention: crate::store::Retention,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("max_concurrent_runs", &self.max_concurrent_runs)
+            .field("max_queued_runs", &self.max_queued_runs)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ServeConfig {
@@ -62,6 +78,8 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
+            archive: None,
+            retention: Default::default(),
         }
     }
 }
@@ -82,7 +100,7 @@ pub enum ServeError {
 /// What the handlers share.
 pub struct Server {
     pub(crate) runner: Arc<dyn Runner>,
-    pub(crate) store: RunStore,
+    pub(crate) store: Arc<RunStore>,
     /// Conversations waiting on a client's tool results.
     pub(crate) continuations: crate::conversation::Continuations,
     slots: Arc<Semaphore>,
@@ -109,7 +127,10 @@ impl Server {
     ) -> Arc<Self> {
         Arc::new(Server {
             runner,
-            store: RunStore::default(),
+            store: Arc::new(match &config.archive {
+                Some(archive) => RunStore::new(archive.clone(), config.retention),
+                None => RunStore::new(Arc::new(recursive_graph::MemoryArchive::default()), config.retention),
+            }),
             continuations: Default::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),
             waiting: AtomicUsize::new(0),
@@ -149,6 +170,7 @@ impl Server {
                 RunScope::root(name, Arc::new(sink), Arc::new(Budget::unlimited())).with_cancel(run.cancel.clone());
             let output = server.runner.run(request, scope).await;
             run.finish(output);
+            server.store.nudge();
             drop(permit);
         });
         Ok(record)
@@ -246,6 +268,15 @@ impl Server {
         }
         let all = futures::future::join_all(runs.iter().map(|r| wait_finished(r)));
         let _ = tokio::time::timeout(self.config.shutdown_grace, all).await;
+        if let Err(e) = self.store.flush().await {
+            tracing::warn!("keeping the last runs in the store failed: {e}");
+        }
+    }
+
+    /// Marks the runs a stopped server left unfinished in the store as interrupted and applies
+    /// retention; how many were interrupted. Call before serving.
+    pub async fn recover(&self) -> Result<usize, String> {
+        self.store.recover().await
     }
 }
 
@@ -461,10 +492,16 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
     responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "No such run")))]
 async fn get_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
-    match server.store.get(&id) {
-        Some(run) => Json(run.view()).into_response(),
-        None => not_found(&id),
+    match server.store.view(&id).await {
+        Ok(Some(view)) => Json(view).into_response(),
+        Ok(None) => not_found(&id),
+        Err(e) => store_failed(&e),
     }
+}
+
+/// 503 when the run store cannot be read.
+fn store_failed(message: &str) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, "server_error", &format!("the run store failed: {message}"))
 }
 
 /// A page of runs.
@@ -481,9 +518,12 @@ pub struct RunList {
 #[utoipa::path(get, path = "/v1/runs", params(RunFilter),
     responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody)))]
-async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFilter>) -> Json<RunList> {
-    let (data, has_more) = server.store.list(&filter);
-    Json(RunList { object: "list", data, has_more })
+async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFilter>) -> Response {
+    match server.store.list(&filter).await {
+        Ok((data, has_more)) => Json(RunList { object: "list", data, has_more }).into_response(),
+        Err(e) if e.starts_with("no run") => error(StatusCode::BAD_REQUEST, "invalid_request_error", &e),
+        Err(e) => store_failed(&e),
+    }
 }
 
 #[utoipa::path(delete, path = "/v1/runs/{id}", params(("id" = String, Path)),
@@ -491,13 +531,14 @@ async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFi
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such run"),
         (status = 409, body = ErrorBody, description = "Still running: cancel it first")))]
 async fn delete_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
-    match server.store.delete(&id) {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => not_found(&id),
-        Err(status) => {
+    match server.store.delete(&id).await {
+        Ok(Ok(true)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Ok(false)) => not_found(&id),
+        Ok(Err(status)) => {
             let message = format!("the run `{id}` is {status:?}; cancel it first").to_lowercase();
             error(StatusCode::CONFLICT, "invalid_request_error", &message)
         }
+        Err(e) => store_failed(&e),
     }
 }
 
@@ -505,12 +546,15 @@ async fn delete_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -
     responses((status = 202, body = RunView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "No such run")))]
 async fn cancel_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
-    match server.store.get(&id) {
-        Some(run) => {
-            run.cancel.cancel();
-            (StatusCode::ACCEPTED, Json(run.view())).into_response()
-        }
-        None => not_found(&id),
+    if let Some(run) = server.store.live(&id) {
+        run.cancel.cancel();
+        return (StatusCode::ACCEPTED, Json(run.view())).into_response();
+    }
+    // A run no longer in flight has ended: cancelling it changes nothing.
+    match server.store.view(&id).await {
+        Ok(Some(view)) => (StatusCode::ACCEPTED, Json(view)).into_response(),
+        Ok(None) => not_found(&id),
+        Err(e) => store_failed(&e),
     }
 }
 
@@ -523,29 +567,47 @@ fn not_found(id: &str) -> Response {
         then `event: end` with the result. Resumes after `Last-Event-ID`.", content_type = "text/event-stream"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn run_events(State(server): State<Arc<Server>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let Some(run) = server.store.get(&id) else { return not_found(&id) };
     let from = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map_or(0, |last| last + 1);
-    Sse::new(event_stream(run, from)).keep_alive(KeepAlive::default()).into_response()
+    if let Some(run) = server.store.live(&id) {
+        return Sse::new(event_stream(run, from)).keep_alive(KeepAlive::default()).into_response();
+    }
+    match server.store.view(&id).await {
+        Ok(Some(view)) => {
+            let stream = archived_stream(server.store.clone(), view, from);
+            Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+        }
+        Ok(None) => not_found(&id),
+        Err(e) => store_failed(&e),
+    }
 }
 
-/// Every event of `run` from index `next`, then `end`.
+/// One event as SSE: `id` its index, `event` its type.
+fn sse_event(index: usize, event: &str) -> Event {
+    let kind = crate::runs::parse_event(event)["type"].as_str().unwrap_or("event").to_string();
+    Event::default().id(index.to_string()).event(kind).data(event)
+}
+
+/// Every event of `run` from index `next`, then `end`: read a page at a time, so a reader
+/// that stalls holds one page, never a copy of the run.
 fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Result<Event, Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
         let mut changes = run.watch();
         loop {
             let (events, finished) = run.events_from(next);
+            let read_all = events.len() < crate::runs::EVENT_PAGE;
             for (i, event) in events {
-                let kind = event["type"].as_str().unwrap_or("event").to_string();
-                let sse = Event::default().id(i.to_string()).event(kind).data(event.to_string());
-                if tx.send(sse).await.is_err() {
+                if tx.send(sse_event(i, &event)).await.is_err() {
                     return;
                 }
                 next = i + 1;
+            }
+            if !read_all {
+                continue;
             }
             if finished {
                 let end = json!({"run": run.view()});
@@ -553,6 +615,40 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
                 return;
             }
             if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+/// The events of a run that is no longer in flight, read from the store a page at a time.
+fn archived_stream(
+    store: Arc<RunStore>,
+    view: RunView,
+    mut next: usize,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        loop {
+            let page = match store.archived_events(&view.id, next).await {
+                Ok(page) => page,
+                Err(e) => {
+                    let failed = json!({"error": {"message": e, "type": "server_error"}});
+                    let _ = tx.send(Event::default().event("error").data(failed.to_string())).await;
+                    return;
+                }
+            };
+            let last = page.len() < crate::runs::EVENT_PAGE;
+            for event in page {
+                if tx.send(sse_event(next, &event)).await.is_err() {
+                    return;
+                }
+                next += 1;
+            }
+            if last {
+                let end = json!({"run": view});
+                let _ = tx.send(Event::default().event("end").data(end.to_string())).await;
                 return;
             }
         }

@@ -5,6 +5,7 @@
 //! blueprints next to it or named with `--graph`. Threads live in a checkpoint store: by
 //! default `.recursive/graphs.db` in the workspace, or `--store postgres://…`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -258,10 +259,41 @@ fn read_source(path: &Path) -> anyhow::Result<Source> {
     Ok(Source { origin: path.display().to_string(), text })
 }
 
+/// Where a blueprint's sub-graphs come from.
+enum SubGraphs {
+    /// The files: the blueprints next to the main one (in this directory) and `--graph`.
+    Files(Option<PathBuf>),
+    /// The texts a thread pinned when it started (no file is read).
+    Pinned(BTreeMap<String, Source>),
+}
+
+impl SubGraphs {
+    /// A stored thread's: its pinned texts, or for a thread stored before sub-graphs were
+    /// pinned, the files next to its blueprint's origin.
+    fn of(info: &ThreadInfo, origin: &str) -> Self {
+        match &info.subgraphs {
+            Some(pinned) => SubGraphs::Pinned(pinned.clone()),
+            None => SubGraphs::Files(Path::new(origin).parent().map(Path::to_path_buf)),
+        }
+    }
+}
+
 /// What blueprints may bind: the harness's (its model, agent, RLM and goal pursuer as
 /// `default`, its tools, the `--agent` runnables), the blueprints next to the main one (by file
 /// stem) and `--graph NAME=FILE`.
 fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
+    allowlist_of(harness, bind, &SubGraphs::Files(dir.map(Path::to_path_buf)))
+}
+
+/// [`allowlist`] with the sub-graphs from `subgraphs`: pinned texts are all a thread binds.
+fn allowlist_of(harness: &Harness, bind: &BindArgs, subgraphs: &SubGraphs) -> anyhow::Result<Allowlist> {
+    let dir = match subgraphs {
+        SubGraphs::Pinned(pinned) => {
+            let graphs = pinned.iter().map(|(name, source)| (name.clone(), source.clone())).collect();
+            return Ok(harness.allowlist(graphs)?);
+        }
+        SubGraphs::Files(dir) => dir.as_deref(),
+    };
     let mut graphs = match dir {
         Some(dir) => recursive_harness::sibling_graphs(dir),
         None => Vec::new(),
@@ -395,9 +427,12 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         graph: String::new(),
         blueprint: Some(source.text.clone()),
         origin: Some(origin.display().to_string()),
+        // Pinned once the blueprint binds (what it reaches of the files, now).
+        subgraphs: None,
         created_at: chrono::Utc::now(),
     };
-    execute_graph(&args.run, source, dir, store, Some(info), &thread, Start::Input(input)).await
+    let subgraphs = SubGraphs::Files(dir);
+    execute_graph(&args.run, source, subgraphs, store, Some(info), &thread, Start::Input(input)).await
 }
 
 async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
@@ -408,20 +443,20 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
         .ok_or_else(|| ConfigError(format!("no thread `{}` in the store", args.thread)))?;
     let text = info.blueprint.clone().ok_or_else(|| ConfigError("the thread has no stored blueprint".into()))?;
     let origin = info.origin.clone().unwrap_or_else(|| info.graph.clone());
-    let dir = Path::new(&origin).parent().map(Path::to_path_buf);
+    let subgraphs = SubGraphs::of(&info, &origin);
     let value = args.value.as_deref().map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())));
     let start = match args.checkpoint {
         Some(checkpoint) => Start::From { checkpoint, value },
         None if args.raise_limits => Start::RaiseLimits(value),
         None => Start::Resume(value),
     };
-    execute_graph(&args.run, Source { origin, text }, dir, store, None, &args.thread, start).await
+    execute_graph(&args.run, Source { origin, text }, subgraphs, store, None, &args.thread, start).await
 }
 
 async fn execute_graph(
     args: &ExecArgs,
     source: Source,
-    dir: Option<PathBuf>,
+    subgraphs: SubGraphs,
     store: Arc<dyn Checkpointer>,
     new_thread: Option<ThreadInfo>,
     thread: &str,
@@ -437,7 +472,7 @@ async fn execute_graph(
     )
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
-    let allow = allowlist(&harness, &args.bind, dir.as_deref())?;
+    let allow = allowlist_of(&harness, &args.bind, &subgraphs)?;
     let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
     // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
     let lease = match recursive_graph::Lease::take(store.clone(), thread, args.wait).await {
@@ -447,6 +482,7 @@ async fn execute_graph(
     };
     if let Some(mut info) = new_thread {
         info.graph = graph.name().to_string();
+        info.subgraphs = Some(allow.reachable_graphs(&source));
         if let Some(old) = store.thread(thread).await? {
             info.created_at = old.created_at;
         }

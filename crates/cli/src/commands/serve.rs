@@ -52,6 +52,14 @@ pub struct ServeArgs {
     /// repeatable). Without it, requests carrying another site's `Origin` are refused with 403.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
+    /// Where runs are kept past their flight: a SQLite file or a `postgres://` URL (default: the
+    /// workspace's graph store, `.recursive/graphs.db`); `memory:` keeps them in this process only.
+    #[arg(long, value_name = "ADDRESS")]
+    pub store: Option<String>,
+    /// Retention of finished runs: a count (`1000`), an age (`7d`, `12h`, `30m`, `90s`) or both
+    /// (`1000,7d`). Without it every run is kept.
+    #[arg(long, value_name = "COUNT|AGE")]
+    pub keep: Option<String>,
     /// Offer a named runnable (agent, RLM, goal or graph, as for `run --agent`): NAME=FILE,
     /// repeatable. Each is a model of the OpenAI-compatible endpoint, a runnable of the runs API
     /// (`agent` of a request) and an MCP tool.
@@ -140,13 +148,49 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// The retention `--keep` gives: a count, an age (`s`, `m`, `h`, `d`), or both, comma-separated.
+fn keep(spec: Option<&str>) -> Result<recursive_serve::Retention, ConfigError> {
+    let mut retention = recursive_serve::Retention::default();
+    let Some(spec) = spec else { return Ok(retention) };
+    let bad = |part: &str| {
+        ConfigError(format!("--keep {spec}: `{part}` is neither a count (1000) nor an age (7d, 12h, 30m, 90s)"))
+    };
+    for part in spec.split(',').map(str::trim) {
+        if let Ok(count) = part.parse::<u64>() {
+            retention.count = Some(count);
+            continue;
+        }
+        let (number, unit) = part.split_at(part.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| bad(part))?);
+        let n: u64 = number.parse().map_err(|_| bad(part))?;
+        let seconds = match unit {
+            "s" => n,
+            "m" => n * 60,
+            "h" => n * 3600,
+            "d" => n * 86_400,
+            _ => return Err(bad(part)),
+        };
+        retention.age = Some(std::time::Duration::from_secs(seconds));
+    }
+    Ok(retention)
+}
+
 /// Runs the command: serves until SIGINT or SIGTERM, then cancels the runs and lets their
 /// final events out.
 pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     if args.max_concurrent_runs == 0 || args.max_body_mib == 0 {
         return Err(ConfigError("--max-concurrent-runs and --max-body-mib must be at least 1".into()).into());
     }
-    let runner = served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents).await?;
+    keep(args.keep.as_deref())?;
+    let address = match &args.store {
+        Some(address) => address.clone(),
+        None => super::graph::default_store(args.workspace.as_deref())?,
+    };
+    let shown = super::graph::shown_address(&address);
+    let (runner, archive) = tokio::join!(
+        served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents),
+        recursive_graph::open_archive(&address)
+    );
+    let (runner, archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
     let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
     let serve_config = ServeConfig {
         listen: args.listen,
@@ -157,9 +201,15 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         allowed_hosts: args.allowed_hosts.clone(),
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
         cors_origins: cors_origins(&args.cors_origins)?,
+        archive: Some(archive),
+        retention: keep(args.keep.as_deref())?,
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;
+    let interrupted = server.recover().await.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?;
+    if interrupted > 0 && !quiet {
+        eprintln!("recursive serve: {interrupted} run(s) left unfinished by a stopped server are marked interrupted");
+    }
     let served = server
         .serve(shutdown_signal(), move |addr| {
             // The first line on stdout, for scripts and tests that start the server on port 0.
@@ -194,5 +244,20 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             () = wait(term) => {}
             () = wait(int) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_reads_a_count_an_age_or_both() {
+        assert_eq!(keep(Some("1000")).unwrap().count, Some(1000));
+        assert_eq!(keep(Some("7d")).unwrap().age, Some(std::time::Duration::from_secs(7 * 86_400)));
+        let both = keep(Some("50, 90s")).unwrap();
+        assert_eq!((both.count, both.age), (Some(50), Some(std::time::Duration::from_secs(90))));
+        assert!(keep(Some("7w")).unwrap_err().0.contains("`7w`"));
+        assert!(keep(Some("d")).is_err());
     }
 }

@@ -16,7 +16,7 @@ use crate::node::Node;
 use crate::template::Template;
 
 /// A blueprint's text and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Source {
     /// A path or a name, for diagnostics.
     pub origin: String,
@@ -99,6 +99,27 @@ impl Allowlist {
     pub fn function(mut self, name: impl Into<String>, node: Arc<dyn Node>) -> Self {
         self.functions.insert(name.into(), node);
         self
+    }
+
+    /// The allowed sub-graph blueprints that `source` reaches, directly or through other
+    /// sub-graphs, by name: what a thread keeps so it binds the same graphs when resumed.
+    /// (A blueprint that does not compile reaches nothing; binding reports it.)
+    pub fn reachable_graphs(&self, source: &Source) -> BTreeMap<String, Source> {
+        let mut reached = BTreeMap::new();
+        let mut pending = vec![source.clone()];
+        while let Some(next) = pending.pop() {
+            let Ok(bp) = compile(&next.text, &next.origin) else { continue };
+            for node in &bp.nodes {
+                let Some((Kind::Graph, name)) = node.kinds().into_iter().next() else { continue };
+                if let Some(sub) = self.graphs.get(name.get())
+                    && !reached.contains_key(name.get())
+                {
+                    reached.insert(name.get().clone(), sub.clone());
+                    pending.push(sub.clone());
+                }
+            }
+        }
+        reached
     }
 
     /// The names allowed for a kind, for messages.

@@ -1,0 +1,276 @@
+//! Where a server's runs live: in memory while in flight, then in the run archive (the same
+//! store as graph threads — SQLite by default, PostgreSQL when configured), so they are listed
+//! after a restart and memory holds only the runs in flight, whatever the traffic. An archiver
+//! task writes each run's new events and status every [`FLUSH_EVERY`], lets go of a finished run
+//! once it is written, and applies retention ([`Retention`]). At start, runs a stopped server left
+//! unfinished are marked interrupted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use recursive_core::FinishReason;
+use recursive_graph::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, RunWrite, StoreError};
+use tokio::sync::Notify;
+
+use crate::runs::{PAGE, RunFilter, RunKind, RunOutput, RunRecord, RunStatus, RunView, unix_ms};
+
+/// How often the archiver writes what runs added.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// How many finished runs to keep, and for how long (both optional; none: keep every run).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Retention {
+    /// Keep at most this many finished runs, the newest.
+    pub count: Option<u64>,
+    /// Delete finished runs older than this.
+    pub age: Option<Duration>,
+}
+
+impl Retention {
+    fn is_unbounded(&self) -> bool {
+        self.count.is_none() && self.age.is_none()
+    }
+
+    fn at(&self, now_ms: i64) -> recursive_graph::Retention {
+        let age_ms = |a: Duration| i64::try_from(a.as_millis()).unwrap_or(i64::MAX);
+        recursive_graph::Retention { count: self.count, before_ms: self.age.map(|a| now_ms.saturating_sub(age_ms(a))) }
+    }
+}
+
+/// A run as the archive keeps it, and how far it has been written.
+struct Written {
+    events: usize,
+    status: Option<RunStatus>,
+}
+
+/// The runs of a server.
+pub struct RunStore {
+    live: Mutex<HashMap<String, (Arc<RunRecord>, Written)>>,
+    archive: Arc<dyn RunArchive>,
+    retention: Retention,
+    wake: Notify,
+    archiver: AtomicBool,
+}
+
+impl Default for RunStore {
+    fn default() -> Self {
+        Self::new(Arc::new(MemoryArchive::default()), Retention::default())
+    }
+}
+
+fn stored(e: StoreError) -> String {
+    e.to_string()
+}
+
+impl RunStore {
+    /// A store writing to `archive`, keeping what `retention` says.
+    pub fn new(archive: Arc<dyn RunArchive>, retention: Retention) -> Self {
+        RunStore {
+            live: Mutex::new(HashMap::new()),
+            archive,
+            retention,
+            wake: Notify::new(),
+            archiver: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Arc<RunRecord>, Written)>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a new, queued run (and starts the archiver with the first).
+    pub(crate) fn create(self: &Arc<Self>, kind: RunKind, title: String) -> Arc<RunRecord> {
+        let record = RunRecord::create(kind, title);
+        self.lock().insert(record.id.clone(), (record.clone(), Written { events: 0, status: None }));
+        if !self.archiver.swap(true, Ordering::SeqCst) {
+            tokio::spawn(self.clone().archive_loop());
+        }
+        record
+    }
+
+    /// A run in flight (or finished and not yet written away).
+    pub fn live(&self, id: &str) -> Option<Arc<RunRecord>> {
+        self.lock().get(id).map(|(r, _)| r.clone())
+    }
+
+    /// Every run in flight.
+    pub fn unfinished(&self) -> Vec<Arc<RunRecord>> {
+        self.lock().values().map(|(r, _)| r.clone()).filter(|r| r.result().is_none()).collect()
+    }
+
+    /// A run by id, in flight or archived.
+    pub async fn view(&self, id: &str) -> Result<Option<RunView>, String> {
+        if let Some(run) = self.live(id) {
+            return Ok(Some(run.view()));
+        }
+        let archived = self.archive.run(id).await.map_err(stored)?;
+        archived.map(|a| view_of(&a)).transpose()
+    }
+
+    /// At most a page of an archived run's events from index `from` on.
+    pub async fn archived_events(&self, id: &str, from: usize) -> Result<Vec<Arc<str>>, String> {
+        self.archive.events(id, from as u64, crate::runs::EVENT_PAGE).await.map_err(stored)
+    }
+
+    /// A page of runs, newest first, and whether more follow.
+    pub async fn list(&self, filter: &RunFilter) -> Result<(Vec<RunView>, bool), String> {
+        let limit = filter.limit.unwrap_or(PAGE.0).clamp(1, PAGE.1);
+        let live: Vec<(Arc<RunRecord>, RunView)> = self.lock().values().map(|(r, _)| (r.clone(), r.view())).collect();
+        let cursor = match &filter.before {
+            Some(id) => Some(self.created_ms(id, &live).await?),
+            None => None,
+        };
+        // The archive may hold a live run with an older status: ask without the status and filter here.
+        let query = RunQuery {
+            status: None,
+            kind: filter.kind.map(|k| k.as_str().to_string()),
+            before: filter.before.clone(),
+            limit: limit + 1 + live.len(),
+        };
+        let archived = self.archive.list(&query).await.map_err(stored)?;
+        let mut rows: Vec<(i64, RunView)> = Vec::new();
+        for a in &archived {
+            if live.iter().all(|(r, _)| r.id != a.id) {
+                rows.push((a.created_ms, view_of(a)?));
+            }
+        }
+        for (record, view) in live {
+            let before_cursor = cursor.as_ref().is_none_or(|c| (record.created_ms, &record.id) < (c.0, &c.1));
+            if before_cursor && filter.kind.is_none_or(|k| k == view.kind) {
+                rows.push((record.created_ms, view));
+            }
+        }
+        rows.retain(|(_, v)| filter.status.is_none_or(|s| s == v.status));
+        rows.sort_by(|a, b| (b.0, &b.1.id).cmp(&(a.0, &a.1.id)));
+        let more = rows.len() > limit;
+        Ok((rows.into_iter().take(limit).map(|(_, v)| v).collect(), more))
+    }
+
+    /// When the run `id` was created, and its id (a listing's cursor).
+    async fn created_ms(&self, id: &str, live: &[(Arc<RunRecord>, RunView)]) -> Result<(i64, String), String> {
+        if let Some((r, _)) = live.iter().find(|(r, _)| r.id == id) {
+            return Ok((r.created_ms, r.id.clone()));
+        }
+        match self.archive.run(id).await.map_err(stored)? {
+            Some(a) => Ok((a.created_ms, a.id)),
+            None => Err(format!("no run `{id}` to list from")),
+        }
+    }
+
+    /// Deletes a finished run with its events: `Ok(false)` when there is none, `Err` with its
+    /// status when it is still in flight (cancel it first).
+    pub async fn delete(&self, id: &str) -> Result<Result<bool, RunStatus>, String> {
+        {
+            let mut live = self.lock();
+            if let Some((run, _)) = live.get(id) {
+                let status = run.view().status;
+                if status != RunStatus::Finished {
+                    return Ok(Err(status));
+                }
+                live.remove(id);
+            }
+        }
+        self.archive.delete(id).await.map(Ok).map_err(stored)
+    }
+
+    /// Marks the runs a stopped server left unfinished as interrupted, then applies
+    /// retention; how many were interrupted.
+    pub async fn recover(&self) -> Result<usize, String> {
+        let left = self.archive.unfinished().await.map_err(stored)?;
+        for archived in &left {
+            let mut view = view_of(archived)?;
+            view.status = RunStatus::Finished;
+            view.result = Some(RunOutput {
+                outcome: FinishReason::Interrupted,
+                ..RunOutput::failed("the server stopped before the run finished")
+            });
+            self.archive.put_run(&archived_of(&view, archived.created_ms)?).await.map_err(stored)?;
+        }
+        self.prune().await?;
+        Ok(left.len())
+    }
+
+    /// Writes what every live run added, lets go of finished runs once written, and applies
+    /// retention when a run was let go.
+    pub async fn flush(&self) -> Result<(), String> {
+        let runs: Vec<(Arc<RunRecord>, usize, Option<RunStatus>)> =
+            self.lock().values().map(|(r, w)| (r.clone(), w.events, w.status)).collect();
+        let mut writes = Vec::new();
+        let mut written = Vec::new();
+        for (run, from, status) in runs {
+            let view = run.view();
+            let events = run.events_since(from);
+            if status == Some(view.status) && events.is_empty() {
+                continue;
+            }
+            written.push((run.clone(), from + events.len(), view.status));
+            writes.push(RunWrite { run: archived_of(&view, run.created_ms)?, first: from as u64, events });
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.archive.save(&writes).await.map_err(stored)?;
+        let mut released = 0;
+        {
+            let mut live = self.lock();
+            for (run, events, status) in written {
+                let done = status == RunStatus::Finished && run.events_since(events).is_empty();
+                if done {
+                    live.remove(&run.id);
+                    released += 1;
+                } else if let Some((_, w)) = live.get_mut(&run.id) {
+                    *w = Written { events, status: Some(status) };
+                }
+            }
+        }
+        if released > 0 {
+            self.prune().await?;
+        }
+        Ok(())
+    }
+
+    async fn prune(&self) -> Result<(), String> {
+        if self.retention.is_unbounded() {
+            return Ok(());
+        }
+        self.archive.prune(self.retention.at(unix_ms())).await.map(|_| ()).map_err(stored)
+    }
+
+    /// Asks the archiver to write now.
+    pub(crate) fn nudge(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Writes runs away every [`FLUSH_EVERY`] (or when nudged) until the store is the loop's
+    /// alone, then a last time.
+    async fn archive_loop(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.flush().await {
+                tracing::warn!("keeping runs in the store failed (retrying): {e}");
+            }
+            if Arc::strong_count(&self) == 1 {
+                return;
+            }
+            let _ = tokio::time::timeout(FLUSH_EVERY, self.wake.notified()).await;
+        }
+    }
+}
+
+/// An archived run's record as the API shows it.
+fn view_of(archived: &ArchivedRun) -> Result<RunView, String> {
+    serde_json::from_str(&archived.body).map_err(|e| format!("the stored run `{}` is unreadable: {e}", archived.id))
+}
+
+/// A run's view as the archive keeps it.
+fn archived_of(view: &RunView, created_ms: i64) -> Result<ArchivedRun, String> {
+    let status = serde_json::to_value(view.status).map_err(|e| e.to_string())?;
+    Ok(ArchivedRun {
+        id: view.id.clone(),
+        kind: view.kind.as_str().to_string(),
+        status: status.as_str().unwrap_or_default().to_string(),
+        created_ms,
+        body: serde_json::to_string(view).map_err(|e| e.to_string())?,
+    })
+}

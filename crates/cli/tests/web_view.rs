@@ -3,7 +3,8 @@
 //! protocol, so the page keeps running while the test reads its DOM): an RLM run started after
 //! the page opened shows up in the list and its iterations, with their code, appear while the
 //! run is still running; a run's text is text, never markup; with a token the page asks for it
-//! and the API answers it; a blueprint's Mermaid flowchart is drawn as SVG.
+//! and the API answers it, and the Host/Origin guard holds for the page; a blueprint's Mermaid
+//! flowchart is drawn as SVG.
 
 mod common;
 
@@ -164,6 +165,9 @@ fn with_a_token_the_page_asks_for_it_and_the_api_answers_it() {
     assert!(!body.contains("PROBE"), "no run data in the page");
     assert_eq!(http(&server.addr, "GET", "/web/app.js", &[], None).0, 200);
     assert_eq!(http(&server.addr, "GET", "/v1/runs", &[], None).0, 401);
+    // The Host and Origin guard holds for the page as for the API.
+    assert_eq!(common::http_to_host(&server.addr, "evil.example", "GET", "/", &[], None).0, 403);
+    assert_eq!(http(&server.addr, "GET", "/web/app.js", &[("origin", "http://evil.example")], None).0, 403);
 
     let mut page = Browser::open(&format!("{}/", server.url()), &env.path("profile"));
     page.wait_for("the token prompt", SHOWN, "!document.getElementById('auth').classList.contains('hidden')");

@@ -241,5 +241,6 @@
   var hash = /^#run=(.+)$/.exec(location.hash);
   if (hash) { state.chosen = true; select(decodeURIComponent(hash[1])); }
   refreshList();
-  setInterval(refreshList, POLL_MS);
+  /* No polling while the token is asked for (each poll would only be refused). */
+  setInterval(function () { if (document.getElementById("auth").classList.contains("hidden")) refreshList(); }, POLL_MS);
 })();

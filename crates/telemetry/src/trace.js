@@ -233,7 +233,7 @@ var RecursiveTrace = (function () {
 
   /* `onRender`, if given, is called after each redraw. */
   function create(container, onRender) {
-    var events = [], opened = {}, pending = null, m = model([]);
+    var events = [], opened = {}, pending = null, m = model([]), drawMs = 0;
 
     function renderRun(id) {
       var r = m.runs[id];
@@ -291,18 +291,23 @@ var RecursiveTrace = (function () {
 
     function render() {
       if (pending !== null) { clearTimeout(pending); pending = null; }
+      var began = Date.now();
       m = model(events);
       container.textContent = "";
       m.roots.forEach(function (id) { container.appendChild(renderRun(id)); });
       if (onRender) onRender();
+      drawMs = Date.now() - began;
     }
 
     return {
       add: function (e) { if (e && typeof e === "object" && !LEFT_OUT[e.type]) events.push(e); },
       addAll: function (list) { list.forEach(this.add); },
       render: render,
-      /* Redraws within `delay` ms (100 by default), once however many events came meanwhile. */
-      schedule: function (delay) { if (pending === null) pending = setTimeout(render, delay === undefined ? 100 : delay); },
+      /* Redraws within `delay` ms (100 by default), once however many events came meanwhile;
+         a tree that takes long to draw is redrawn less often (at most a fifth of the time). */
+      schedule: function (delay) {
+        if (pending === null) pending = setTimeout(render, Math.max(delay === undefined ? 100 : delay, 4 * drawMs));
+      },
       clear: function () { events = []; opened = {}; render(); },
       runCount: function () { return m.order.length; },
       totals: function () {

@@ -73,10 +73,10 @@
     var h = el("h2");
     h.appendChild(el("span", "kind " + run.kind, run.kind));
     h.appendChild(el("span", "", run.title || run.id));
-    h.appendChild(el("span", "status " + run.status, run.status));
+    var r = run.result;
+    h.appendChild(el("span", "status " + run.status + (r && !r.ok ? " bad" : ""), r ? r.outcome : run.status));
     head.appendChild(h);
     head.appendChild(el("div", "meta", run.id + " · " + when(run.created_at)));
-    var r = run.result;
     if (!r) return;
     var nums = (r.input_tokens + r.output_tokens) + " tok · $" + Number(r.cost_usd || 0).toFixed(4);
     head.appendChild(el("div", "item" + (r.ok ? "" : " error"), r.outcome + " · " + nums));

@@ -229,21 +229,6 @@ fn the_html_trace_is_one_page_that_chromium_renders_without_errors() {
     assert!(!dom.contains("<script>alert(1)</script> code"), "run text is text, not markup");
 }
 
-/// The Chromium binary (scripts/test installs Debian's).
-fn chromium() -> String {
-    for candidate in ["chromium", "chromium-browser", "google-chrome"] {
-        if Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {candidate}"))
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return candidate.to_string();
-        }
-    }
-    panic!("Chromium is not installed (scripts/test installs it)");
-}
-
 #[test]
 fn the_html_of_the_readmes_main_job_renders_without_errors() {
     let env = Env::new();
@@ -279,9 +264,9 @@ fn html_page(env: &Env, events: &std::path::Path) -> std::path::PathBuf {
 
 /// The DOM headless Chromium built from a page (its scripts run).
 fn render(env: &Env, page: &std::path::Path) -> String {
-    let dom = Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
-        .args(["--disable-component-update", "--disable-sync", "--virtual-time-budget=3000"])
+    let dom = Command::new(common::browser::chromium())
+        .args(common::browser::HEADLESS)
+        .arg("--virtual-time-budget=3000")
         .arg(format!("--user-data-dir={}", env.path("chromium-profile").display()))
         .arg("--dump-dom")
         .arg(format!("file://{}", page.display()))

@@ -14,7 +14,8 @@
 //! - [`answer`]: the check of a structured answer;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
 //! - [`responses`]: `/v1/responses` (OpenAI's Responses API);
-//! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`.
+//! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`;
+//! - [`web`]: the live web view at `/` (the runs and their trees, drawn as their events arrive).
 
 pub mod answer;
 pub mod conversation;
@@ -27,6 +28,7 @@ pub mod served;
 pub mod server;
 pub mod store;
 pub mod threads;
+pub mod web;
 
 pub use runs::{RunKind, RunOutput, RunRecord, RunRequest, RunStatus, RunView, Runner};
 pub use served::Served;

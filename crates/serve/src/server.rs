@@ -228,6 +228,7 @@ impl Server {
         ));
         let mut router = axum::Router::new()
             .route("/health", get(health))
+            .merge(crate::web::router())
             .merge(api)
             .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
             .with_state(self.clone());

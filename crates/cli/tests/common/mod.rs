@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod browser;
 pub mod tmux;
 
 pub struct Env {

@@ -199,13 +199,23 @@ impl GraphHost for ServedGraphs {
 
     async fn run(&self, thread: &str, request: ThreadRunRequest, scope: RunScope) -> RunOutput {
         scope.emit(0, EventKind::RunStarted { goal: format!("thread {thread}") });
+        let mut mermaid = None;
         let outcome = match Harness::stored_thread(self.store.as_ref(), thread, start_of(request)).await {
-            Ok(Some(run)) => self.harness.run_thread(self.store.clone(), run, &scope).await,
+            Ok(Some(run)) => {
+                mermaid =
+                    blueprint::compile(&run.source.text, &run.source.origin).ok().map(|bp| blueprint::mermaid(&bp));
+                self.harness.run_thread(self.store.clone(), run, &scope).await
+            }
             Ok(None) => Err(ThreadError::Bind(format!("no thread `{thread}`"))),
             Err(e) => Err(e),
         };
         let output = match &outcome {
-            Ok(o) => output_of(o, &scope),
+            Ok(o) => {
+                let mut output = output_of(o, &scope);
+                // The web view draws the graph from it.
+                output.output["mermaid"] = mermaid.map_or(Value::Null, Value::String);
+                output
+            }
             Err(e) => RunOutput { cost_usd: Some(scope.cost_usd()), ..RunOutput::failed(failure_of(e, thread)) },
         };
         let finish_reason = if output.error.is_some() { FinishReason::Fault } else { output.outcome.clone() };

@@ -4,7 +4,9 @@
 //!    JSON on the same machine — the ratio is the server's overhead over the HTTP floor;
 //! 2. concurrent streams: N streamed chat completions at once, each a run that streams a delta
 //!    every 100 ms for 5 s; reports whether all N finished whole, the wall time against the 5 s
-//!    ideal, and the process's resident memory per stream.
+//!    ideal, and the process's resident memory per stream;
+//! 3. stored runs: 2,000 finished chat completions kept in a SQLite run archive — the bytes each
+//!    run takes in the store, and the process's resident growth per run once they are written away.
 //!
 //! `./scripts/cargo bench -p recursive-serve --bench serve`
 
@@ -134,6 +136,41 @@ async fn streams(n: usize) {
     );
 }
 
+/// The bytes of a SQLite database with its WAL.
+fn db_bytes(path: &std::path::Path) -> u64 {
+    ["", "-wal"]
+        .iter()
+        .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", path.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+async fn stored_runs(client: &reqwest::Client, n: usize) {
+    let dir = std::env::temp_dir().join(format!("serve-bench-{}", std::process::id()));
+    let path = dir.join("runs.db");
+    let archive = recursive_graph::open_archive(&path.display().to_string()).await.unwrap_or_else(|_| unreachable!());
+    let config = ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!()),
+        archive: Some(archive),
+        ..Default::default()
+    };
+    let server = Server::new(Arc::new(Bench), config);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(server.clone().serve(std::future::pending(), move |addr| {
+        let _ = tx.send(addr);
+    }));
+    let url = format!("http://{}", rx.await.unwrap_or_else(|_| unreachable!()));
+    mean_latency_us(client, &url, 200).await;
+    server.store_flush().await;
+    let (rss, bytes) = (rss_kib(), db_bytes(&path));
+    mean_latency_us(client, &url, n).await;
+    server.store_flush().await;
+    let per_run_kib = rss_kib().saturating_sub(rss) as f64 / n as f64;
+    let per_run_bytes = db_bytes(&path).saturating_sub(bytes) as f64 / n as f64;
+    println!("  {n} runs: {per_run_bytes:.0} bytes per run in the store, {per_run_kib:.2} KiB resident per run");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|_| unreachable!());
     runtime.block_on(async {
@@ -151,5 +188,7 @@ fn main() {
         for n in [100, 500, 1000] {
             streams(n).await;
         }
+        println!("bench 3: finished runs kept in a SQLite run archive (+200 of the same before, as warm-up)");
+        stored_runs(&client, 2000).await;
     });
 }

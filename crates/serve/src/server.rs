@@ -304,6 +304,13 @@ impl Server {
         }
     }
 
+    /// Writes every run's new events and status to the store now (tests and benchmarks).
+    pub async fn store_flush(&self) {
+        if let Err(e) = self.store.flush().await {
+            tracing::warn!("keeping runs in the store failed: {e}");
+        }
+    }
+
     /// Marks the runs a stopped server left unfinished in the store as interrupted and applies
     /// retention; how many were interrupted. Call before serving.
     pub async fn recover(&self) -> Result<usize, String> {

@@ -15,11 +15,13 @@ pub mod kinds;
 pub mod lease;
 pub mod node;
 pub mod postgres;
+pub mod queue;
 pub mod runnable;
 pub mod slot;
 pub mod sqlite;
 pub mod state;
 pub mod template;
+pub mod worker;
 
 pub use checkpoint::{
     Checkpoint, Checkpointer, Listed, MemoryCheckpointer, PendingWrite, StoreError, ThreadInfo, Unreadable, When, Write,

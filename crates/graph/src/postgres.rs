@@ -66,7 +66,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-fn pg(e: tokio_postgres::Error) -> StoreError {
+pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
     // The server's own message says what is wrong (auth, missing database...).
     match e.as_db_error() {
         Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),
@@ -103,6 +103,11 @@ impl PostgresCheckpointer {
         Ok(Self { client: Arc::new(client) })
     }
 
+    /// The connection (the job queue shares it).
+    pub(crate) fn client(&self) -> Arc<Client> {
+        self.client.clone()
+    }
+
     async fn bodies<T: serde::de::DeserializeOwned>(
         &self,
         sql: &str,
@@ -114,7 +119,9 @@ impl PostgresCheckpointer {
 }
 
 /// Runs one statement, bounded by [`QUERY_TIMEOUT`].
-async fn timed<T>(statement: impl Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, StoreError> {
+pub(crate) async fn timed<T>(
+    statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, StoreError> {
     match tokio::time::timeout(QUERY_TIMEOUT, statement).await {
         Ok(done) => done.map_err(pg),
         Err(_) => Err(StoreError::Backend(format!(

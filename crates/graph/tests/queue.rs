@@ -226,7 +226,7 @@ async fn workers_drain_queued_threads_running_each_node_once() {
         done += w.await.unwrap().done;
     }
     assert_eq!(done, 40);
-    let runs = runs.lock().unwrap();
+    let runs = runs.lock().unwrap().clone();
     assert_eq!(runs.len(), 80, "a and b of each of 40 threads");
     assert!(runs.values().all(|n| *n == 1), "{runs:?}");
     assert_eq!(q.counts(None).await.unwrap(), [("done".to_string(), 40)]);

@@ -12,7 +12,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use recursive_core::EventKind;
 use recursive_graph::blueprint::{self, Allowlist, Source};
-use recursive_graph::{Checkpointer, Finish, GraphError, GraphOutcome, Schema, Start, Thread, ThreadInfo};
+use recursive_graph::queue::{JobQueue, QueueError};
+use recursive_graph::worker::{EnqueueError, enqueue_graph};
+use recursive_graph::{
+    Checkpointer, Finish, GraphError, GraphOutcome, PostgresCheckpointer, Schema, Start, Thread, ThreadInfo,
+};
 use recursive_harness::{Harness, RlmOptions};
 use serde_json::{Value, json};
 
@@ -46,6 +50,9 @@ pub enum GraphCommand {
     Fork(ForkArgs),
     /// List the threads of the store.
     Threads(StoreArgs),
+    /// List the jobs of a PostgreSQL store's queue (what `recursive worker` claims), newest
+    /// first, with how many are in each status.
+    Jobs(JobsArgs),
     /// Print a blueprint as a Mermaid flowchart.
     Show(FileArgs),
     /// Print a blueprint in canonical form (`--write` rewrites the file).
@@ -134,6 +141,22 @@ pub struct ForkArgs {
     pub store: StoreArgs,
 }
 
+/// `graph jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only the jobs of this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only the jobs in this status: queued, running, done or failed.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
 /// `graph format`.
 #[derive(Debug, Args)]
 pub struct FormatArgs {
@@ -176,6 +199,16 @@ pub struct RunArgs {
     /// Input: a JSON object of channel values.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     pub input: String,
+    /// Do not run: queue the run for `recursive worker` processes (needs a PostgreSQL
+    /// `--store`); prints the thread's id.
+    #[arg(long)]
+    pub enqueue: bool,
+    /// With --enqueue: the queue.
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
+    /// With --enqueue: how many attempts the job may use before it fails for good.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,
 }
@@ -229,6 +262,7 @@ pub async fn execute(args: GraphArgs) -> anyhow::Result<u8> {
         GraphCommand::State(a) => state(a).await,
         GraphCommand::Fork(a) => fork(a).await,
         GraphCommand::Threads(a) => threads(a).await,
+        GraphCommand::Jobs(a) => jobs(a).await,
         GraphCommand::Show(a) => {
             let source = read_source(&a.file)?;
             let bp = blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?;
@@ -261,7 +295,7 @@ fn read_source(path: &Path) -> anyhow::Result<Source> {
 /// What blueprints may bind: the harness's (its model, agent, RLM and goal pursuer as
 /// `default`, its tools, the `--agent` runnables), the blueprints next to the main one (by file
 /// stem) and `--graph NAME=FILE`.
-fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
+pub(crate) fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
     let mut graphs = match dir {
         Some(dir) => recursive_harness::sibling_graphs(dir),
         None => Vec::new(),
@@ -386,7 +420,6 @@ fn parse_json(flag: &str, text: &str) -> Result<Value, ConfigError> {
 async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let source = read_source(&args.file)?;
     let input = parse_json("--input", &args.input)?;
-    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     let thread = args.thread.clone().unwrap_or_else(crate::sessions::new_id);
     let origin = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
     let dir = origin.parent().map(Path::to_path_buf);
@@ -397,7 +430,66 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         origin: Some(origin.display().to_string()),
         created_at: chrono::Utc::now(),
     };
+    if args.enqueue {
+        return enqueue(&args, source, dir, info, input).await;
+    }
+    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     execute_graph(&args.run, source, dir, store, Some(info), &thread, Start::Input(input)).await
+}
+
+/// The PostgreSQL store of `--enqueue` and `graph jobs`, and its job queue.
+async fn open_queue(args: &StoreArgs, flag: &str) -> anyhow::Result<(PostgresCheckpointer, JobQueue)> {
+    let address = args.store.clone().unwrap_or_default();
+    if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
+        return Err(ConfigError(format!(
+            "{flag} needs a PostgreSQL store (--store postgres://user:pw@host/db): workers claim jobs from it"
+        ))
+        .into());
+    }
+    let store = PostgresCheckpointer::connect(&address).await?;
+    let queue = JobQueue::open(&store).await?;
+    Ok((store, queue))
+}
+
+/// `graph run --enqueue`: binds the blueprint (names only: no model is called), checks the
+/// input, records the thread with its blueprint and queues the run; prints the thread's id.
+async fn enqueue(
+    args: &RunArgs,
+    source: Source,
+    dir: Option<PathBuf>,
+    mut info: ThreadInfo,
+    input: Value,
+) -> anyhow::Result<u8> {
+    let (store, queue) = open_queue(&args.run.store, "--enqueue").await?;
+    let harness = super::harness(
+        &ProviderArgs::placeholder(),
+        args.run.bind.workspace.as_deref(),
+        super::ApprovalArgs::none().approver(),
+        recursive_core::RunLimits::default().max_steps,
+        &args.run.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let allow = allowlist(&harness, &args.run.bind, dir.as_deref())?;
+    let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
+    info.graph = graph.name().to_string();
+    if let Some(old) = store.thread(&info.thread).await? {
+        info.created_at = old.created_at;
+    }
+    let id = match enqueue_graph(&queue, &store, &graph, &info, input, (&args.queue, args.max_attempts)).await {
+        Ok(id) => id,
+        Err(EnqueueError::Queue(QueueError::Store(e))) => return Err(e.into()),
+        Err(e) => return Err(ConfigError(e.to_string()).into()),
+    };
+    if args.run.store.json {
+        println!("{}", json!({"thread": info.thread, "job": id, "queue": args.queue}));
+    } else {
+        println!("{}", info.thread);
+        if !args.run.provider.quiet {
+            eprintln!("queued job {id} on queue {}: thread {}", args.queue, info.thread);
+        }
+    }
+    Ok(0)
 }
 
 async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
@@ -630,6 +722,34 @@ async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if unreadable.is_empty() { 0 } else { crate::EXIT_ERROR })
+}
+
+async fn jobs(args: JobsArgs) -> anyhow::Result<u8> {
+    let (_store, queue) = open_queue(&args.store, "graph jobs").await?;
+    let counts = queue.counts(args.queue.as_deref()).await?;
+    let rows = queue.list(args.queue.as_deref(), args.status.as_deref(), args.limit.max(0)).await?;
+    if args.store.json {
+        let counts: serde_json::Map<String, Value> = counts.into_iter().map(|(s, n)| (s, json!(n))).collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"counts": counts, "jobs": rows}))?);
+        return Ok(0);
+    }
+    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    eprintln!("jobs: {}", if summary.is_empty() { "none".to_string() } else { summary.join(", ") });
+    for j in rows {
+        let detail = j.error.as_deref().or(j.outcome.as_deref()).unwrap_or("");
+        println!(
+            "{:>6}  {:<7}  {}/{}  {} {}  {}  {}  {detail}",
+            j.id,
+            j.status,
+            j.attempts,
+            j.max_attempts,
+            j.kind,
+            j.target,
+            j.queue,
+            j.claimed_by.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(0)
 }
 
 /// Where a thread stands: done, waiting (a question or a pause), at a step, or empty.

@@ -12,6 +12,7 @@ pub mod run;
 pub mod serve;
 pub mod sessions;
 pub mod trace;
+pub mod worker;
 
 use std::path::Path;
 use std::sync::Arc;

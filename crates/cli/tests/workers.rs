@@ -256,3 +256,44 @@ fn sigterm_drains_a_worker_and_its_unfinished_thread_is_finished_by_another() {
     );
     runtime.block_on(schema.drop_all()).unwrap();
 }
+
+#[test]
+fn a_failing_thread_is_retried_then_fails_for_good_and_a_queued_resume_finishes_it() {
+    let Some((env, runtime, schema)) = setup("workers_retry") else { return };
+    let url = schema.url.clone();
+    let broken = Arc::new(AtomicBool::new(true));
+    let server = runtime.block_on(ModelServer::start());
+    let failing = broken.clone();
+    server.respond_with(move |r| {
+        if failing.load(Ordering::SeqCst) && node_and_topic(r).0 == "second" {
+            return Some(Reply::error(400, "bad request"));
+        }
+        Some(answer(r))
+    });
+    let out = env
+        .cmd()
+        .args(["graph", "run", "pair.toml", "--enqueue", "--thread", "topic-r", "--max-attempts", "2"])
+        .args(["--store", &url, "--input", r#"{"topic": "topic-r"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let w = worker(&env, &server, &url, "w", "1");
+    wait_for("the job to fail for good", Duration::from_secs(60), || {
+        jobs(&env, &url)["counts"]["failed"].as_i64() == Some(1)
+    });
+    let job = jobs(&env, &url)["jobs"][0].clone();
+    assert_eq!(job["attempts"], 2, "{job}");
+    assert!(job["error"].as_str().unwrap().contains("node `second` failed"), "{job}");
+
+    broken.store(false, Ordering::SeqCst);
+    let again = env.run(&["graph", "resume", "--thread", "topic-r", "--enqueue", "--store", &url]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "topic-r");
+    wait_for("the resumed thread to be done", Duration::from_secs(60), || done_count(&env, &url) == 1);
+    assert_eq!(terminate(w, "w"), Some(0));
+    let asked: Vec<String> = server.requests().iter().map(|r| node_and_topic(r).0).collect();
+    assert_eq!(asked, ["first", "second", "second", "second"], "`first` finished once and never ran again");
+    let state = stdout_json(&env.run(&["graph", "state", "--thread", "topic-r", "--store", &url]));
+    assert_eq!(state["state"]["second"], "S[topic-r]");
+    runtime.block_on(schema.drop_all()).unwrap();
+}

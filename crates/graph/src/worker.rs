@@ -10,7 +10,8 @@
 //!
 //! [`GraphJobs`] runs `graph` jobs: it takes the thread's lease, applies the enqueued input the
 //! first time (an attempt after a crash resumes from the last checkpoint instead, so no finished
-//! node runs again), and runs the thread's pinned blueprint.
+//! node runs again), and runs the thread's pinned blueprint. A job queued by [`enqueue_resume`]
+//! continues a thread (after a failure for good, a pause, or with the value a node asked for).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -337,11 +338,16 @@ impl GraphJobs {
 
     /// How the attempt starts: with the enqueued input when the thread is still where it was
     /// when enqueued, otherwise (an earlier attempt applied it) from its latest checkpoint.
+    /// A queued resume gives its value only while the thread is still at the checkpoint it
+    /// was queued at.
     async fn start(&self, job: &Job) -> Result<Start, StoreError> {
-        let Some(input) = job.payload.get("input") else { return Ok(Start::Resume(None)) };
         let latest = self.store.latest(&job.target, "").await?.map(|c| c.id);
-        let after = job.payload.get("after").and_then(Value::as_str);
-        Ok(if latest.as_deref() == after { Start::Input(input.clone()) } else { Start::Resume(None) })
+        let unmoved = |key: &str| latest.as_deref() == job.payload.get(key).and_then(Value::as_str);
+        if let Some(input) = job.payload.get("input") {
+            return Ok(if unmoved("after") { Start::Input(input.clone()) } else { Start::Resume(None) });
+        }
+        let value = job.payload.get("resume").filter(|v| !v.is_null() && unmoved("at")).cloned();
+        Ok(Start::Resume(value))
     }
 
     /// Runs the thread under its lease.
@@ -400,6 +406,12 @@ pub enum EnqueueError {
     /// The thread's last run has not finished.
     #[error("thread `{0}` has an unfinished run: resume it, or use another thread")]
     Unfinished(String),
+    /// The thread has no checkpoint to continue from.
+    #[error("thread `{0}` has no checkpoints")]
+    NoThread(String),
+    /// A value was given but the thread's run has finished.
+    #[error("thread `{0}` does not wait for a value: resume it without one")]
+    NothingAsks(String),
     /// The input does not fit the graph's state.
     #[error("input: {0}")]
     Input(String),
@@ -443,6 +455,29 @@ pub async fn enqueue_graph(
         kind: KIND_GRAPH.into(),
         target: thread.clone(),
         payload: json!({ "input": input, "after": latest.map(|l| l.id) }),
+        max_attempts,
+    };
+    Ok(queue.enqueue(&job).await?)
+}
+
+/// Enqueues a resume of `thread` from its latest checkpoint, with the value a node asked for;
+/// the job's id.
+pub async fn enqueue_resume(
+    queue: &JobQueue,
+    store: &dyn Checkpointer,
+    thread: &str,
+    value: Option<Value>,
+    (queue_name, max_attempts): (&str, i32),
+) -> Result<i64, EnqueueError> {
+    let latest = store.latest(thread, "").await?.ok_or_else(|| EnqueueError::NoThread(thread.into()))?;
+    if value.is_some() && latest.is_done() {
+        return Err(EnqueueError::NothingAsks(thread.into()));
+    }
+    let job = NewJob {
+        queue: queue_name.into(),
+        kind: KIND_GRAPH.into(),
+        target: thread.into(),
+        payload: json!({ "resume": value, "at": latest.id }),
         max_attempts,
     };
     Ok(queue.enqueue(&job).await?)

@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use recursive_core::EventKind;
 use recursive_graph::blueprint::{self, Allowlist, Source};
 use recursive_graph::queue::{JobQueue, QueueError};
-use recursive_graph::worker::{EnqueueError, enqueue_graph};
+use recursive_graph::worker::{EnqueueError, enqueue_graph, enqueue_resume};
 use recursive_graph::{
     Checkpointer, Finish, GraphError, GraphOutcome, PostgresCheckpointer, Schema, Start, Thread, ThreadInfo,
 };
@@ -229,6 +229,16 @@ pub struct ResumeArgs {
     /// supersteps count afresh from its latest checkpoint.
     #[arg(long, conflicts_with = "checkpoint")]
     pub raise_limits: bool,
+    /// Do not run: queue the resume for `recursive worker` processes (needs a PostgreSQL
+    /// `--store`).
+    #[arg(long, conflicts_with_all = ["checkpoint", "raise_limits"])]
+    pub enqueue: bool,
+    /// With --enqueue: the queue.
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
+    /// With --enqueue: how many attempts the job may use before it fails for good.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,
 }
@@ -481,18 +491,43 @@ async fn enqueue(
         Err(EnqueueError::Queue(QueueError::Store(e))) => return Err(e.into()),
         Err(e) => return Err(ConfigError(e.to_string()).into()),
     };
-    if args.run.store.json {
-        println!("{}", json!({"thread": info.thread, "job": id, "queue": args.queue}));
+    queued(&args.run, &info.thread, id, &args.queue)
+}
+
+/// The value of `--value`: JSON, or plain text as a string.
+fn resume_value(value: Option<&str>) -> Option<Value> {
+    value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())))
+}
+
+/// `graph resume --enqueue`: queues the resume of a thread; prints its id.
+async fn enqueue_resumed(args: &ResumeArgs) -> anyhow::Result<u8> {
+    let (store, queue) = open_queue(&args.run.store, "--enqueue").await?;
+    let value = resume_value(args.value.as_deref());
+    let id = match enqueue_resume(&queue, &store, &args.thread, value, (&args.queue, args.max_attempts)).await {
+        Ok(id) => id,
+        Err(EnqueueError::Queue(QueueError::Store(e))) => return Err(e.into()),
+        Err(e) => return Err(ConfigError(e.to_string()).into()),
+    };
+    queued(&args.run, &args.thread, id, &args.queue)
+}
+
+/// Says what was queued: the thread's id on stdout (with `--json`, the job and queue too).
+fn queued(args: &ExecArgs, thread: &str, id: i64, queue: &str) -> anyhow::Result<u8> {
+    if args.store.json {
+        println!("{}", json!({"thread": thread, "job": id, "queue": queue}));
     } else {
-        println!("{}", info.thread);
-        if !args.run.provider.quiet {
-            eprintln!("queued job {id} on queue {}: thread {}", args.queue, info.thread);
+        println!("{thread}");
+        if !args.provider.quiet {
+            eprintln!("queued job {id} on queue {queue}: thread {thread}");
         }
     }
     Ok(0)
 }
 
 async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
+    if args.enqueue {
+        return enqueue_resumed(&args).await;
+    }
     let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     let info = store
         .thread(&args.thread)
@@ -501,7 +536,7 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
     let text = info.blueprint.clone().ok_or_else(|| ConfigError("the thread has no stored blueprint".into()))?;
     let origin = info.origin.clone().unwrap_or_else(|| info.graph.clone());
     let dir = Path::new(&origin).parent().map(Path::to_path_buf);
-    let value = args.value.as_deref().map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())));
+    let value = resume_value(args.value.as_deref());
     let start = match args.checkpoint {
         Some(checkpoint) => Start::From { checkpoint, value },
         None if args.raise_limits => Start::RaiseLimits(value),
@@ -736,7 +771,7 @@ async fn jobs(args: JobsArgs) -> anyhow::Result<u8> {
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
     eprintln!("jobs: {}", if summary.is_empty() { "none".to_string() } else { summary.join(", ") });
     for j in rows {
-        let detail = j.error.as_deref().or(j.outcome.as_deref()).unwrap_or("");
+        let detail = if j.status == "done" { j.outcome.as_deref() } else { j.error.as_deref() }.unwrap_or("");
         println!(
             "{:>6}  {:<7}  {}/{}  {} {}  {}  {}  {detail}",
             j.id,

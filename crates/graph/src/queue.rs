@@ -171,6 +171,11 @@ impl JobQueue {
         Ok(Self { client })
     }
 
+    /// Whether the connection to the server is gone for good (nothing on it can succeed).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
     /// Adds a job; refused when its target already has an open job of its kind.
     pub async fn enqueue(&self, job: &NewJob) -> Result<i64, QueueError> {
         let payload = serde_json::to_string(&job.payload).map_err(StoreError::from)?;

@@ -112,7 +112,7 @@ pub enum WorkerEvent {
 }
 
 /// What a worker did, once it stopped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {
     /// Attempts that ran to their end.
     pub done: u64,
@@ -120,6 +120,8 @@ pub struct WorkerReport {
     pub failed: u64,
     /// Jobs put back unrun (drain, busy target, lost lease).
     pub released: u64,
+    /// It stopped because its connection to the store was gone.
+    pub connection_lost: bool,
 }
 
 /// Who watches a worker.
@@ -142,8 +144,9 @@ impl Worker {
         Self { queue, handler, options, watcher }
     }
 
-    /// Claims and runs jobs until `drain` fires, then lets the running ones finish (cancelling
-    /// them at once when `abort` fires, or once the drain's time is up).
+    /// Claims and runs jobs until `drain` fires (or the connection to the store is gone), then
+    /// lets the running ones finish (cancelling them at once when `abort` fires, or once the
+    /// drain's time is up).
     pub async fn run(&self, drain: CancellationToken, abort: CancellationToken) -> WorkerReport {
         let running: Running = Arc::default();
         let heartbeat =
@@ -210,6 +213,11 @@ impl Worker {
                 Ok(None) => idle(drain, self.options.poll).await,
                 Err(e) => {
                     (self.watcher)(WorkerEvent::StoreError(e.to_string()));
+                    if self.queue.is_closed() {
+                        // No statement can succeed any more: stop, so a supervisor restarts us.
+                        report.connection_lost = true;
+                        return;
+                    }
                     idle(drain, self.options.poll).await;
                 }
             }

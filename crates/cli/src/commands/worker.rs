@@ -104,6 +104,9 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
             report.done, report.failed, report.released
         );
     }
+    if report.connection_lost {
+        return Err(anyhow::anyhow!("worker {name}: the connection to the store was lost; start the worker again"));
+    }
     Ok(0)
 }
 

@@ -44,6 +44,8 @@ enum Command {
     Rlm(commands::rlm::RlmArgs),
     /// An interactive Python session on the RLM sandbox, with model, tool and runnable calls.
     Repl(commands::repl::ReplArgs),
+    /// Claim queued graph threads from a PostgreSQL store and run them, until SIGTERM drains it.
+    Worker(commands::worker::WorkerArgs),
     /// Serve runs over HTTP: a runs API with live events, and agents as OpenAI-compatible models.
     Serve(commands::serve::ServeArgs),
     /// Serve `run`, `rlm`, `goal` and the `--agent` runnables as MCP tools on stdin/stdout.
@@ -176,6 +178,7 @@ async fn command() -> ExitCode {
         Command::Rlm(args) => commands::rlm::execute(args).await,
         Command::Repl(args) => commands::repl::execute(args).await,
         Command::Graph(args) => commands::graph::execute(args).await,
+        Command::Worker(args) => commands::worker::execute(args).await,
         Command::Serve(args) => commands::serve::execute(args).await,
         Command::Mcp(args) => commands::serve::execute_mcp(args).await,
         Command::Trace(args) => commands::trace::execute(args),

@@ -46,9 +46,20 @@ impl Lease {
     /// Takes the lease on `thread`; with `wait`, waits for another holder to end (or its lease
     /// to expire) instead of failing.
     pub async fn take(store: Arc<dyn Checkpointer>, thread: &str, wait: bool) -> Result<Lease, LeaseError> {
+        Self::take_for(store, thread, wait, LEASE_TTL).await
+    }
+
+    /// [`Lease::take`] with a lease of `ttl` (renewed every third of it): how long a crashed
+    /// holder blocks the thread.
+    pub async fn take_for(
+        store: Arc<dyn Checkpointer>,
+        thread: &str,
+        wait: bool,
+        ttl: Duration,
+    ) -> Result<Lease, LeaseError> {
         let holder = format!("pid {} ({})", std::process::id(), uuid::Uuid::now_v7());
         loop {
-            match store.take_lease(thread, &holder, LEASE_TTL).await? {
+            match store.take_lease(thread, &holder, ttl).await? {
                 None => break,
                 Some(other) if !wait => return Err(LeaseError::Held { thread: thread.into(), holder: other }),
                 Some(_) => tokio::time::sleep(WAIT_POLL).await,
@@ -58,8 +69,8 @@ impl Lease {
             let (store, thread, holder) = (store.clone(), thread.to_string(), holder.clone());
             tokio::spawn(async move {
                 loop {
-                    tokio::time::sleep(LEASE_TTL / 3).await;
-                    let _ = store.take_lease(&thread, &holder, LEASE_TTL).await;
+                    tokio::time::sleep(ttl / 3).await;
+                    let _ = store.take_lease(&thread, &holder, ttl).await;
                 }
             })
         };

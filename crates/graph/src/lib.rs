@@ -16,11 +16,13 @@ pub mod kinds;
 pub mod lease;
 pub mod node;
 pub mod postgres;
+pub mod queue;
 pub mod runnable;
 pub mod slot;
 pub mod sqlite;
 pub mod state;
 pub mod template;
+pub mod worker;
 
 pub use archive::{ArchivedRun, MemoryArchive, Retention, RunArchive, RunQuery, RunWrite, open_archive};
 pub use checkpoint::{

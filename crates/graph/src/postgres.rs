@@ -103,6 +103,11 @@ impl PostgresCheckpointer {
         Ok(Self { client: Arc::new(client) })
     }
 
+    /// The connection (the job queue shares it).
+    pub(crate) fn client(&self) -> Arc<Client> {
+        self.client.clone()
+    }
+
     async fn bodies<T: serde::de::DeserializeOwned>(
         &self,
         sql: &str,

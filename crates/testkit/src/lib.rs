@@ -9,12 +9,14 @@
 //! - [`mcp`]: a scripted stdio MCP server (plain Python) and watchers of its processes;
 //! - [`wait_until`]: polls a condition instead of sleeping a fixed time;
 //! - [`texts::haystack`]: a large log-like input with one needle, for tests and benchmarks;
+//! - [`postgres::TestSchema`]: a schema of its own on the shared test PostgreSQL server;
 //! - [`require_env`]: a prerequisite a test cannot run without fails the test, unless skipping
 //!   is asked for with `RECURSIVE_ALLOW_SKIP=1`.
 
 pub mod env;
 pub mod mcp;
 pub mod pairing;
+pub mod postgres;
 pub mod reply;
 pub mod server;
 mod sse;

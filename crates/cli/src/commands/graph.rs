@@ -5,7 +5,6 @@
 //! blueprints next to it or named with `--graph`. Threads live in a checkpoint store: by
 //! default `.recursive/graphs.db` in the workspace, or `--store postgres://…`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,8 +12,12 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use recursive_core::EventKind;
 use recursive_graph::blueprint::{self, Allowlist, Source};
-use recursive_graph::{Checkpointer, Finish, GraphError, GraphOutcome, Schema, Start, Thread, ThreadInfo};
-use recursive_harness::{Harness, RlmOptions};
+use recursive_graph::queue::{JobQueue, QueueError};
+use recursive_graph::worker::{EnqueueError, enqueue_graph, enqueue_resume};
+use recursive_graph::{
+    Checkpointer, Finish, GraphError, GraphOutcome, PostgresCheckpointer, Schema, Start, ThreadInfo,
+};
+use recursive_harness::{Harness, RlmOptions, SubGraphs, ThreadError, ThreadRun};
 use serde_json::{Value, json};
 
 use crate::ConfigError;
@@ -47,6 +50,9 @@ pub enum GraphCommand {
     Fork(ForkArgs),
     /// List the threads of the store.
     Threads(StoreArgs),
+    /// List the jobs of a PostgreSQL store's queue (what `recursive worker` claims), newest
+    /// first, with how many are in each status.
+    Jobs(JobsArgs),
     /// Print a blueprint as a Mermaid flowchart.
     Show(FileArgs),
     /// Print a blueprint in canonical form (`--write` rewrites the file).
@@ -135,6 +141,22 @@ pub struct ForkArgs {
     pub store: StoreArgs,
 }
 
+/// `graph jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only the jobs of this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only the jobs in this status: queued, running, done or failed.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
 /// `graph format`.
 #[derive(Debug, Args)]
 pub struct FormatArgs {
@@ -177,6 +199,16 @@ pub struct RunArgs {
     /// Input: a JSON object of channel values.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     pub input: String,
+    /// Do not run: queue the run for `recursive worker` processes (needs a PostgreSQL
+    /// `--store`); prints the thread's id.
+    #[arg(long)]
+    pub enqueue: bool,
+    /// With --enqueue: the queue.
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
+    /// With --enqueue: how many attempts the job may use before it fails for good.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,
 }
@@ -197,6 +229,16 @@ pub struct ResumeArgs {
     /// supersteps count afresh from its latest checkpoint.
     #[arg(long, conflicts_with = "checkpoint")]
     pub raise_limits: bool,
+    /// Do not run: queue the resume for `recursive worker` processes (needs a PostgreSQL
+    /// `--store`).
+    #[arg(long, conflicts_with_all = ["checkpoint", "raise_limits"])]
+    pub enqueue: bool,
+    /// With --enqueue: the queue.
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
+    /// With --enqueue: how many attempts the job may use before it fails for good.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,
 }
@@ -230,6 +272,7 @@ pub async fn execute(args: GraphArgs) -> anyhow::Result<u8> {
         GraphCommand::State(a) => state(a).await,
         GraphCommand::Fork(a) => fork(a).await,
         GraphCommand::Threads(a) => threads(a).await,
+        GraphCommand::Jobs(a) => jobs(a).await,
         GraphCommand::Show(a) => {
             let source = read_source(&a.file)?;
             let bp = blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?;
@@ -259,51 +302,38 @@ fn read_source(path: &Path) -> anyhow::Result<Source> {
     Ok(Source { origin: path.display().to_string(), text })
 }
 
-/// Where a blueprint's sub-graphs come from.
-enum SubGraphs {
-    /// The files: the blueprints next to the main one (in this directory) and `--graph`.
-    Files(Option<PathBuf>),
-    /// The texts a thread pinned when it started (no file is read).
-    Pinned(BTreeMap<String, Source>),
+/// The `--graph NAME=FILE` blueprints.
+fn named_graphs(bind: &BindArgs) -> anyhow::Result<Vec<(String, Source)>> {
+    bind.graphs
+        .iter()
+        .map(|spec| {
+            let (name, file) =
+                spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
+            Ok((name.to_string(), read_source(Path::new(file))?))
+        })
+        .collect()
 }
 
-impl SubGraphs {
-    /// A stored thread's: its pinned texts, or for a thread stored before sub-graphs were
-    /// pinned, the files next to its blueprint's origin.
-    fn of(info: &ThreadInfo, origin: &str) -> Self {
-        match &info.subgraphs {
-            Some(pinned) => SubGraphs::Pinned(pinned.clone()),
-            None => SubGraphs::Files(Path::new(origin).parent().map(Path::to_path_buf)),
-        }
-    }
+/// Where a blueprint read from a file finds its sub-graphs: the blueprints next to it (by file
+/// stem) and `--graph NAME=FILE`.
+fn files(bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<SubGraphs> {
+    Ok(SubGraphs::Files(dir.map(Path::to_path_buf), named_graphs(bind)?))
+}
+
+/// A stored thread's sub-graphs: its pinned texts, or (a thread stored before sub-graphs were
+/// pinned) the files next to its blueprint's origin and `--graph`.
+pub(crate) fn stored(bind: &BindArgs, info: &ThreadInfo, origin: &str) -> anyhow::Result<SubGraphs> {
+    Ok(match SubGraphs::of(info, origin) {
+        SubGraphs::Files(dir, _) => SubGraphs::Files(dir, named_graphs(bind)?),
+        pinned => pinned,
+    })
 }
 
 /// What blueprints may bind: the harness's (its model, agent, RLM and goal pursuer as
 /// `default`, its tools, the `--agent` runnables), the blueprints next to the main one (by file
 /// stem) and `--graph NAME=FILE`.
-fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
-    allowlist_of(harness, bind, &SubGraphs::Files(dir.map(Path::to_path_buf)))
-}
-
-/// [`allowlist`] with the sub-graphs from `subgraphs`: pinned texts are all a thread binds.
-fn allowlist_of(harness: &Harness, bind: &BindArgs, subgraphs: &SubGraphs) -> anyhow::Result<Allowlist> {
-    let dir = match subgraphs {
-        SubGraphs::Pinned(pinned) => {
-            let graphs = pinned.iter().map(|(name, source)| (name.clone(), source.clone())).collect();
-            return Ok(harness.allowlist(graphs)?);
-        }
-        SubGraphs::Files(dir) => dir.as_deref(),
-    };
-    let mut graphs = match dir {
-        Some(dir) => recursive_harness::sibling_graphs(dir),
-        None => Vec::new(),
-    };
-    for spec in &bind.graphs {
-        let (name, file) =
-            spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
-        graphs.push((name.to_string(), read_source(Path::new(file))?));
-    }
-    Ok(harness.allowlist(graphs)?)
+pub(crate) fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
+    Ok(harness.allowlist(files(bind, dir)?.sources())?)
 }
 
 /// `graph new`: a run whose one tool is `blueprint`; prints the blueprint it saved.
@@ -418,7 +448,6 @@ fn parse_json(flag: &str, text: &str) -> Result<Value, ConfigError> {
 async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let source = read_source(&args.file)?;
     let input = parse_json("--input", &args.input)?;
-    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     let thread = args.thread.clone().unwrap_or_else(crate::sessions::new_id);
     let origin = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
     let dir = origin.parent().map(Path::to_path_buf);
@@ -431,11 +460,97 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
         subgraphs: None,
         created_at: chrono::Utc::now(),
     };
-    let subgraphs = SubGraphs::Files(dir);
+    if args.enqueue {
+        return enqueue(&args, source, dir, info, input).await;
+    }
+    let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
+    let subgraphs = files(&args.run.bind, dir.as_deref())?;
     execute_graph(&args.run, source, subgraphs, store, Some(info), &thread, Start::Input(input)).await
 }
 
+/// The PostgreSQL store of `--enqueue` and `graph jobs`, and its job queue.
+async fn open_queue(args: &StoreArgs, flag: &str) -> anyhow::Result<(PostgresCheckpointer, JobQueue)> {
+    let address = args.store.clone().unwrap_or_default();
+    if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
+        return Err(ConfigError(format!(
+            "{flag} needs a PostgreSQL store (--store postgres://user:pw@host/db): workers claim jobs from it"
+        ))
+        .into());
+    }
+    let store = PostgresCheckpointer::connect(&address).await?;
+    let queue = JobQueue::open(&store).await?;
+    Ok((store, queue))
+}
+
+/// `graph run --enqueue`: binds the blueprint (names only: no model is called), checks the
+/// input, records the thread with its blueprint and queues the run; prints the thread's id.
+async fn enqueue(
+    args: &RunArgs,
+    source: Source,
+    dir: Option<PathBuf>,
+    mut info: ThreadInfo,
+    input: Value,
+) -> anyhow::Result<u8> {
+    let (store, queue) = open_queue(&args.run.store, "--enqueue").await?;
+    let harness = super::harness(
+        &ProviderArgs::placeholder(),
+        args.run.bind.workspace.as_deref(),
+        super::ApprovalArgs::none().approver(),
+        recursive_core::RunLimits::default().max_steps,
+        &args.run.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let allow = allowlist(&harness, &args.run.bind, dir.as_deref())?;
+    let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
+    info.graph = graph.name().to_string();
+    // The worker binds what is pinned here, wherever it runs.
+    info.subgraphs = Some(allow.reachable_graphs(&source));
+    if let Some(old) = store.thread(&info.thread).await? {
+        info.created_at = old.created_at;
+    }
+    let id = match enqueue_graph(&queue, &store, &graph, &info, input, (&args.queue, args.max_attempts)).await {
+        Ok(id) => id,
+        Err(EnqueueError::Queue(QueueError::Store(e))) => return Err(e.into()),
+        Err(e) => return Err(ConfigError(e.to_string()).into()),
+    };
+    queued(&args.run, &info.thread, id, &args.queue)
+}
+
+/// The value of `--value`: JSON, or plain text as a string.
+fn resume_value(value: Option<&str>) -> Option<Value> {
+    value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())))
+}
+
+/// `graph resume --enqueue`: queues the resume of a thread; prints its id.
+async fn enqueue_resumed(args: &ResumeArgs) -> anyhow::Result<u8> {
+    let (store, queue) = open_queue(&args.run.store, "--enqueue").await?;
+    let value = resume_value(args.value.as_deref());
+    let id = match enqueue_resume(&queue, &store, &args.thread, value, (&args.queue, args.max_attempts)).await {
+        Ok(id) => id,
+        Err(EnqueueError::Queue(QueueError::Store(e))) => return Err(e.into()),
+        Err(e) => return Err(ConfigError(e.to_string()).into()),
+    };
+    queued(&args.run, &args.thread, id, &args.queue)
+}
+
+/// Says what was queued: the thread's id on stdout (with `--json`, the job and queue too).
+fn queued(args: &ExecArgs, thread: &str, id: i64, queue: &str) -> anyhow::Result<u8> {
+    if args.store.json {
+        println!("{}", json!({"thread": thread, "job": id, "queue": queue}));
+    } else {
+        println!("{thread}");
+        if !args.provider.quiet {
+            eprintln!("queued job {id} on queue {queue}: thread {thread}");
+        }
+    }
+    Ok(0)
+}
+
 async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
+    if args.enqueue {
+        return enqueue_resumed(&args).await;
+    }
     let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     let info = store
         .thread(&args.thread)
@@ -443,8 +558,8 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
         .ok_or_else(|| ConfigError(format!("no thread `{}` in the store", args.thread)))?;
     let text = info.blueprint.clone().ok_or_else(|| ConfigError("the thread has no stored blueprint".into()))?;
     let origin = info.origin.clone().unwrap_or_else(|| info.graph.clone());
-    let subgraphs = SubGraphs::of(&info, &origin);
-    let value = args.value.as_deref().map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into())));
+    let subgraphs = stored(&args.run.bind, &info, &origin)?;
+    let value = resume_value(args.value.as_deref());
     let start = match args.checkpoint {
         Some(checkpoint) => Start::From { checkpoint, value },
         None if args.raise_limits => Start::RaiseLimits(value),
@@ -472,33 +587,20 @@ async fn execute_graph(
     )
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
-    let allow = allowlist_of(&harness, &args.bind, &subgraphs)?;
-    let graph = blueprint::load(&source, &allow).map_err(|d| ConfigError(d.to_string()))?;
-    // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
-    let lease = match recursive_graph::Lease::take(store.clone(), thread, args.wait).await {
-        Ok(lease) => lease,
-        Err(e @ recursive_graph::LeaseError::Held { .. }) => return Err(ConfigError(e.to_string()).into()),
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(mut info) = new_thread {
-        info.graph = graph.name().to_string();
-        info.subgraphs = Some(allow.reachable_graphs(&source));
-        if let Some(old) = store.thread(thread).await? {
-            info.created_at = old.created_at;
-        }
-        store.put_thread(&info).await?;
-    }
+    let name =
+        blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?.name.get().clone();
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.
     let scope =
         super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
-    scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {thread}", graph.name()) });
+    scope.emit(0, EventKind::RunStarted { goal: format!("graph {name} on thread {thread}") });
     if !args.provider.quiet {
         let address = store_address(&args.store, args.bind.workspace.as_deref())?;
         eprintln!("thread {thread} (store: {})", shown_address(&address));
     }
-    let outcome = graph.run(start, &Thread::new(store, thread), &scope).await;
-    lease.release().await;
+    // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
+    let run = ThreadRun { source, subgraphs, new_thread, thread: thread.to_string(), start, wait: args.wait };
+    let outcome = harness.run_thread(store, run, &scope).await;
     let (finish_reason, error) = match &outcome {
         Ok(o) => (o.finish.finish_reason(), None),
         Err(e) => (recursive_core::FinishReason::Fault, Some(e.to_string())),
@@ -506,16 +608,20 @@ async fn execute_graph(
     scope.emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
     match outcome {
         Ok(o) => report(&o, args.store.json),
-        Err(GraphError::Input(e)) => Err(ConfigError(format!("input: {e}")).into()),
-        Err(GraphError::Unfinished(t)) => Err(ConfigError(format!(
+        Err(ThreadError::Bind(e)) => Err(ConfigError(e).into()),
+        Err(ThreadError::Lease(e @ recursive_graph::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),
+        Err(ThreadError::Lease(e)) => Err(e.into()),
+        Err(ThreadError::Store(e)) => Err(e.into()),
+        Err(ThreadError::Graph(GraphError::Input(e))) => Err(ConfigError(format!("input: {e}")).into()),
+        Err(ThreadError::Graph(GraphError::Unfinished(t))) => Err(ConfigError(format!(
             "thread `{t}` has an unfinished run: continue it with `recursive graph resume --thread {t}` (with \
              --raise-limits if it stopped on its [limits]), or start a new thread"
         ))
         .into()),
-        Err(GraphError::NothingAsks(t)) => {
+        Err(ThreadError::Graph(GraphError::NothingAsks(t))) => {
             Err(ConfigError(format!("thread `{t}` does not wait for a value: resume it without --value")).into())
         }
-        Err(e) => Err(anyhow::anyhow!(
+        Err(ThreadError::Graph(e)) => Err(anyhow::anyhow!(
             "{e} (the thread keeps what finished: resume it with `recursive graph resume --thread {thread}`)"
         )),
     }
@@ -666,6 +772,34 @@ async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if unreadable.is_empty() { 0 } else { crate::EXIT_ERROR })
+}
+
+async fn jobs(args: JobsArgs) -> anyhow::Result<u8> {
+    let (_store, queue) = open_queue(&args.store, "graph jobs").await?;
+    let counts = queue.counts(args.queue.as_deref()).await?;
+    let rows = queue.list(args.queue.as_deref(), args.status.as_deref(), args.limit.max(0)).await?;
+    if args.store.json {
+        let counts: serde_json::Map<String, Value> = counts.into_iter().map(|(s, n)| (s, json!(n))).collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"counts": counts, "jobs": rows}))?);
+        return Ok(0);
+    }
+    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    eprintln!("jobs: {}", if summary.is_empty() { "none".to_string() } else { summary.join(", ") });
+    for j in rows {
+        let detail = if j.status == "done" { j.outcome.as_deref() } else { j.error.as_deref() }.unwrap_or("");
+        println!(
+            "{:>6}  {:<7}  {}/{}  {} {}  {}  {}  {detail}",
+            j.id,
+            j.status,
+            j.attempts,
+            j.max_attempts,
+            j.kind,
+            j.target,
+            j.queue,
+            j.claimed_by.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(0)
 }
 
 /// Where a thread stands: done, waiting (a question or a pause), at a step, or empty.

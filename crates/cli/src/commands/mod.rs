@@ -13,6 +13,7 @@ pub mod serve;
 pub mod served_graphs;
 pub mod sessions;
 pub mod trace;
+pub mod worker;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,185 @@
+//! `recursive worker`: claims queued jobs from a PostgreSQL store and runs them — graph threads
+//! enqueued with `recursive graph run FILE --enqueue` — until SIGTERM or Ctrl-C, which drain
+//! it: it stops claiming, lets its running jobs finish (cancelled at their checkpoint and put
+//! back after `--drain-timeout`), and exits 0. A thread's blueprint is the one pinned when it
+//! was enqueued, bound against what this command allows (as `graph run`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use recursive_core::{Budget, RunScope};
+use recursive_graph::blueprint::{self, Source};
+use recursive_graph::queue::{DEFAULT_QUEUE, JobQueue};
+use recursive_graph::worker::{GraphJobs, LoadGraph, MakeScope, Worker, WorkerEvent, WorkerOptions};
+use recursive_graph::{Checkpointer, PostgresCheckpointer};
+use recursive_harness::{Harness, RlmOptions};
+use tokio_util::sync::CancellationToken;
+
+use super::graph::{BindArgs, shown_address, stored};
+use crate::{ConfigError, ProviderArgs};
+
+/// Arguments of `worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The PostgreSQL store to claim jobs from: `postgres://user:pw@host/db`.
+    #[arg(long, value_name = "URL", env = "RECURSIVE_GRAPH_STORE")]
+    pub store: String,
+    /// The queue to claim from.
+    #[arg(long, default_value = DEFAULT_QUEUE)]
+    pub queue: String,
+    /// Jobs run at once by this process.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub concurrency: usize,
+    /// How long a job's lease (and its thread's) lasts without a heartbeat: a killed worker's
+    /// job is taken over after this long. Heartbeats go every third of it.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub lease_ttl: f64,
+    /// How long to wait before asking again when no job is ready.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub poll: f64,
+    /// The wait after a job's first failed attempt, doubled per attempt (at most 10 minutes).
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    pub backoff: f64,
+    /// On SIGTERM or Ctrl-C, how long running jobs may take to finish before they are
+    /// cancelled at their checkpoint and put back for another worker.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub drain_timeout: f64,
+    /// Approve every tool call that would ask (a worker has no one to ask: without this, such
+    /// calls are denied).
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub bind: BindArgs,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
+}
+
+/// Runs the command.
+pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
+    if !(args.store.starts_with("postgres://") || args.store.starts_with("postgresql://")) {
+        return Err(ConfigError(
+            "recursive worker needs a PostgreSQL store: --store postgres://user:pw@host/db".into(),
+        )
+        .into());
+    }
+    let options = options(&args)?;
+    let approver = super::ApprovalArgs { yes: args.yes, no_ask: !args.yes }.approver();
+    let harness = super::harness(
+        &args.provider,
+        args.bind.workspace.as_deref(),
+        approver,
+        50,
+        &args.bind.agents,
+        RlmOptions::default(),
+    )
+    .await?;
+    let limits = args.budget.limits(&harness.provider)?;
+    let template =
+        super::scope_with("worker", &args.provider, Arc::new(recursive_core::NullSink), limits.clone(), None)?;
+    let max_depth = harness.limits().max_depth;
+    let pg = PostgresCheckpointer::connect(&args.store).await?;
+    let queue = JobQueue::open(&pg).await?;
+    let store: Arc<dyn Checkpointer> = Arc::new(pg);
+    let sink = template.sink().clone();
+    let scope: MakeScope = Box::new(move |job| {
+        RunScope::root(&format!("job-{}", job.id), sink.clone(), Arc::new(Budget::new(limits.clone())))
+            .with_max_depth(max_depth)
+    });
+    let handler = GraphJobs::new(store, loader(Arc::new(harness), args.bind.clone()), scope, options.lease_ttl);
+    if !args.provider.quiet {
+        eprintln!("worker {} on queue {} (store: {})", options.name, options.queue, shown_address(&args.store));
+    }
+    let name = options.name.clone();
+    let worker = Worker::new(queue, Arc::new(handler), options, watcher(args.provider.quiet));
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    watch_drain(drain.clone(), abort.clone());
+    let report = worker.run(drain, abort).await;
+    if !args.provider.quiet {
+        eprintln!(
+            "worker {name}: stopped: {} done, {} failed, {} put back",
+            report.done, report.failed, report.released
+        );
+    }
+    if report.connection_lost {
+        return Err(anyhow::anyhow!("worker {name}: the connection to the store was lost; start the worker again"));
+    }
+    Ok(0)
+}
+
+/// The worker's options from the flags, each number checked; its name is unique (host, pid
+/// and a UUIDv7).
+fn options(args: &WorkerArgs) -> anyhow::Result<WorkerOptions> {
+    let secs = |flag: &str, v: f64| super::seconds(flag, v);
+    if args.concurrency == 0 {
+        return Err(ConfigError("--concurrency: at least 1".into()).into());
+    }
+    let lease_ttl = secs("--lease-ttl", args.lease_ttl)?;
+    if lease_ttl < Duration::from_millis(300) {
+        return Err(ConfigError("--lease-ttl: at least 0.3 seconds".into()).into());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = if host.trim().is_empty() { "localhost" } else { host.trim() };
+    Ok(WorkerOptions {
+        name: format!("{host}/{}/{}", std::process::id(), uuid::Uuid::now_v7()),
+        queue: args.queue.clone(),
+        concurrency: args.concurrency,
+        lease_ttl,
+        poll: secs("--poll", args.poll)?,
+        backoff: secs("--backoff", args.backoff)?,
+        drain_timeout: secs("--drain-timeout", args.drain_timeout)?,
+    })
+}
+
+/// Binds a thread's pinned blueprint as `graph resume` does: against the harness and the
+/// sub-graphs the thread pinned (for a thread stored before they were pinned, the blueprints
+/// next to where it was read from, and `--graph`).
+fn loader(harness: Arc<Harness>, bind: BindArgs) -> LoadGraph {
+    Box::new(move |info| {
+        let text = info.blueprint.clone().ok_or("the thread has no stored blueprint")?;
+        let origin = info.origin.clone().unwrap_or_else(|| info.graph.clone());
+        let subgraphs = stored(&bind, info, &origin).map_err(|e| format!("{e:#}"))?;
+        let allow = harness.allowlist(subgraphs.sources()).map_err(|e| e.to_string())?;
+        blueprint::load(&Source { origin, text }, &allow).map_err(|d| d.to_string())
+    })
+}
+
+/// One line on stderr per claim and per finished attempt (none with `-q`); store errors always.
+fn watcher(quiet: bool) -> recursive_graph::worker::Watcher {
+    Arc::new(move |event| match event {
+        WorkerEvent::StoreError(e) => eprintln!("worker: {e} (trying again)"),
+        _ if quiet => {}
+        WorkerEvent::Claimed { id, target, attempt } => eprintln!("job {id}: thread {target}, attempt {attempt}"),
+        WorkerEvent::Finished { id, status, detail } => eprintln!("job {id}: {status} ({detail})"),
+        WorkerEvent::Lost { id } => eprintln!("job {id}: its lease was taken back; cancelled"),
+        WorkerEvent::Draining { running } => eprintln!("worker: draining ({running} running)"),
+        _ => {}
+    })
+}
+
+/// The first SIGTERM or Ctrl-C drains; a second cancels the running jobs at once (they are put
+/// back at their checkpoint). The handlers are registered before this returns.
+fn watch_drain(drain: CancellationToken, abort: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            tokio::select! {
+                got = term.recv() => if got.is_none() { return },
+                got = int.recv() => if got.is_none() { return },
+            }
+            seen += 1;
+            if seen == 1 {
+                drain.cancel();
+            } else {
+                abort.cancel();
+                return;
+            }
+        }
+    });
+}

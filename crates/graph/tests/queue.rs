@@ -1,0 +1,236 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The job queue and workers on a real PostgreSQL (each test in a schema of its own): a ready
+//! job goes to exactly one of many concurrent claimers, a failing job backs off and ends
+//! `failed` after its attempts, a job whose claimer stopped heartbeating is put back and its
+//! late claimer can no longer finish it, one open job per thread, and workers in one process
+//! drain queued threads running every node exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use recursive_core::RunScope;
+use recursive_graph::queue::{DEFAULT_QUEUE, JobQueue, KIND_GRAPH, NewJob, QueueError};
+use recursive_graph::worker::{GraphJobs, Worker, WorkerOptions, enqueue_graph};
+use recursive_graph::{Channel, Checkpointer, END, Graph, PostgresCheckpointer, START, ThreadInfo, ValueType, func};
+use recursive_testkit::postgres::TestSchema;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn schema(prefix: &str) -> Option<TestSchema> {
+    let url = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL")?;
+    Some(TestSchema::create(&url, prefix).await.unwrap())
+}
+
+async fn queue(url: &str) -> (PostgresCheckpointer, JobQueue) {
+    let store = PostgresCheckpointer::connect(url).await.unwrap();
+    let queue = JobQueue::open(&store).await.unwrap();
+    (store, queue)
+}
+
+fn job(target: &str, max_attempts: i32) -> NewJob {
+    NewJob {
+        queue: DEFAULT_QUEUE.into(),
+        kind: KIND_GRAPH.into(),
+        target: target.into(),
+        payload: json!({}),
+        max_attempts,
+    }
+}
+
+const TTL: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_ready_job_goes_to_exactly_one_of_many_concurrent_claimers() {
+    let Some(schema) = schema("queue_claim").await else { return };
+    let (_store, q) = queue(&schema.url).await;
+    for i in 0..60 {
+        q.enqueue(&job(&format!("t{i}"), 3)).await.unwrap();
+    }
+    let mut claimers = Vec::new();
+    for c in 0..6 {
+        let url = schema.url.clone();
+        claimers.push(tokio::spawn(async move {
+            // A connection each, as separate workers have.
+            let (_store, q) = queue(&url).await;
+            let mut got = Vec::new();
+            for _ in 0..100 {
+                match q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], &format!("c{c}"), TTL).await.unwrap() {
+                    Some(j) => got.push(j.target),
+                    None => break,
+                }
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for c in claimers {
+        all.extend(c.await.unwrap());
+    }
+    let distinct: BTreeSet<_> = all.iter().cloned().collect();
+    assert_eq!(all.len(), 60, "every job claimed once: {all:?}");
+    assert_eq!(distinct.len(), 60);
+    assert!(q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "late", TTL).await.unwrap().is_none());
+    schema.drop_all().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_job_backs_off_then_fails_for_good_with_its_error() {
+    let Some(schema) = schema("queue_retry").await else { return };
+    let (_store, q) = queue(&schema.url).await;
+    let id = q.enqueue(&job("t", 2)).await.unwrap();
+    let first = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
+    assert_eq!((first.id, first.attempt), (id, 1));
+    let status = q.fail(id, "w", "boom 1", Duration::from_secs(3600), true).await.unwrap();
+    assert_eq!(status.as_deref(), Some("queued"));
+    assert!(q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().is_none(), "backing off");
+
+    let id2 = q.enqueue(&job("u", 2)).await.unwrap();
+    q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
+    assert_eq!(q.fail(id2, "w", "boom 1", Duration::ZERO, true).await.unwrap().as_deref(), Some("queued"));
+    let second = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
+    assert_eq!((second.id, second.attempt), (id2, 2));
+    assert_eq!(q.fail(id2, "w", "boom 2", Duration::ZERO, true).await.unwrap().as_deref(), Some("failed"));
+    let rows = q.list(None, Some("failed"), 10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].target.as_str(), rows[0].error.as_deref(), rows[0].attempts), ("u", Some("boom 2"), 2));
+    schema.drop_all().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_job_whose_claimer_stopped_heartbeating_is_put_back_and_the_late_claimer_cannot_finish_it() {
+    let Some(schema) = schema("queue_reap").await else { return };
+    let (_store, q) = queue(&schema.url).await;
+    let id = q.enqueue(&job("t", 3)).await.unwrap();
+    q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "dead", Duration::from_millis(100)).await.unwrap().unwrap();
+    assert_eq!(q.reap().await.unwrap(), 0, "its lease has not expired yet");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(q.reap().await.unwrap(), 1);
+    let taken = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "alive", TTL).await.unwrap().unwrap();
+    assert_eq!((taken.id, taken.attempt), (id, 2));
+    assert!(!q.complete(id, "dead", "done").await.unwrap(), "the dead claimer lost it");
+    assert!(q.heartbeat("dead", TTL).await.unwrap().is_empty());
+    assert_eq!(q.heartbeat("alive", TTL).await.unwrap(), [id]);
+    assert!(q.complete(id, "alive", "done").await.unwrap());
+    schema.drop_all().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_thread_has_at_most_one_open_job() {
+    let Some(schema) = schema("queue_open").await else { return };
+    let (_store, q) = queue(&schema.url).await;
+    let id = q.enqueue(&job("t", 3)).await.unwrap();
+    let again = q.enqueue(&job("t", 3)).await.unwrap_err();
+    assert!(matches!(again, QueueError::AlreadyQueued { .. }), "{again}");
+    q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
+    q.complete(id, "w", "done").await.unwrap();
+    q.enqueue(&job("t", 3)).await.unwrap();
+    schema.drop_all().await.unwrap();
+}
+
+type Runs = Arc<Mutex<BTreeMap<(String, String), usize>>>;
+
+/// START → a → b → END; each node counts its runs per topic and appends to `log`.
+fn chain(runs: &Runs) -> Graph {
+    let node = |name: &'static str| {
+        let runs = runs.clone();
+        func(move |state| {
+            let topic = state["topic"].as_str().unwrap_or_default().to_string();
+            *runs.lock().unwrap().entry((topic, name.to_string())).or_insert(0) += 1;
+            Ok(json!({"log": name}).as_object().cloned().unwrap())
+        })
+    };
+    Graph::builder("chain")
+        .channel("topic", Channel::last(ValueType::String))
+        .channel("log", Channel::append())
+        .node("a", node("a"))
+        .node("b", node("b"))
+        .edge(START, "a")
+        .edge("a", "b")
+        .edge("b", END)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn workers_drain_queued_threads_running_each_node_once() {
+    let Some(schema) = schema("queue_workers").await else { return };
+    let (store, q) = queue(&schema.url).await;
+    let store: Arc<dyn Checkpointer> = Arc::new(store);
+    let runs: Runs = Arc::default();
+    let graph = chain(&runs);
+    for i in 0..40 {
+        let info = ThreadInfo {
+            thread: format!("t{i}"),
+            graph: "chain".into(),
+            blueprint: None,
+            origin: None,
+            subgraphs: None,
+            created_at: chrono::Utc::now(),
+        };
+        enqueue_graph(&q, store.as_ref(), &graph, &info, json!({"topic": format!("t{i}")}), (DEFAULT_QUEUE, 3))
+            .await
+            .unwrap();
+    }
+    let bad = enqueue_graph(
+        &q,
+        store.as_ref(),
+        &graph,
+        &ThreadInfo {
+            thread: "bad".into(),
+            graph: "chain".into(),
+            blueprint: None,
+            origin: None,
+            subgraphs: None,
+            created_at: chrono::Utc::now(),
+        },
+        json!({"nope": 1}),
+        (DEFAULT_QUEUE, 3),
+    )
+    .await
+    .unwrap_err();
+    assert!(bad.to_string().contains("nope"), "{bad}");
+
+    let drain = CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..3 {
+        let handler = GraphJobs::new(
+            store.clone(),
+            Box::new({
+                let runs = runs.clone();
+                move |_| Ok(chain(&runs))
+            }),
+            Box::new(|_| RunScope::detached("job")),
+            TTL,
+        );
+        let options = WorkerOptions {
+            name: format!("w{w}"),
+            queue: DEFAULT_QUEUE.into(),
+            concurrency: 2,
+            lease_ttl: TTL,
+            poll: Duration::from_millis(50),
+            backoff: Duration::from_millis(50),
+            drain_timeout: Duration::from_secs(10),
+        };
+        let worker = Worker::new(q.clone(), Arc::new(handler), options, Arc::new(|_| {}));
+        let (drain, abort) = (drain.clone(), CancellationToken::new());
+        workers.push(tokio::spawn(async move { worker.run(drain, abort).await }));
+    }
+    for _ in 0..600 {
+        if q.counts(None).await.unwrap().iter().all(|(status, _)| status == "done") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drain.cancel();
+    let mut done = 0;
+    for w in workers {
+        done += w.await.unwrap().done;
+    }
+    assert_eq!(done, 40);
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 80, "a and b of each of 40 threads");
+    assert!(runs.values().all(|n| *n == 1), "{runs:?}");
+    assert_eq!(q.counts(None).await.unwrap(), [("done".to_string(), 40)]);
+    schema.drop_all().await.unwrap();
+}

@@ -23,6 +23,7 @@ fn script(env: &Env) -> std::path::PathBuf {
             {"when": "How many words", "text": "```python\nsubmit({'answer': str(len(inputs['input1'].split()))})\n```"},
             {"when": "Carry out the request", "text": "```python\nsubmit({'answer': context.upper()})\n```"},
             {"when": "Count the words of", "text": "```python\nname = sorted(inputs)[0]\nsubmit({'answer': name + ':' + str(len(inputs[name].split()))})\n```"},
+            {"when": "Name the inputs", "text": "```python\nsubmit({'answer': ','.join(sorted(inputs))})\n```"},
             {"when": "sleep please", "tool_calls": [{"name": "run_shell", "arguments": {"command": "sleep 30"}}]},
             {"when": "write please", "tool_calls": [{"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]}
         ]),
@@ -210,4 +211,40 @@ fn named_agents_are_models_and_a_cancelled_run_ends_cancelled() {
     assert_eq!(view["status"], "finished");
     assert_eq!(view["result"]["ok"], false);
     assert_eq!(view["result"]["outcome"], "cancelled");
+}
+
+#[test]
+fn uploaded_files_sharing_a_stem_are_distinct_inputs() {
+    let env = Env::new();
+    let server = Served::start(&env, &["--mock-script", s(&script(&env))], None);
+    let boundary = "xyzzy";
+    let part = |disposition: &str, body: &str| {
+        format!("--{boundary}\r\nContent-Disposition: form-data; {disposition}\r\n\r\n{body}\r\n")
+    };
+    let body = [
+        part("name=\"kind\"", "rlm"),
+        part("name=\"input\"", "Name the inputs"),
+        part("name=\"file\"; filename=\"data.csv\"", "a,b"),
+        part("name=\"file\"; filename=\"data.json\"", "{}"),
+        format!("--{boundary}--\r\n"),
+    ]
+    .concat();
+    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-type: multipart/form-data; boundary={boundary}\r\ncontent-length: {}\r\n\r\n",
+        server.addr,
+        body.len()
+    );
+    std::io::Write::write_all(&mut stream, (head + &body).as_bytes()).unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+    let created: Value = serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let mut view = Value::Null;
+    common::wait_for("the run", Duration::from_secs(30), || {
+        view = serde_json::from_str(&http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None).2).unwrap();
+        view["status"] == "finished"
+    });
+    assert_eq!(view["result"]["text"], "data,data_json", "{view}");
 }

@@ -246,8 +246,8 @@ impl Continuations {
 
 /// A file's name as an input name: its stem, unless an earlier file took it (then the whole
 /// name with `_` for the dot, then a number).
-pub(crate) fn input_name(filename: Option<&str>, index: usize, taken: &[(String, String)]) -> String {
-    let free = |name: &str| !taken.iter().any(|(n, _)| n == name);
+pub(crate) fn input_name(filename: Option<&str>, index: usize, taken: &dyn Fn(&str) -> bool) -> String {
+    let free = |name: &str| !taken(name);
     let Some(filename) = filename.filter(|f| !f.is_empty()) else { return format!("file{}", index + 1) };
     let path = std::path::Path::new(filename);
     let stem =
@@ -280,7 +280,7 @@ mod tests {
     fn files_sharing_a_stem_get_distinct_names() {
         let mut files = Vec::new();
         for name in ["data.csv", "data.json", "data.json", ""] {
-            let named = input_name(Some(name), files.len(), &files);
+            let named = input_name(Some(name), files.len(), &|n: &str| files.iter().any(|(t, _)| t == n));
             files.push((named, String::new()));
         }
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();

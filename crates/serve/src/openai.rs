@@ -262,7 +262,7 @@ pub(crate) fn file_part(file: &Value, index: usize, taken: &[(String, String)]) 
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .map_err(|e| format!("a file part's data is not base64: {e}"))?;
-    let name = input_name(file["filename"].as_str(), index, taken);
+    let name = input_name(file["filename"].as_str(), index, &|n: &str| taken.iter().any(|(t, _)| t == n));
     Ok((name, String::from_utf8_lossy(&bytes).into_owned()))
 }
 

@@ -499,7 +499,8 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
 }
 
 /// A run request from a form: `kind` and `input` fields, and each uploaded file an input named
-/// by its field (or, for a field named `file` or `files`, by its file name's stem).
+/// by its field (or, for a field named `file` or `files`, by its file name's stem — `data.csv`
+/// and `data.json` become `data` and `data_json`).
 async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
     let mut kind = None;
     let mut input = String::new();
@@ -513,8 +514,9 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
             ("kind", None) => kind = Some(serde_json::from_value(Value::String(text)).map_err(|e| e.to_string())?),
             ("input", None) => input = text,
             ("file" | "files", Some(file)) => {
-                let stem = std::path::Path::new(&file).file_stem().map(|s| s.to_string_lossy().into_owned());
-                inputs.insert(stem.unwrap_or(file), text);
+                let name =
+                    crate::conversation::input_name(Some(&file), inputs.len(), &|n: &str| inputs.contains_key(n));
+                inputs.insert(name, text);
             }
             (_, Some(_)) => {
                 inputs.insert(name, text);

@@ -85,6 +85,18 @@ fn the_openapi_document_matches_the_servers_real_responses() {
     assert!(status == 400 || status == 422, "{status}: {body}");
     check(&doc, "/v1/runs", "post", (status, &body));
 
+    let (status, _, body) = http(&server.addr, "GET", "/v1/runs?limit=1", &auth, None);
+    let page = check(&doc, "/v1/runs", "get", (status, &body));
+    assert_eq!(page["has_more"], true, "{page}");
+    let (status, _, body) = http(&server.addr, "DELETE", "/v1/runs/run_nothing", &auth, None);
+    check(&doc, "/v1/runs/{id}", "delete", (status, &body));
+    let (status, _, body) = http(&server.addr, "GET", "/v1/graphs", &auth, None);
+    assert_eq!(status, 404, "no --graphs: {body}");
+    check(&doc, "/v1/graphs", "get", (status, &body));
+    let answer = json!({"decision": "allow"});
+    let (status, _, body) = http(&server.addr, "POST", "/v1/runs/run_nothing/asks/ask_x", &auth, Some(&answer));
+    check(&doc, "/v1/runs/{id}/asks/{ask}", "post", (status, &body));
+
     // The chat request body is documented.
     let body = &doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"];
     assert!(body.to_string().contains("ChatRequest"), "{body}");

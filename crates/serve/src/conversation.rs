@@ -25,8 +25,10 @@ const RLM_QUESTION: &str = "Carry out the request written in the input `context`
 /// The question an `rlm` run gets when the user attached files and wrote nothing.
 const RLM_FILES_QUESTION: &str = "Summarise the attached inputs.";
 
-/// How many conversations waiting on the client are kept.
+/// How many conversations waiting on the client are kept, and at most how many characters
+/// they hold together (the oldest go first past either).
 const KEPT: usize = 1024;
+const KEPT_CHARS: usize = 64 << 20;
 
 /// A client's error: the status and what to tell it.
 pub(crate) type Refusal = (StatusCode, String);
@@ -202,23 +204,33 @@ fn paired(messages: Vec<Message>) -> Result<Vec<Message>, Refusal> {
 /// Conversations that wait on the client's tool results (and Responses by id), newest kept.
 #[derive(Default)]
 pub struct Continuations {
-    kept: Mutex<VecDeque<(String, Arc<Vec<Message>>)>>,
+    kept: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    entries: VecDeque<(String, Arc<Vec<Message>>, usize)>,
+    chars: usize,
 }
 
 impl Continuations {
-    /// Keeps `conversation` under `key`, forgetting the oldest past the cap.
+    /// Keeps `conversation` under `key`, forgetting the oldest past the caps.
     pub(crate) fn keep(&self, key: String, conversation: Arc<Vec<Message>>) {
+        let size = conversation.iter().map(Message::size_chars).sum::<usize>();
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() >= KEPT {
-            kept.pop_front();
+        while !kept.entries.is_empty() && (kept.entries.len() >= KEPT || kept.chars + size > KEPT_CHARS) {
+            if let Some((_, _, gone)) = kept.entries.pop_front() {
+                kept.chars -= gone;
+            }
         }
-        kept.push_back((key, conversation));
+        kept.chars += size;
+        kept.entries.push_back((key, conversation, size));
     }
 
     /// The conversation kept under `key`.
     pub(crate) fn get(&self, key: &str) -> Option<Arc<Vec<Message>>> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.iter().rev().find(|(k, _)| k == key).map(|(_, c)| c.clone())
+        kept.entries.iter().rev().find(|(k, _, _)| k == key).map(|(_, c, _)| c.clone())
     }
 
     /// Gives the client's pending calls of `output` fresh ids (a provider's may be guessable, and
@@ -274,6 +286,17 @@ mod tests {
 
     fn call(id: &str) -> ToolCall {
         ToolCall { id: id.into(), name: "weather".into(), arguments: json!({}) }
+    }
+
+    #[test]
+    fn kept_conversations_are_bounded_by_count() {
+        let kept = Continuations::default();
+        for i in 0..KEPT + 5 {
+            kept.keep(format!("k{i}"), Arc::new(vec![Message::user("q")]));
+        }
+        assert!(kept.get("k0").is_none(), "the oldest went first");
+        assert!(kept.get(&format!("k{}", KEPT + 4)).is_some());
+        assert_eq!(kept.kept.lock().unwrap().entries.len(), KEPT);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct RunStore {
     retention: Retention,
     wake: Notify,
     archiver: AtomicBool,
+    /// Held by a flush and by a delete, so a flush in progress cannot write back a run that is
+    /// being deleted.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Default for RunStore {
@@ -73,6 +76,7 @@ impl RunStore {
             retention,
             wake: Notify::new(),
             archiver: AtomicBool::new(false),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -162,6 +166,7 @@ impl RunStore {
     /// Deletes a finished run with its events: `Ok(false)` when there is none, `Err` with its
     /// status when it is still in flight (cancel it first).
     pub async fn delete(&self, id: &str) -> Result<Result<bool, RunStatus>, String> {
+        let _writing = self.writing.lock().await;
         {
             let mut live = self.lock();
             if let Some((run, _)) = live.get(id) {
@@ -195,6 +200,7 @@ impl RunStore {
     /// Writes what every live run added, lets go of finished runs once written, and applies
     /// retention when a run was let go.
     pub async fn flush(&self) -> Result<(), String> {
+        let writing = self.writing.lock().await;
         let runs: Vec<(Arc<RunRecord>, usize, Option<RunStatus>)> =
             self.lock().values().map(|(r, w)| (r.clone(), w.events, w.status)).collect();
         let mut writes = Vec::new();
@@ -225,6 +231,7 @@ impl RunStore {
                 }
             }
         }
+        drop(writing);
         if released > 0 {
             self.prune().await?;
         }

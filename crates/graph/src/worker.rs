@@ -75,6 +75,23 @@ pub trait JobHandler: Send + Sync {
     async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt;
 }
 
+/// Several handlers as one: each job goes to the handler of its kind.
+pub struct JobHandlers(pub Vec<Arc<dyn JobHandler>>);
+
+#[async_trait]
+impl JobHandler for JobHandlers {
+    fn kinds(&self) -> Vec<&'static str> {
+        self.0.iter().flat_map(|h| h.kinds()).collect()
+    }
+
+    async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt {
+        match self.0.iter().find(|h| h.kinds().contains(&job.kind.as_str())) {
+            Some(handler) => handler.handle(job, cancel).await,
+            None => Attempt::Failed { error: format!("no handler for jobs of kind `{}`", job.kind), retry: false },
+        }
+    }
+}
+
 /// What a worker tells whoever watches it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -83,6 +100,8 @@ pub enum WorkerEvent {
     Claimed {
         /// The job.
         id: i64,
+        /// Its kind.
+        kind: String,
         /// Its target.
         target: String,
         /// The attempt's number.
@@ -97,7 +116,8 @@ pub enum WorkerEvent {
         /// How the attempt ended.
         detail: String,
     },
-    /// Its lease on a job was taken back (it stopped heartbeating too long): the job is cancelled.
+    /// Its lease on a job was taken back (it stopped heartbeating too long, or a client cancelled
+    /// the job): the job's run is cancelled.
     Lost {
         /// The job.
         id: i64,
@@ -205,6 +225,7 @@ impl Worker {
                     lock(running).insert(job.id, cancel.clone());
                     (self.watcher)(WorkerEvent::Claimed {
                         id: job.id,
+                        kind: job.kind.clone(),
                         target: job.target.clone(),
                         attempt: job.attempt,
                     });

@@ -64,6 +64,14 @@ pub struct ServeArgs {
     /// `/v1/threads`), kept in the store of `--store`.
     #[arg(long, value_name = "DIR")]
     pub graphs: Option<PathBuf>,
+    /// Queue the runs of `POST /v1/runs` for `recursive worker` processes instead of running
+    /// them here (needs a PostgreSQL `--store`); the runs API shows, lists, streams and cancels
+    /// them from the store. The OpenAI-compatible endpoints and MCP still run here.
+    #[arg(long)]
+    pub enqueue: bool,
+    /// The queue `--enqueue` puts runs in (workers claim from their `--queue`).
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
     /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
     /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
     /// Without it, asks are denied at once with how to allow the tool.
@@ -90,6 +98,12 @@ async fn served(
 ) -> anyhow::Result<(Served, Arc<recursive_harness::Harness>)> {
     let harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
+    let served = served_by(&harness)?;
+    Ok((served, Arc::new(harness)))
+}
+
+/// The runner of `serve` over a built harness (also `recursive worker`'s, for queued runs).
+pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<Served> {
     if let Some(name) =
         harness.runnables().names().iter().find(|n| recursive_serve::conversation::MODELS.contains(&n.as_str()))
     {
@@ -101,8 +115,7 @@ async fn served(
     let agent: Arc<dyn Runnable> = Arc::new(harness.agent("main"));
     let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
     let goal: Arc<dyn Runnable> = Arc::new(harness.pursuer(goal_config));
-    let served = Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth);
-    Ok((served, Arc::new(harness)))
+    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth))
 }
 
 /// Arguments of `mcp`.
@@ -198,6 +211,10 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
     let shown = super::graph::shown_address(&address);
+    let queue = match args.enqueue {
+        true => Some(run_queue(&address, &args.queue).await?),
+        false => None,
+    };
     let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
     let approver: Arc<dyn recursive_tools::ApprovalHandler> = match (&answers, args.client_asks) {
         (Some(board), Some(secs)) => {
@@ -233,6 +250,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         retention: keep(args.keep.as_deref())?,
         answers,
         graphs,
+        queue,
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;
@@ -254,6 +272,26 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         Err(e @ recursive_serve::ServeError::NoToken(_)) => Err(ConfigError(e.to_string()).into()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The queue of `--enqueue`: the job queue of the PostgreSQL store at `address` (refused for
+/// any other store: workers claim from PostgreSQL only).
+async fn run_queue(address: &str, name: &str) -> anyhow::Result<recursive_serve::queued::RunQueue> {
+    if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
+        let shown = super::graph::shown_address(address);
+        return Err(ConfigError(format!(
+            "--enqueue queues runs for `recursive worker` processes, which claim them from PostgreSQL: \
+             give --store postgres://user:pw@host/db (the store is {shown})"
+        ))
+        .into());
+    }
+    let store = recursive_graph::PostgresCheckpointer::connect(address).await?;
+    let queue = recursive_graph::queue::JobQueue::open(&store).await?;
+    Ok(recursive_serve::queued::RunQueue {
+        queue,
+        name: name.to_string(),
+        max_attempts: recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+    })
 }
 
 /// Resolves at the first SIGINT or SIGTERM. The handlers are registered when this is called,

@@ -252,9 +252,11 @@ impl RunArchive for SqliteCheckpointer {
         let run = run.to_string();
         self.with(move |conn| {
             let next: i64 = conn
-                .query_row("SELECT COALESCE(MAX(idx) + 1, 0) FROM served_run_events WHERE run = ?1", params![run], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT COALESCE(MAX(idx) + 1, 0) FROM served_run_events WHERE run = ?1",
+                    params![run],
+                    |r| r.get(0),
+                )
                 .map_err(backend)?;
             Ok(u64::try_from(next).unwrap_or(0))
         })
@@ -408,10 +410,10 @@ impl RunArchive for PostgresCheckpointer {
     }
 
     async fn next_event(&self, run: &str) -> Result<u64, StoreError> {
-        let row = timed(self.client.query_one(
-            "SELECT COALESCE(MAX(idx) + 1, 0)::BIGINT FROM served_run_events WHERE run = $1",
-            &[&run],
-        ))
+        let row = timed(
+            self.client
+                .query_one("SELECT COALESCE(MAX(idx) + 1, 0)::BIGINT FROM served_run_events WHERE run = $1", &[&run]),
+        )
         .await?;
         Ok(u64::try_from(row.try_get::<_, i64>(0).map_err(pg)?).unwrap_or(0))
     }

@@ -226,7 +226,8 @@ impl JobQueue {
 
     /// A job by id, as listed.
     pub async fn job(&self, id: i64) -> Result<Option<JobRow>, StoreError> {
-        let row = timed(self.client.query_opt(&format!("SELECT {ROW} FROM recursive_jobs WHERE id = $1"), &[&id])).await?;
+        let row =
+            timed(self.client.query_opt(&format!("SELECT {ROW} FROM recursive_jobs WHERE id = $1"), &[&id])).await?;
         row.as_ref().map(job_row).transpose()
     }
 

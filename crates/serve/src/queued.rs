@@ -65,7 +65,8 @@ impl RunQueue {
     pub async fn cancel(&self, store: &RunStore, id: &str) -> Result<Option<RunView>, String> {
         let was = self.queue.cancel(KIND_RUN, id).await.map_err(|e| e.to_string())?;
         if was.as_deref() == Some("queued") {
-            let cancelled = RunOutput { outcome: FinishReason::Cancelled, ..RunOutput::failed("cancelled before it ran") };
+            let cancelled =
+                RunOutput { outcome: FinishReason::Cancelled, ..RunOutput::failed("cancelled before it ran") };
             return store.finish_archived(id, cancelled).await;
         }
         store.view(id).await

@@ -53,6 +53,9 @@ pub struct RunStore {
     retention: Retention,
     wake: Notify,
     archiver: AtomicBool,
+    /// One flush at a time: a flush that read a run before it finished must not write over
+    /// the one that wrote it finished.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl Default for RunStore {
@@ -74,6 +77,7 @@ impl RunStore {
             retention,
             wake: Notify::new(),
             archiver: AtomicBool::new(false),
+            flushing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -244,6 +248,7 @@ impl RunStore {
     /// Writes what every live run added, lets go of finished runs once written, and applies
     /// retention when a run was let go.
     pub async fn flush(&self) -> Result<(), String> {
+        let _one = self.flushing.lock().await;
         let runs: Vec<(Arc<RunRecord>, usize, Option<RunStatus>)> =
             self.lock().values().map(|(r, w)| (r.clone(), w.events, w.status)).collect();
         let mut writes = Vec::new();

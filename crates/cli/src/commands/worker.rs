@@ -99,13 +99,14 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     });
     let graphs = GraphJobs::new(store, loader(Arc::new(harness), args.bind.clone()), scope, options.lease_ttl);
     let handler = JobHandlers(vec![Arc::new(graphs), Arc::new(runs)]);
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    watch_drain(drain.clone(), abort.clone());
+    // Said once the signals drain the worker.
     if !args.provider.quiet {
         eprintln!("worker {} on queue {} (store: {})", options.name, options.queue, shown_address(&args.store));
     }
     let name = options.name.clone();
     let worker = Worker::new(queue, Arc::new(handler), options, watcher(args.provider.quiet));
-    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
-    watch_drain(drain.clone(), abort.clone());
     let report = worker.run(drain, abort).await;
     if !args.provider.quiet {
         eprintln!(
@@ -166,7 +167,9 @@ fn watcher(quiet: bool) -> recursive_graph::worker::Watcher {
             eprintln!("job {id}: {what} {target}, attempt {attempt}")
         }
         WorkerEvent::Finished { id, status, detail } => eprintln!("job {id}: {status} ({detail})"),
-        WorkerEvent::Lost { id } => eprintln!("job {id}: taken back (lease expired, or cancelled); its run is cancelled"),
+        WorkerEvent::Lost { id } => {
+            eprintln!("job {id}: taken back (lease expired, or cancelled); its run is cancelled")
+        }
         WorkerEvent::Draining { running } => eprintln!("worker: draining ({running} running)"),
         _ => {}
     })

@@ -245,3 +245,27 @@ fn enqueue_without_a_postgres_store_is_refused() {
     assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
     assert!(stderr.contains("--enqueue") && stderr.contains("postgres://"), "{stderr}");
 }
+
+#[test]
+fn a_run_cancelled_while_a_worker_runs_it_is_cancelled_there() {
+    let Some((env, runtime, schema)) = setup("served_queue_cancel") else { return };
+    let url = schema.url.clone();
+    let hanging = model(&runtime, Some(Arc::new(AtomicBool::new(true))));
+    let server = serve(&env, &hanging, &url);
+    let id = post_run(&server, "stuck")["id"].as_str().unwrap().to_string();
+    let w = worker(&env, &hanging, &url, "w");
+    wait_for("the worker to call the model", Duration::from_secs(60), || hanging.request_count() == 1);
+    let stream = follow(&server, &id);
+
+    let (status, _, body) = http(&server.addr, "POST", &format!("/v1/runs/{id}/cancel"), &[], None);
+    assert_eq!(status, 202, "{body}");
+    wait_for("the run to end", Duration::from_secs(30), || run_of(&server, &id)["status"] == "finished");
+    let view = run_of(&server, &id);
+    assert_eq!(view["result"]["outcome"], "cancelled", "{view}");
+    let events = sse(&stream.join().unwrap());
+    assert_eq!(events.last().unwrap().1["run"]["result"]["outcome"], "cancelled", "{events:?}");
+    assert_eq!(terminate(w, "w"), Some(0));
+    assert_eq!(hanging.request_count(), 1, "not run again");
+    drop(server);
+    runtime.block_on(schema.drop_all()).unwrap();
+}

@@ -212,10 +212,9 @@ impl RunStore {
             }
         };
         // A run in flight elsewhere (a worker's) is deleted only once it has ended.
-        if !was_live {
-            if let Some((view, _)) = self.archived(id).await?.filter(|(v, _)| v.status != RunStatus::Finished) {
-                return Ok(Err(view.status));
-            }
+        if !was_live && let Some((view, _)) = self.archived(id).await?.filter(|(v, _)| v.status != RunStatus::Finished)
+        {
+            return Ok(Err(view.status));
         }
         self.archive.delete(id).await.map(Ok).map_err(stored)
     }
@@ -227,10 +226,10 @@ impl RunStore {
         let left = self.archive.unfinished().await.map_err(stored)?;
         let mut interrupted = 0;
         for archived in &left {
-            if let Some(queue) = queue {
-                if queue.is_open(KIND_RUN, &archived.id).await.map_err(stored)? {
-                    continue;
-                }
+            if let Some(queue) = queue
+                && queue.is_open(KIND_RUN, &archived.id).await.map_err(stored)?
+            {
+                continue;
             }
             let mut view = view_of(archived)?;
             view.status = RunStatus::Finished;

@@ -46,8 +46,13 @@ fn asked(model: &ModelServer) -> BTreeMap<String, usize> {
 }
 
 fn serve(env: &Env, model: &ModelServer, url: &str) -> Served {
+    serve_with(env, model, url, &[])
+}
+
+fn serve_with(env: &Env, model: &ModelServer, url: &str, more: &[&str]) -> Served {
     let mut cmd = env.cmd();
     cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--store", url, "--enqueue"])
+        .args(more)
         .args(provider(model))
         .env("OPENAI_API_KEY", "sk-test");
     Served::spawn(cmd)
@@ -221,6 +226,33 @@ fn a_run_whose_worker_is_killed_is_run_again_by_another_after_its_first_events()
     assert_eq!(last, "end");
     assert_eq!(end["run"]["events"].as_u64(), Some(events.len() as u64 - 1), "every event was streamed once");
     assert_eq!(terminate(rescuer, "rescuer"), Some(0));
+    drop(server);
+    runtime.block_on(schema.drop_all()).unwrap();
+}
+
+#[test]
+fn a_run_whose_last_attempt_s_worker_dies_ends_failed_in_the_store() {
+    let Some((env, runtime, schema)) = setup("served_queue_gave_up") else { return };
+    let url = schema.url.clone();
+    let main = model(&runtime, None);
+    let hanging = model(&runtime, Some(Arc::new(AtomicBool::new(true))));
+    let server = serve_with(&env, &main, &url, &["--max-attempts", "1"]);
+    let id = post_run(&server, "one try")["id"].as_str().unwrap().to_string();
+    let stream = follow(&server, &id);
+    let victim = worker(&env, &hanging, &url, "victim");
+    wait_for("the victim to call the model", Duration::from_secs(60), || hanging.request_count() == 1);
+    signal(victim.id(), "KILL");
+    let mut victim = victim;
+    victim.wait().unwrap();
+
+    let other = worker(&env, &main, &url, "other");
+    wait_for("the run to end", Duration::from_secs(60), || run_of(&server, &id)["status"] == "finished");
+    let view = run_of(&server, &id);
+    assert_eq!((view["result"]["ok"].as_bool(), view["result"]["outcome"].as_str()), (Some(false), Some("error")));
+    assert!(view["result"]["error"].as_str().unwrap().contains("gave up after 1 attempt"), "{view}");
+    assert_eq!(sse(&stream.join().unwrap()).last().unwrap().0, "end", "the stream ends with the run");
+    assert_eq!(main.request_count(), 0, "no attempt is left: not run again");
+    assert_eq!(terminate(other, "other"), Some(0));
     drop(server);
     runtime.block_on(schema.drop_all()).unwrap();
 }

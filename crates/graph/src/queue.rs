@@ -329,18 +329,22 @@ impl JobQueue {
     }
 
     /// Puts back every running job whose lease expired (its claimer stopped heartbeating), or
-    /// fails it for good when it has used its attempts; how many were moved.
-    pub async fn reap(&self) -> Result<u64, StoreError> {
-        timed(self.client.execute(
-            "UPDATE recursive_jobs SET
+    /// fails it for good when it has used its attempts; the jobs it moved, as they are now.
+    pub async fn reap(&self) -> Result<Vec<JobRow>, StoreError> {
+        let rows = timed(self.client.query(
+            &format!(
+                "UPDATE recursive_jobs SET
                  status = CASE WHEN attempts < max_attempts THEN 'queued' ELSE 'failed' END,
                  finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
                  error = 'the lease of ' || coalesce(claimed_by, '?') || ' expired (the worker stopped heartbeating)',
                  not_before = now(), expires = NULL
-                 WHERE status = 'running' AND expires < now()",
+                 WHERE status = 'running' AND expires < now()
+                 RETURNING {ROW}"
+            ),
             &[],
         ))
-        .await
+        .await?;
+        rows.iter().map(job_row).collect()
     }
 
     /// The jobs, newest first, at most `limit`; only those of `queue` and `status` when given.

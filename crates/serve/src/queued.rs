@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recursive_core::FinishReason;
-use recursive_graph::queue::{CANCELLED, Job, JobQueue, KIND_RUN, NewJob};
+use recursive_graph::queue::{CANCELLED, Job, JobQueue, JobRow, KIND_RUN, NewJob};
 use recursive_graph::worker::{Attempt, JobHandler};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -131,6 +131,25 @@ impl JobHandler for RunJobs {
     }
 
     async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt {
+        let attempt = self.attempt(job, cancel).await;
+        // An attempt that leaves the job failed for good ends the run with its error.
+        if let Attempt::Failed { error, retry } = &attempt
+            && (!retry || job.attempt >= job.max_attempts)
+        {
+            self.give_up(&job.target, error).await;
+        }
+        attempt
+    }
+
+    async fn abandoned(&self, job: &JobRow) {
+        let error = job.error.as_deref().unwrap_or("its workers stopped");
+        self.give_up(&job.target, &format!("gave up after {} attempt(s): {error}", job.attempts)).await;
+    }
+}
+
+impl RunJobs {
+    /// Runs one attempt of the run's request.
+    async fn attempt(&self, job: &Job, cancel: CancellationToken) -> Attempt {
         let request: RunRequest = match serde_json::from_value(job.payload.clone()) {
             Ok(r) => r,
             Err(e) => return Attempt::Failed { error: format!("the run's request is unreadable: {e}"), retry: false },
@@ -158,5 +177,13 @@ impl JobHandler for RunJobs {
             tokio::time::sleep(Duration::from_millis(200 * u64::from(tries))).await;
         }
         Attempt::Done(outcome)
+    }
+
+    /// Ends the run `id` in the store with `error` (a job that will not run again).
+    async fn give_up(&self, id: &str, error: &str) {
+        let store = RunStore::new(self.archive.clone(), Default::default());
+        if let Err(e) = store.finish_archived(id, RunOutput::failed(error)).await {
+            tracing::warn!("ending the run {id} in the store failed: {e}");
+        }
     }
 }

@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// The queue `--enqueue` puts runs in (workers claim from their `--queue`).
     #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
+    /// How many attempts a queued run may use (a worker that dies mid-run costs one); then it
+    /// ends failed.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, value_name = "N", requires = "enqueue")]
+    pub max_attempts: i32,
     /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
     /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
     /// Without it, asks are denied at once with how to allow the tool.
@@ -212,7 +216,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     };
     let shown = super::graph::shown_address(&address);
     let queue = match args.enqueue {
-        true => Some(run_queue(&address, &args.queue).await?),
+        true => Some(run_queue(&address, &args.queue, args.max_attempts).await?),
         false => None,
     };
     let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
@@ -276,7 +280,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
 
 /// The queue of `--enqueue`: the job queue of the PostgreSQL store at `address` (refused for
 /// any other store: workers claim from PostgreSQL only).
-async fn run_queue(address: &str, name: &str) -> anyhow::Result<recursive_serve::queued::RunQueue> {
+async fn run_queue(address: &str, name: &str, max_attempts: i32) -> anyhow::Result<recursive_serve::queued::RunQueue> {
     if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
         let shown = super::graph::shown_address(address);
         return Err(ConfigError(format!(
@@ -287,11 +291,7 @@ async fn run_queue(address: &str, name: &str) -> anyhow::Result<recursive_serve:
     }
     let store = recursive_graph::PostgresCheckpointer::connect(address).await?;
     let queue = recursive_graph::queue::JobQueue::open(&store).await?;
-    Ok(recursive_serve::queued::RunQueue {
-        queue,
-        name: name.to_string(),
-        max_attempts: recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
-    })
+    Ok(recursive_serve::queued::RunQueue { queue, name: name.to_string(), max_attempts: max_attempts.max(1) })
 }
 
 /// Resolves at the first SIGINT or SIGTERM. The handlers are registered when this is called,

@@ -4,7 +4,9 @@
 //! processes run each run exactly once (the scripted model server counts the calls), the server
 //! shows the results, and an event stream opened while a run was queued follows it to `end`.
 //! A run cancelled while queued never runs; a worker killed mid-run leaves the run to another
-//! worker, whose attempt is numbered after the first one's events, behind an `attempt` event.
+//! worker, whose attempt is numbered after the first one's events, behind an `attempt` event (and
+//! a server started meanwhile does not take it for a run a stopped server left); one cancelled
+//! while a worker runs it is cancelled there; one whose last attempt's worker dies ends failed.
 //! `--enqueue` without PostgreSQL is refused.
 
 mod common;
@@ -207,7 +209,16 @@ fn a_run_whose_worker_is_killed_is_run_again_by_another_after_its_first_events()
     let mut victim = victim;
     victim.wait().unwrap();
 
-    let stream = follow(&server, &id);
+    // A server started now over the same store (without --enqueue) leaves a worker's run alone
+    // and follows it too.
+    let mut plain = env.cmd();
+    plain
+        .args(["serve", "--listen", "127.0.0.1:0", "-q", "--store", &url])
+        .args(provider(&main))
+        .env("OPENAI_API_KEY", "sk-test");
+    let plain = Served::spawn(plain);
+    assert_eq!(run_of(&plain, &id)["status"], "running", "not taken for a run a stopped server left");
+    let stream = follow(&plain, &id);
     let rescuer = worker(&env, &main, &url, "rescuer");
     let log = || std::fs::read_to_string(env.path("rescuer.log")).unwrap_or_default();
     wait_for("the rescuer to be up", Duration::from_secs(60), || log().contains(" on queue "));
@@ -226,7 +237,7 @@ fn a_run_whose_worker_is_killed_is_run_again_by_another_after_its_first_events()
     assert_eq!(last, "end");
     assert_eq!(end["run"]["events"].as_u64(), Some(events.len() as u64 - 1), "every event was streamed once");
     assert_eq!(terminate(rescuer, "rescuer"), Some(0));
-    drop(server);
+    drop((server, plain));
     runtime.block_on(schema.drop_all()).unwrap();
 }
 

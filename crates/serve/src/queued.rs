@@ -25,11 +25,15 @@ use tokio_util::sync::CancellationToken;
 use crate::runs::{RunOutput, RunRecord, RunRequest, RunStatus, RunView, Runner, title_of, unix_ms};
 use crate::store::RunStore;
 
-/// Where a server queues the runs of its runs API.
+/// The job queue of a server's PostgreSQL store: where it queues the runs of its runs API
+/// (with `enqueue`), and in any case how it cancels runs workers run and tells them from runs
+/// a stopped server left unfinished.
 #[derive(Clone, Debug)]
 pub struct RunQueue {
     /// The job queue (the PostgreSQL store's).
     pub queue: JobQueue,
+    /// Whether `POST /v1/runs` queues its runs (otherwise this process runs them).
+    pub enqueue: bool,
     /// The queue's name (workers claim from `--queue`).
     pub name: String,
     /// How many attempts a run's job may use.

@@ -59,7 +59,8 @@ pub struct ServeConfig {
     pub answers: Option<Arc<recursive_core::AnswerBoard>>,
     /// Graph threads over HTTP (`None`: the threads API answers 404).
     pub graphs: Option<Arc<dyn crate::threads::GraphHost>>,
-    /// Where `POST /v1/runs` queues its runs for workers (`None`: this process runs them).
+    /// The job queue of a PostgreSQL store: where `POST /v1/runs` queues its runs for workers
+    /// when it says so (`None`: no queue; this process runs every run).
     pub queue: Option<crate::queued::RunQueue>,
 }
 
@@ -499,7 +500,7 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
     if let Err(why) = crate::answer::check_for(request.options.response_format.as_ref()) {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why);
     }
-    if let Some(queue) = &server.config.queue {
+    if let Some(queue) = server.config.queue.as_ref().filter(|q| q.enqueue) {
         return match queue.enqueue(&server.store, request).await {
             Ok(view) => (StatusCode::ACCEPTED, Json(view)).into_response(),
             Err(e) => store_failed(&e),

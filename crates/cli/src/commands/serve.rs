@@ -215,10 +215,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
     let shown = super::graph::shown_address(&address);
-    let queue = match args.enqueue {
-        true => Some(run_queue(&address, &args.queue, args.max_attempts).await?),
-        false => None,
-    };
+    let queue = run_queue(&address, &args).await?;
     let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
     let approver: Arc<dyn recursive_tools::ApprovalHandler> = match (&answers, args.client_asks) {
         (Some(board), Some(secs)) => {
@@ -278,10 +275,14 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The queue of `--enqueue`: the job queue of the PostgreSQL store at `address` (refused for
-/// any other store: workers claim from PostgreSQL only).
-async fn run_queue(address: &str, name: &str, max_attempts: i32) -> anyhow::Result<recursive_serve::queued::RunQueue> {
+/// The job queue of a PostgreSQL store (workers' runs are cancelled through it and are not
+/// taken for runs a stopped server left), where `--enqueue` queues runs; `--enqueue` with
+/// another store is refused (workers claim from PostgreSQL only).
+async fn run_queue(address: &str, args: &ServeArgs) -> anyhow::Result<Option<recursive_serve::queued::RunQueue>> {
     if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
+        if !args.enqueue {
+            return Ok(None);
+        }
         let shown = super::graph::shown_address(address);
         return Err(ConfigError(format!(
             "--enqueue queues runs for `recursive worker` processes, which claim them from PostgreSQL: \
@@ -291,7 +292,12 @@ async fn run_queue(address: &str, name: &str, max_attempts: i32) -> anyhow::Resu
     }
     let store = recursive_graph::PostgresCheckpointer::connect(address).await?;
     let queue = recursive_graph::queue::JobQueue::open(&store).await?;
-    Ok(recursive_serve::queued::RunQueue { queue, name: name.to_string(), max_attempts: max_attempts.max(1) })
+    Ok(Some(recursive_serve::queued::RunQueue {
+        queue,
+        enqueue: args.enqueue,
+        name: args.queue.clone(),
+        max_attempts: args.max_attempts.max(1),
+    }))
 }
 
 /// Resolves at the first SIGINT or SIGTERM. The handlers are registered when this is called,

@@ -1,7 +1,9 @@
 //! `recursive serve`: the runs API, its live events and the OpenAI-compatible endpoint
 //! ([`recursive_serve`]), with runs built by the harness from this program's config exactly as
-//! `run`, `rlm` and `goal` build them. Nobody can be asked in server mode: a tool call that would ask is
-//! denied with a reason saying to allow it in the server's `[permissions]` rules.
+//! `run`, `rlm` and `goal` build them (with `--enqueue`, the runs API queues its runs for
+//! `recursive worker` processes instead, see [`recursive_serve::queued`]). Nobody can be asked
+//! in server mode: a tool call that would ask is denied with a reason saying to allow it in the
+//! server's `[permissions]` rules.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -290,8 +292,10 @@ async fn run_queue(address: &str, args: &ServeArgs) -> anyhow::Result<Option<rec
         ))
         .into());
     }
-    let store = recursive_graph::PostgresCheckpointer::connect(address).await?;
-    let queue = recursive_graph::queue::JobQueue::open(&store).await?;
+    let shown = super::graph::shown_address(address);
+    let failed = |e: recursive_graph::StoreError| anyhow::anyhow!("the job queue ({shown}): {e}");
+    let store = recursive_graph::PostgresCheckpointer::connect(address).await.map_err(failed)?;
+    let queue = recursive_graph::queue::JobQueue::open(&store).await.map_err(failed)?;
     Ok(Some(recursive_serve::queued::RunQueue {
         queue,
         enqueue: args.enqueue,

@@ -269,6 +269,31 @@ fn a_run_whose_last_attempt_s_worker_dies_ends_failed_in_the_store() {
 }
 
 #[test]
+fn a_run_cancelled_after_its_worker_died_ends_cancelled_once_the_lease_expires() {
+    let Some((env, runtime, schema)) = setup("served_queue_cancel_dead") else { return };
+    let url = schema.url.clone();
+    let main = model(&runtime, None);
+    let hanging = model(&runtime, Some(Arc::new(AtomicBool::new(true))));
+    let server = serve(&env, &main, &url);
+    let id = post_run(&server, "orphan")["id"].as_str().unwrap().to_string();
+    let victim = worker(&env, &hanging, &url, "victim");
+    wait_for("the victim to call the model", Duration::from_secs(60), || hanging.request_count() == 1);
+    signal(victim.id(), "KILL");
+    let mut victim = victim;
+    victim.wait().unwrap();
+    let (status, _, body) = http(&server.addr, "POST", &format!("/v1/runs/{id}/cancel"), &[], None);
+    assert_eq!(status, 202, "{body}");
+
+    let other = worker(&env, &main, &url, "other");
+    wait_for("the run to end", Duration::from_secs(60), || run_of(&server, &id)["status"] == "finished");
+    assert_eq!(run_of(&server, &id)["result"]["outcome"], "cancelled");
+    assert_eq!(main.request_count(), 0, "a cancelled run is not run again");
+    assert_eq!(terminate(other, "other"), Some(0));
+    drop(server);
+    runtime.block_on(schema.drop_all()).unwrap();
+}
+
+#[test]
 fn enqueue_without_a_postgres_store_is_refused() {
     let env = Env::new();
     let mut child = env

@@ -210,10 +210,13 @@ impl JobQueue {
 
     /// Cancels the open job of `kind` on `target`: it ends `failed` with [`CANCELLED`], so no
     /// worker claims it, and a worker running it finds it gone at its next heartbeat and cancels
-    /// the run. The status it was in (`queued` or `running`), `None` when it had no open job.
+    /// the run. A running job keeps its lease's expiry: should its worker be dead, [`Self::reap`]
+    /// reports it once that passes. The status it was in (`queued` or `running`), `None` when it
+    /// had no open job.
     pub async fn cancel(&self, kind: &str, target: &str) -> Result<Option<String>, StoreError> {
         let row = timed(self.client.query_opt(
-            "UPDATE recursive_jobs j SET status = 'failed', error = $3, finished_at = now(), expires = NULL
+            "UPDATE recursive_jobs j SET status = 'failed', error = $3, finished_at = now(),
+                     expires = CASE WHEN open.status = 'running' THEN j.expires END
                  FROM (SELECT id, status FROM recursive_jobs
                        WHERE kind = $1 AND target = $2 AND status IN ('queued', 'running') FOR UPDATE) open
                  WHERE j.id = open.id
@@ -329,17 +332,25 @@ impl JobQueue {
     }
 
     /// Puts back every running job whose lease expired (its claimer stopped heartbeating), or
-    /// fails it for good when it has used its attempts; the jobs it moved, as they are now.
+    /// fails it for good when it has used its attempts; the jobs it moved, as they are now, with
+    /// the cancelled jobs whose lease expired since (their worker may be gone without a word).
     pub async fn reap(&self) -> Result<Vec<JobRow>, StoreError> {
         let rows = timed(self.client.query(
             &format!(
-                "UPDATE recursive_jobs SET
-                 status = CASE WHEN attempts < max_attempts THEN 'queued' ELSE 'failed' END,
-                 finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
-                 error = 'the lease of ' || coalesce(claimed_by, '?') || ' expired (the worker stopped heartbeating)',
-                 not_before = now(), expires = NULL
-                 WHERE status = 'running' AND expires < now()
-                 RETURNING {ROW}"
+                "WITH moved AS (
+                     UPDATE recursive_jobs SET
+                     status = CASE WHEN attempts < max_attempts THEN 'queued' ELSE 'failed' END,
+                     finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
+                     error = 'the lease of ' || coalesce(claimed_by, '?') || ' expired (the worker stopped heartbeating)',
+                     not_before = now(), expires = NULL
+                     WHERE status = 'running' AND expires < now()
+                     RETURNING {ROW}
+                 ), cancelled AS (
+                     UPDATE recursive_jobs SET expires = NULL
+                     WHERE status = 'failed' AND expires < now()
+                     RETURNING {ROW}
+                 )
+                 SELECT * FROM moved UNION ALL SELECT * FROM cancelled"
             ),
             &[],
         ))

@@ -78,7 +78,8 @@ pub trait JobHandler: Send + Sync {
     /// Runs one attempt of `job`; `cancel` fires on a drain's end or a lost lease.
     async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt;
     /// A job of its kinds failed for good without an attempt saying so (its last claimer
-    /// stopped heartbeating): whatever the job's target shows should say it ended.
+    /// stopped heartbeating, or it was cancelled while running and its lease has expired
+    /// since): whatever the job's target shows should say it ended (if it does not yet).
     async fn abandoned(&self, _job: &JobRow) {}
 }
 

@@ -10,7 +10,8 @@
 //! (`attempt`, `first_event`), so a stream following the run never mixes them up and resumes
 //! after `Last-Event-ID` as before. A run cancelled while queued never runs; one cancelled while
 //! a worker runs it is cancelled there at the worker's next heartbeat (its job is ended in the
-//! queue, which the heartbeat notices).
+//! queue, which the heartbeat notices) — or, when that worker died, ended in the store by the
+//! worker that reaps its lease. A run whose last attempt's worker died ends failed the same way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,14 +141,20 @@ impl JobHandler for RunJobs {
         if let Attempt::Failed { error, retry } = &attempt
             && (!retry || job.attempt >= job.max_attempts)
         {
-            self.give_up(&job.target, error).await;
+            self.give_up(&job.target, RunOutput::failed(error.clone())).await;
         }
         attempt
     }
 
     async fn abandoned(&self, job: &JobRow) {
-        let error = job.error.as_deref().unwrap_or("its workers stopped");
-        self.give_up(&job.target, &format!("gave up after {} attempt(s): {error}", job.attempts)).await;
+        let output = match job.error.as_deref() {
+            Some(CANCELLED) => RunOutput { outcome: FinishReason::Cancelled, ..RunOutput::failed(CANCELLED) },
+            error => {
+                let error = error.unwrap_or("its workers stopped");
+                RunOutput::failed(format!("gave up after {} attempt(s): {error}", job.attempts))
+            }
+        };
+        self.give_up(&job.target, output).await;
     }
 }
 
@@ -183,10 +190,11 @@ impl RunJobs {
         Attempt::Done(outcome)
     }
 
-    /// Ends the run `id` in the store with `error` (a job that will not run again).
-    async fn give_up(&self, id: &str, error: &str) {
+    /// Ends the run `id` in the store with `output`, unless it has ended (its job will not run
+    /// again).
+    async fn give_up(&self, id: &str, output: RunOutput) {
         let store = RunStore::new(self.archive.clone(), Default::default());
-        if let Err(e) = store.finish_archived(id, RunOutput::failed(error)).await {
+        if let Err(e) = store.finish_archived(id, output).await {
             tracing::warn!("ending the run {id} in the store failed: {e}");
         }
     }

@@ -122,6 +122,8 @@ pub trait RunArchive: Send + Sync {
     async fn run(&self, id: &str) -> Result<Option<ArchivedRun>, StoreError>;
     /// At most `limit` events of a run from index `from` on.
     async fn events(&self, run: &str, from: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError>;
+    /// The index the run's next event takes (one past its last kept event; 0 when it has none).
+    async fn next_event(&self, run: &str) -> Result<u64, StoreError>;
     /// Runs, newest first (see [`RunQuery`]).
     async fn list(&self, query: &RunQuery) -> Result<Vec<ArchivedRun>, StoreError>;
     /// Deletes a run with its events; whether it was there.
@@ -242,6 +244,21 @@ impl RunArchive for SqliteCheckpointer {
             let rows =
                 select.query_map(params![run, from, limit as i64], |row| row.get::<_, String>(0)).map_err(backend)?;
             rows.map(|r| r.map(Arc::from).map_err(backend)).collect()
+        })
+        .await
+    }
+
+    async fn next_event(&self, run: &str) -> Result<u64, StoreError> {
+        let run = run.to_string();
+        self.with(move |conn| {
+            let next: i64 = conn
+                .query_row(
+                    "SELECT COALESCE(MAX(idx) + 1, 0) FROM served_run_events WHERE run = ?1",
+                    params![run],
+                    |r| r.get(0),
+                )
+                .map_err(backend)?;
+            Ok(u64::try_from(next).unwrap_or(0))
         })
         .await
     }
@@ -392,6 +409,15 @@ impl RunArchive for PostgresCheckpointer {
         rows.iter().map(|r| r.try_get::<_, String>(0).map(Arc::from).map_err(pg)).collect()
     }
 
+    async fn next_event(&self, run: &str) -> Result<u64, StoreError> {
+        let row = timed(
+            self.client
+                .query_one("SELECT COALESCE(MAX(idx) + 1, 0)::BIGINT FROM served_run_events WHERE run = $1", &[&run]),
+        )
+        .await?;
+        Ok(u64::try_from(row.try_get::<_, i64>(0).map_err(pg)?).unwrap_or(0))
+    }
+
     async fn list(&self, query: &RunQuery) -> Result<Vec<ArchivedRun>, StoreError> {
         let cursor = match &query.before {
             Some(id) => {
@@ -497,6 +523,10 @@ impl RunArchive for MemoryArchive {
         Ok(kept.iter().skip(from as usize).take(limit).cloned().collect())
     }
 
+    async fn next_event(&self, run: &str) -> Result<u64, StoreError> {
+        Ok(self.lock().events.get(run).map_or(0, |e| e.len() as u64))
+    }
+
     async fn list(&self, query: &RunQuery) -> Result<Vec<ArchivedRun>, StoreError> {
         let inner = self.lock();
         let mut runs: Vec<&ArchivedRun> = inner.runs.values().collect();
@@ -566,6 +596,8 @@ mod tests {
         let events: Vec<Arc<str>> = (0..5).map(|i| Arc::from(format!("{{\"i\":{i}}}"))).collect();
         archive.add_events("b", 0, &events[..3]).await.unwrap();
         archive.add_events("b", 2, &events[2..]).await.unwrap();
+        assert_eq!(archive.next_event("b").await.unwrap(), 5);
+        assert_eq!(archive.next_event("a").await.unwrap(), 0, "a run without events");
         let read = archive.events("b", 1, 3).await.unwrap();
         assert_eq!(read.iter().map(|e| e.as_ref()).collect::<Vec<_>>(), ["{\"i\":1}", "{\"i\":2}", "{\"i\":3}"]);
 

@@ -1,7 +1,7 @@
 //! The job queue on PostgreSQL: work that `recursive worker` processes claim, on any number of
 //! machines. One table, `recursive_jobs`; a job has a `kind` — `graph` (run a graph thread from
-//! its checkpoint) today, `run` (a served run) once serve persists its runs — and the `target`
-//! it works on (the thread).
+//! its checkpoint) or `run` (a run `serve --enqueue` accepted: its request is the payload) — and
+//! the `target` it works on (the thread, the run).
 //!
 //! A claim is one statement (so one short transaction): the oldest ready job of a queue is
 //! picked with `FOR UPDATE SKIP LOCKED` — claimers never wait for each other — and marked
@@ -54,6 +54,12 @@ const SCHEMA_LOCK: i64 = 0x7265_6375_726a_6f62;
 /// The kind of a job that runs a graph thread.
 pub const KIND_GRAPH: &str = "graph";
 
+/// The kind of a job that runs a served run (the target is the run's id, the payload its request).
+pub const KIND_RUN: &str = "run";
+
+/// The error of a job a client cancelled ([`JobQueue::cancel`]).
+pub const CANCELLED: &str = "cancelled by a client";
+
 /// The queue a job goes to unless told otherwise.
 pub const DEFAULT_QUEUE: &str = "default";
 
@@ -68,7 +74,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
 pub struct Job {
     /// Its id.
     pub id: i64,
-    /// Its kind (`graph`).
+    /// Its kind (`graph`, `run`).
     pub kind: String,
     /// What it works on (the thread).
     pub target: String,
@@ -202,6 +208,32 @@ impl JobQueue {
         Ok(row.is_some())
     }
 
+    /// Cancels the open job of `kind` on `target`: it ends `failed` with [`CANCELLED`], so no
+    /// worker claims it, and a worker running it finds it gone at its next heartbeat and cancels
+    /// the run. A running job keeps its lease's expiry: should its worker be dead, [`Self::reap`]
+    /// reports it once that passes. The status it was in (`queued` or `running`), `None` when it
+    /// had no open job.
+    pub async fn cancel(&self, kind: &str, target: &str) -> Result<Option<String>, StoreError> {
+        let row = timed(self.client.query_opt(
+            "UPDATE recursive_jobs j SET status = 'failed', error = $3, finished_at = now(),
+                     expires = CASE WHEN open.status = 'running' THEN j.expires END
+                 FROM (SELECT id, status FROM recursive_jobs
+                       WHERE kind = $1 AND target = $2 AND status IN ('queued', 'running') FOR UPDATE) open
+                 WHERE j.id = open.id
+                 RETURNING open.status",
+            &[&kind, &target, &CANCELLED],
+        ))
+        .await?;
+        row.map(|r| r.try_get(0).map_err(pg)).transpose()
+    }
+
+    /// A job by id, as listed.
+    pub async fn job(&self, id: i64) -> Result<Option<JobRow>, StoreError> {
+        let row =
+            timed(self.client.query_opt(&format!("SELECT {ROW} FROM recursive_jobs WHERE id = $1"), &[&id])).await?;
+        row.as_ref().map(job_row).transpose()
+    }
+
     /// Claims the oldest ready job of `queue` among `kinds` for `worker`, with a lease of
     /// `ttl`; `None` when no job is ready.
     pub async fn claim(
@@ -300,46 +332,44 @@ impl JobQueue {
     }
 
     /// Puts back every running job whose lease expired (its claimer stopped heartbeating), or
-    /// fails it for good when it has used its attempts; how many were moved.
-    pub async fn reap(&self) -> Result<u64, StoreError> {
-        timed(self.client.execute(
-            "UPDATE recursive_jobs SET
-                 status = CASE WHEN attempts < max_attempts THEN 'queued' ELSE 'failed' END,
-                 finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
-                 error = 'the lease of ' || coalesce(claimed_by, '?') || ' expired (the worker stopped heartbeating)',
-                 not_before = now(), expires = NULL
-                 WHERE status = 'running' AND expires < now()",
+    /// fails it for good when it has used its attempts; the jobs it moved, as they are now, with
+    /// the cancelled jobs whose lease expired since (their worker may be gone without a word).
+    pub async fn reap(&self) -> Result<Vec<JobRow>, StoreError> {
+        let rows = timed(self.client.query(
+            &format!(
+                "WITH moved AS (
+                     UPDATE recursive_jobs SET
+                     status = CASE WHEN attempts < max_attempts THEN 'queued' ELSE 'failed' END,
+                     finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
+                     error = 'the lease of ' || coalesce(claimed_by, '?') || ' expired (the worker stopped heartbeating)',
+                     not_before = now(), expires = NULL
+                     WHERE status = 'running' AND expires < now()
+                     RETURNING {ROW}
+                 ), cancelled AS (
+                     UPDATE recursive_jobs SET expires = NULL
+                     WHERE status = 'failed' AND expires < now()
+                     RETURNING {ROW}
+                 )
+                 SELECT * FROM moved UNION ALL SELECT * FROM cancelled"
+            ),
             &[],
         ))
-        .await
+        .await?;
+        rows.iter().map(job_row).collect()
     }
 
     /// The jobs, newest first, at most `limit`; only those of `queue` and `status` when given.
     pub async fn list(&self, queue: Option<&str>, status: Option<&str>, limit: i64) -> Result<Vec<JobRow>, StoreError> {
         let rows = timed(self.client.query(
-            "SELECT id, queue, kind, target, status, attempts, max_attempts, claimed_by, outcome, error
-                 FROM recursive_jobs
+            &format!(
+                "SELECT {ROW} FROM recursive_jobs
                  WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR status = $2)
-                 ORDER BY id DESC LIMIT $3",
+                 ORDER BY id DESC LIMIT $3"
+            ),
             &[&queue, &status, &limit],
         ))
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JobRow {
-                    id: r.try_get(0).map_err(pg)?,
-                    queue: r.try_get(1).map_err(pg)?,
-                    kind: r.try_get(2).map_err(pg)?,
-                    target: r.try_get(3).map_err(pg)?,
-                    status: r.try_get(4).map_err(pg)?,
-                    attempts: r.try_get(5).map_err(pg)?,
-                    max_attempts: r.try_get(6).map_err(pg)?,
-                    claimed_by: r.try_get(7).map_err(pg)?,
-                    outcome: r.try_get(8).map_err(pg)?,
-                    error: r.try_get(9).map_err(pg)?,
-                })
-            })
-            .collect()
+        rows.iter().map(job_row).collect()
     }
 
     /// How many jobs are in each status (of `queue` when given).
@@ -352,6 +382,24 @@ impl JobQueue {
         .await?;
         rows.iter().map(|r| Ok((r.try_get(0).map_err(pg)?, r.try_get(1).map_err(pg)?))).collect()
     }
+}
+
+/// The columns of a [`JobRow`].
+const ROW: &str = "id, queue, kind, target, status, attempts, max_attempts, claimed_by, outcome, error";
+
+fn job_row(r: &tokio_postgres::Row) -> Result<JobRow, StoreError> {
+    Ok(JobRow {
+        id: r.try_get(0).map_err(pg)?,
+        queue: r.try_get(1).map_err(pg)?,
+        kind: r.try_get(2).map_err(pg)?,
+        target: r.try_get(3).map_err(pg)?,
+        status: r.try_get(4).map_err(pg)?,
+        attempts: r.try_get(5).map_err(pg)?,
+        max_attempts: r.try_get(6).map_err(pg)?,
+        claimed_by: r.try_get(7).map_err(pg)?,
+        outcome: r.try_get(8).map_err(pg)?,
+        error: r.try_get(9).map_err(pg)?,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,10 @@
 //! stops claiming and lets the running jobs finish; those still running after the drain's time
 //! are cancelled at their checkpoint and put back unrun, for another worker to resume.
 //!
+//! [`JobHandlers`] puts several handlers (kinds) behind one worker. A job whose last claimer
+//! died after its last attempt ends `failed` when a worker puts it back; the handler of its kind
+//! hears of it ([`JobHandler::abandoned`]) to mark what it ran as ended.
+//!
 //! [`GraphJobs`] runs `graph` jobs: it takes the thread's lease, applies the enqueued input the
 //! first time (an attempt after a crash resumes from the last checkpoint instead, so no finished
 //! node runs again), and runs the thread's pinned blueprint. A job queued by [`enqueue_resume`]
@@ -28,7 +32,7 @@ use crate::checkpoint::{Checkpointer, StoreError, ThreadInfo};
 use crate::exec::{Finish, GraphError, Start, Thread};
 use crate::graph::Graph;
 use crate::lease::{Lease, LeaseError};
-use crate::queue::{Job, JobQueue, KIND_GRAPH, NewJob, QueueError, backoff};
+use crate::queue::{Job, JobQueue, JobRow, KIND_GRAPH, NewJob, QueueError, backoff};
 
 /// How a worker works.
 #[derive(Debug, Clone)]
@@ -73,6 +77,33 @@ pub trait JobHandler: Send + Sync {
     fn kinds(&self) -> Vec<&'static str>;
     /// Runs one attempt of `job`; `cancel` fires on a drain's end or a lost lease.
     async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt;
+    /// A job of its kinds failed for good without an attempt saying so (its last claimer
+    /// stopped heartbeating, or it was cancelled while running and its lease has expired
+    /// since): whatever the job's target shows should say it ended (if it does not yet).
+    async fn abandoned(&self, _job: &JobRow) {}
+}
+
+/// Several handlers as one: each job goes to the handler of its kind.
+pub struct JobHandlers(pub Vec<Arc<dyn JobHandler>>);
+
+#[async_trait]
+impl JobHandler for JobHandlers {
+    fn kinds(&self) -> Vec<&'static str> {
+        self.0.iter().flat_map(|h| h.kinds()).collect()
+    }
+
+    async fn handle(&self, job: &Job, cancel: CancellationToken) -> Attempt {
+        match self.0.iter().find(|h| h.kinds().contains(&job.kind.as_str())) {
+            Some(handler) => handler.handle(job, cancel).await,
+            None => Attempt::Failed { error: format!("no handler for jobs of kind `{}`", job.kind), retry: false },
+        }
+    }
+
+    async fn abandoned(&self, job: &JobRow) {
+        if let Some(handler) = self.0.iter().find(|h| h.kinds().contains(&job.kind.as_str())) {
+            handler.abandoned(job).await;
+        }
+    }
 }
 
 /// What a worker tells whoever watches it.
@@ -83,6 +114,8 @@ pub enum WorkerEvent {
     Claimed {
         /// The job.
         id: i64,
+        /// Its kind.
+        kind: String,
         /// Its target.
         target: String,
         /// The attempt's number.
@@ -97,7 +130,8 @@ pub enum WorkerEvent {
         /// How the attempt ended.
         detail: String,
     },
-    /// Its lease on a job was taken back (it stopped heartbeating too long): the job is cancelled.
+    /// Its lease on a job was taken back (it stopped heartbeating too long, or a client cancelled
+    /// the job): the job's run is cancelled.
     Lost {
         /// The job.
         id: i64,
@@ -193,8 +227,13 @@ impl Worker {
                 tally(report, done.ok());
             }
             if reaped.is_none_or(|at| at.elapsed() >= self.options.poll) {
-                if let Err(e) = self.queue.reap().await {
-                    (self.watcher)(WorkerEvent::StoreError(e.to_string()));
+                match self.queue.reap().await {
+                    Ok(moved) => {
+                        for job in moved.iter().filter(|j| j.status == "failed" && kinds.contains(&j.kind.as_str())) {
+                            self.handler.abandoned(job).await;
+                        }
+                    }
+                    Err(e) => (self.watcher)(WorkerEvent::StoreError(e.to_string())),
                 }
                 reaped = Some(Instant::now());
             }
@@ -205,6 +244,7 @@ impl Worker {
                     lock(running).insert(job.id, cancel.clone());
                     (self.watcher)(WorkerEvent::Claimed {
                         id: job.id,
+                        kind: job.kind.clone(),
                         target: job.target.clone(),
                         attempt: job.attempt,
                     });

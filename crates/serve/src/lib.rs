@@ -6,6 +6,7 @@
 //! - [`served`]: [`Served`], the runner over registered runnables (the CLI builds them with the
 //!   harness);
 //! - [`store`]: runs in flight in memory, the rest in the run archive (SQLite or PostgreSQL);
+//! - [`queued`]: runs through the PostgreSQL job queue (`serve --enqueue`, run by workers);
 //! - [`threads`]: graph threads over HTTP (create, run, resume, state, history, fork);
 //! - [`server`]: the router, auth, limits, queue and shutdown;
 //! - [`guard`]: the `Host` and `Origin` every request is checked for, and CORS;
@@ -22,6 +23,7 @@ pub mod conversation;
 pub mod guard;
 pub mod mcp;
 pub mod openai;
+pub mod queued;
 pub mod responses;
 pub mod runs;
 pub mod served;

@@ -205,6 +205,21 @@ pub struct RunView {
     pub title: String,
 }
 
+impl RunView {
+    /// A run just accepted, not started.
+    pub fn queued(id: String, kind: RunKind, created_ms: i64, title: String) -> Self {
+        RunView {
+            id,
+            kind,
+            status: RunStatus::Queued,
+            events: 0,
+            result: None,
+            created_at: u64::try_from(created_ms / 1000).unwrap_or(0),
+            title,
+        }
+    }
+}
+
 /// The longest run title.
 pub const TITLE_CHARS: usize = 120;
 
@@ -236,6 +251,9 @@ pub struct RunRecord {
 
 struct State {
     status: RunStatus,
+    /// The index of `events[0]`: a run taken up again by another worker keeps the earlier
+    /// attempts' events in the archive and numbers its own after them.
+    base: usize,
     events: Vec<Arc<str>>,
     result: Option<RunOutput>,
 }
@@ -245,15 +263,33 @@ pub const EVENT_PAGE: usize = 256;
 
 impl RunRecord {
     fn new(kind: RunKind, title: String) -> Self {
+        let (id, now) = (format!("run_{}", uuid::Uuid::new_v4().simple()), unix_ms());
+        Self::with_id(RunView::queued(id, kind, now, title), now, 0, CancellationToken::new())
+    }
+
+    fn with_id(view: RunView, created_ms: i64, base: usize, cancel: CancellationToken) -> Self {
         RunRecord {
-            id: format!("run_{}", uuid::Uuid::new_v4().simple()),
-            kind,
-            created_ms: unix_ms(),
-            title,
-            state: Mutex::new(State { status: RunStatus::Queued, events: Vec::new(), result: None }),
+            created_ms,
+            id: view.id,
+            kind: view.kind,
+            title: view.title,
+            state: Mutex::new(State { status: RunStatus::Queued, base, events: Vec::new(), result: None }),
             changed: watch::Sender::new(0),
-            cancel: CancellationToken::new(),
+            cancel,
         }
+    }
+
+    /// The record of a run accepted elsewhere (a queued run a worker takes up): the same id,
+    /// kind and title as `view`, created at `created_ms`, its events numbered
+    /// from `base` (after the events kept of earlier attempts), cancelled by `cancel`.
+    pub fn resumed(view: RunView, created_ms: i64, base: usize, cancel: CancellationToken) -> Arc<Self> {
+        Arc::new(Self::with_id(view, created_ms, base, cancel))
+    }
+
+    /// Records an event of the server's own (not of the run tree), as its JSON.
+    pub(crate) fn note(&self, event: &Value) {
+        let json: Arc<str> = Arc::from(event.to_string());
+        self.update(|s| s.events.push(json));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -267,7 +303,7 @@ impl RunRecord {
             id: self.id.clone(),
             kind: self.kind,
             status: state.status,
-            events: state.events.len() as u64,
+            events: (state.base + state.events.len()) as u64,
             result: state.result.clone(),
             created_at: u64::try_from(self.created_ms / 1000).unwrap_or(0),
             title: self.title.clone(),
@@ -276,15 +312,25 @@ impl RunRecord {
 
     /// At most [`EVENT_PAGE`] events from index `from` on (each the event's JSON), and whether
     /// the run has finished.
+    /// (Events before the record's first, kept by earlier attempts, are in the archive.)
     pub fn events_from(&self, from: usize) -> (Vec<(usize, Arc<str>)>, bool) {
         let state = self.lock();
-        let events = state.events.iter().enumerate().skip(from).take(EVENT_PAGE).map(|(i, e)| (i, e.clone())).collect();
+        let base = state.base;
+        let skip = from.saturating_sub(base);
+        let events =
+            state.events.iter().enumerate().skip(skip).take(EVENT_PAGE).map(|(i, e)| (base + i, e.clone())).collect();
         (events, state.status == RunStatus::Finished)
+    }
+
+    /// The index of the record's first event (0 unless earlier attempts kept events).
+    pub(crate) fn base(&self) -> usize {
+        self.lock().base
     }
 
     /// The events from index `from` on, all of them (for the archive).
     pub(crate) fn events_since(&self, from: usize) -> Vec<Arc<str>> {
-        self.lock().events.get(from..).map(<[Arc<str>]>::to_vec).unwrap_or_default()
+        let state = self.lock();
+        state.events.get(from.saturating_sub(state.base)..).map(<[Arc<str>]>::to_vec).unwrap_or_default()
     }
 
     /// A receiver that wakes on every change after this call (an event, a status): take it

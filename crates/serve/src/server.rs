@@ -59,6 +59,9 @@ pub struct ServeConfig {
     pub answers: Option<Arc<recursive_core::AnswerBoard>>,
     /// Graph threads over HTTP (`None`: the threads API answers 404).
     pub graphs: Option<Arc<dyn crate::threads::GraphHost>>,
+    /// The job queue of a PostgreSQL store: where `POST /v1/runs` queues its runs for workers
+    /// when it says so (`None`: no queue; this process runs every run).
+    pub queue: Option<crate::queued::RunQueue>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -87,6 +90,7 @@ impl Default for ServeConfig {
             retention: Default::default(),
             answers: None,
             graphs: None,
+            queue: None,
         }
     }
 }
@@ -182,17 +186,7 @@ impl Server {
                 return;
             }
             run.set_running();
-            let name = match kind {
-                RunKind::Run => "main",
-                other => other.as_str(),
-            };
-            let mut sink = recursive_core::FanoutSink::new().with(Arc::new(RecordSink(run.clone())));
-            if let Some(observer) = &server.observer {
-                sink.push(observer.clone());
-            }
-            let scope =
-                RunScope::root(name, Arc::new(sink), Arc::new(Budget::unlimited())).with_cancel(run.cancel.clone());
-            let output = job(scope).await;
+            let output = job(run_scope(&run, server.observer.clone())).await;
             run.finish(output);
             server.store.nudge();
             drop(permit);
@@ -314,8 +308,22 @@ impl Server {
     /// Marks the runs a stopped server left unfinished in the store as interrupted and applies
     /// retention; how many were interrupted. Call before serving.
     pub async fn recover(&self) -> Result<usize, String> {
-        self.store.recover().await
+        self.store.recover(self.config.queue.as_ref().map(|q| &q.queue)).await
     }
+}
+
+/// The root scope of a served run: its events go to the run's record (and `observer`), its
+/// cancel token is the run's.
+pub fn run_scope(run: &Arc<RunRecord>, observer: Option<Arc<dyn recursive_core::EventSink>>) -> RunScope {
+    let name = match run.kind {
+        RunKind::Run => "main",
+        other => other.as_str(),
+    };
+    let mut sink = recursive_core::FanoutSink::new().with(Arc::new(RecordSink(run.clone())));
+    if let Some(observer) = observer {
+        sink.push(observer);
+    }
+    RunScope::root(name, Arc::new(sink), Arc::new(Budget::unlimited())).with_cancel(run.cancel.clone())
 }
 
 /// Waits until `run` has finished.
@@ -492,6 +500,12 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
     if let Err(why) = crate::answer::check_for(request.options.response_format.as_ref()) {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why);
     }
+    if let Some(queue) = server.config.queue.as_ref().filter(|q| q.enqueue) {
+        return match queue.enqueue(&server.store, request).await {
+            Ok(view) => (StatusCode::ACCEPTED, Json(view)).into_response(),
+            Err(e) => store_failed(&e),
+        };
+    }
     match server.start(request) {
         Ok(run) => (StatusCode::ACCEPTED, Json(run.view())).into_response(),
         Err(Busy) => busy(),
@@ -590,6 +604,13 @@ async fn cancel_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -
         run.cancel.cancel();
         return (StatusCode::ACCEPTED, Json(run.view())).into_response();
     }
+    if let Some(queue) = &server.config.queue {
+        return match queue.cancel(&server.store, &id).await {
+            Ok(Some(view)) => (StatusCode::ACCEPTED, Json(view)).into_response(),
+            Ok(None) => not_found(&id),
+            Err(e) => store_failed(&e),
+        };
+    }
     // A run no longer in flight has ended: cancelling it changes nothing.
     match server.store.view(&id).await {
         Ok(Some(view)) => (StatusCode::ACCEPTED, Json(view)).into_response(),
@@ -652,8 +673,8 @@ async fn run_events(State(server): State<Arc<Server>>, Path(id): Path<String>, h
         return Sse::new(event_stream(run, from)).keep_alive(KeepAlive::default()).into_response();
     }
     match server.store.view(&id).await {
-        Ok(Some(view)) => {
-            let stream = archived_stream(server.store.clone(), view, from);
+        Ok(Some(_)) => {
+            let stream = archived_stream(server.store.clone(), id, from);
             Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
         }
         Ok(None) => not_found(&id),
@@ -698,38 +719,64 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
     tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
 }
 
-/// The events of a run that is no longer in flight, read from the store a page at a time.
-fn archived_stream(
-    store: Arc<RunStore>,
-    view: RunView,
-    mut next: usize,
-) -> impl Stream<Item = Result<Event, Infallible>> {
+/// The events of a run not in flight in this process, read from the store a page at a time and
+/// followed until the run has ended (a worker's run, written as it goes): the store is asked for
+/// new events and the run's status every [`crate::store::FLUSH_EVERY`], then `end` is sent.
+fn archived_stream(store: Arc<RunStore>, id: String, next: usize) -> impl Stream<Item = Result<Event, Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
+        let failed = |message: String| {
+            let body = json!({"error": {"message": message, "type": "server_error"}});
+            Event::default().event("error").data(body.to_string())
+        };
+        let mut next = next;
         loop {
-            let page = match store.archived_events(&view.id, next).await {
-                Ok(page) => page,
-                Err(e) => {
-                    let failed = json!({"error": {"message": e, "type": "server_error"}});
-                    let _ = tx.send(Event::default().event("error").data(failed.to_string())).await;
-                    return;
-                }
+            // The status first: once it says finished, every event was written before it.
+            let view = match store.view(&id).await {
+                Ok(Some(view)) => view,
+                Ok(None) => return drop(tx.send(failed(format!("the run `{id}` was deleted"))).await),
+                Err(e) => return drop(tx.send(failed(e)).await),
             };
-            let last = page.len() < crate::runs::EVENT_PAGE;
-            for event in page {
-                if tx.send(sse_event(next, &event)).await.is_err() {
-                    return;
-                }
-                next += 1;
+            match send_archived(&store, &id, &mut next, &tx).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => return drop(tx.send(failed(e)).await),
             }
-            if last {
+            if view.status == crate::runs::RunStatus::Finished {
                 let end = json!({"run": view});
                 let _ = tx.send(Event::default().event("end").data(end.to_string())).await;
                 return;
             }
+            tokio::select! {
+                () = tx.closed() => return,
+                () = tokio::time::sleep(crate::store::FLUSH_EVERY) => {}
+            }
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+/// Sends the archived events of `id` from `next` on, a page at a time; `false` when the reader
+/// has gone.
+async fn send_archived(
+    store: &RunStore,
+    id: &str,
+    next: &mut usize,
+    tx: &tokio::sync::mpsc::Sender<Event>,
+) -> Result<bool, String> {
+    loop {
+        let page = store.archived_events(id, *next).await?;
+        let last = page.len() < crate::runs::EVENT_PAGE;
+        for event in page {
+            if tx.send(sse_event(*next, &event)).await.is_err() {
+                return Ok(false);
+            }
+            *next += 1;
+        }
+        if last {
+            return Ok(true);
+        }
+    }
 }
 
 #[derive(OpenApi)]

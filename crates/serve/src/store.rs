@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recursive_core::FinishReason;
+use recursive_graph::queue::{JobQueue, KIND_RUN};
 use recursive_graph::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, RunWrite, StoreError};
 use tokio::sync::Notify;
 
@@ -52,8 +53,9 @@ pub struct RunStore {
     retention: Retention,
     wake: Notify,
     archiver: AtomicBool,
-    /// Held by a flush and by a delete, so a flush in progress cannot write back a run that is
-    /// being deleted.
+    /// Held by a flush and by a delete: one flush at a time (a flush that read a run before it
+    /// finished must not write over the one that wrote it finished), and no flush in progress
+    /// writes back a run being deleted.
     writing: tokio::sync::Mutex<()>,
 }
 
@@ -87,11 +89,47 @@ impl RunStore {
     /// Adds a new, queued run (and starts the archiver with the first).
     pub(crate) fn create(self: &Arc<Self>, kind: RunKind, title: String) -> Arc<RunRecord> {
         let record = RunRecord::create(kind, title);
-        self.lock().insert(record.id.clone(), (record.clone(), Written { events: 0, status: None }));
+        self.register(record.clone());
+        record
+    }
+
+    /// Holds `record` as a run in flight, written to the archive as it goes (from its first
+    /// event on), and starts the archiver with the first.
+    pub fn register(self: &Arc<Self>, record: Arc<RunRecord>) {
+        let written = Written { events: record.base(), status: None };
+        self.lock().insert(record.id.clone(), (record, written));
         if !self.archiver.swap(true, Ordering::SeqCst) {
             tokio::spawn(self.clone().archive_loop());
         }
-        record
+    }
+
+    /// A run as the archive keeps it, with when it was created (Unix milliseconds).
+    pub async fn archived(&self, id: &str) -> Result<Option<(RunView, i64)>, String> {
+        let archived = self.archive.run(id).await.map_err(stored)?;
+        archived.map(|a| Ok((view_of(&a)?, a.created_ms))).transpose()
+    }
+
+    /// Writes a run accepted here but run elsewhere (queued) to the archive.
+    pub async fn put_archived(&self, view: &RunView, created_ms: i64) -> Result<(), String> {
+        self.archive.put_run(&archived_of(view, created_ms)?).await.map_err(stored)
+    }
+
+    /// Ends an archived run that is not in flight here with `output` (unless it has ended);
+    /// the run as it is now, `None` when there is none.
+    pub async fn finish_archived(&self, id: &str, output: RunOutput) -> Result<Option<RunView>, String> {
+        let Some((mut view, created_ms)) = self.archived(id).await? else { return Ok(None) };
+        if view.status != RunStatus::Finished {
+            view.status = RunStatus::Finished;
+            view.result = Some(output);
+            self.put_archived(&view, created_ms).await?;
+        }
+        Ok(Some(view))
+    }
+
+    /// The index the next event of the archived run `id` takes.
+    pub async fn next_event(&self, id: &str) -> Result<usize, String> {
+        let next = self.archive.next_event(id).await.map_err(stored)?;
+        Ok(usize::try_from(next).unwrap_or(usize::MAX))
     }
 
     /// A run in flight (or finished and not yet written away).
@@ -167,24 +205,34 @@ impl RunStore {
     /// status when it is still in flight (cancel it first).
     pub async fn delete(&self, id: &str) -> Result<Result<bool, RunStatus>, String> {
         let _writing = self.writing.lock().await;
-        {
+        let was_live = {
             let mut live = self.lock();
-            if let Some((run, _)) = live.get(id) {
-                let status = run.view().status;
-                if status != RunStatus::Finished {
-                    return Ok(Err(status));
-                }
-                live.remove(id);
+            match live.get(id).map(|(run, _)| run.view().status) {
+                Some(RunStatus::Finished) => live.remove(id).is_some(),
+                Some(status) => return Ok(Err(status)),
+                None => false,
             }
+        };
+        // A run in flight elsewhere (a worker's) is deleted only once it has ended.
+        if !was_live && let Some((view, _)) = self.archived(id).await?.filter(|(v, _)| v.status != RunStatus::Finished)
+        {
+            return Ok(Err(view.status));
         }
         self.archive.delete(id).await.map(Ok).map_err(stored)
     }
 
-    /// Marks the runs a stopped server left unfinished as interrupted, then applies
-    /// retention; how many were interrupted.
-    pub async fn recover(&self) -> Result<usize, String> {
+    /// Marks the runs a stopped server left unfinished as interrupted — but those with an open
+    /// job in `queue` (queued runs, and runs a worker runs) — then applies retention; how many
+    /// were interrupted.
+    pub async fn recover(&self, queue: Option<&JobQueue>) -> Result<usize, String> {
         let left = self.archive.unfinished().await.map_err(stored)?;
+        let mut interrupted = 0;
         for archived in &left {
+            if let Some(queue) = queue
+                && queue.is_open(KIND_RUN, &archived.id).await.map_err(stored)?
+            {
+                continue;
+            }
             let mut view = view_of(archived)?;
             view.status = RunStatus::Finished;
             view.result = Some(RunOutput {
@@ -192,9 +240,10 @@ impl RunStore {
                 ..RunOutput::failed("the server stopped before the run finished")
             });
             self.archive.put_run(&archived_of(&view, archived.created_ms)?).await.map_err(stored)?;
+            interrupted += 1;
         }
         self.prune().await?;
-        Ok(left.len())
+        Ok(interrupted)
     }
 
     /// Writes what every live run added, lets go of finished runs once written, and applies

@@ -1,7 +1,9 @@
 //! `recursive serve`: the runs API, its live events and the OpenAI-compatible endpoint
 //! ([`recursive_serve`]), with runs built by the harness from this program's config exactly as
-//! `run`, `rlm` and `goal` build them. Nobody can be asked in server mode: a tool call that would ask is
-//! denied with a reason saying to allow it in the server's `[permissions]` rules.
+//! `run`, `rlm` and `goal` build them (with `--enqueue`, the runs API queues its runs for
+//! `recursive worker` processes instead, see [`recursive_serve::queued`]). Nobody can be asked
+//! in server mode: a tool call that would ask is denied with a reason saying to allow it in the
+//! server's `[permissions]` rules.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,6 +66,18 @@ pub struct ServeArgs {
     /// `/v1/threads`), kept in the store of `--store`.
     #[arg(long, value_name = "DIR")]
     pub graphs: Option<PathBuf>,
+    /// Queue the runs of `POST /v1/runs` for `recursive worker` processes instead of running
+    /// them here (needs a PostgreSQL `--store`); the runs API shows, lists, streams and cancels
+    /// them from the store. The OpenAI-compatible endpoints and MCP still run here.
+    #[arg(long)]
+    pub enqueue: bool,
+    /// The queue `--enqueue` puts runs in (workers claim from their `--queue`).
+    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    pub queue: String,
+    /// How many attempts a queued run may use (a worker that dies mid-run costs one); then it
+    /// ends failed.
+    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, value_name = "N", requires = "enqueue")]
+    pub max_attempts: i32,
     /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
     /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
     /// Without it, asks are denied at once with how to allow the tool.
@@ -90,6 +104,12 @@ async fn served(
 ) -> anyhow::Result<(Served, Arc<recursive_harness::Harness>)> {
     let harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
+    let served = served_by(&harness)?;
+    Ok((served, Arc::new(harness)))
+}
+
+/// The runner of `serve` over a built harness (also `recursive worker`'s, for queued runs).
+pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<Served> {
     if let Some(name) =
         harness.runnables().names().iter().find(|n| recursive_serve::conversation::MODELS.contains(&n.as_str()))
     {
@@ -101,8 +121,7 @@ async fn served(
     let agent: Arc<dyn Runnable> = Arc::new(harness.agent("main"));
     let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
     let goal: Arc<dyn Runnable> = Arc::new(harness.pursuer(goal_config));
-    let served = Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth);
-    Ok((served, Arc::new(harness)))
+    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth))
 }
 
 /// Arguments of `mcp`.
@@ -198,6 +217,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
     let shown = super::graph::shown_address(&address);
+    let queue = run_queue(&address, &args).await?;
     let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
     let approver: Arc<dyn recursive_tools::ApprovalHandler> = match (&answers, args.client_asks) {
         (Some(board), Some(secs)) => {
@@ -233,6 +253,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         retention: keep(args.keep.as_deref())?,
         answers,
         graphs,
+        queue,
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;
@@ -254,6 +275,33 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         Err(e @ recursive_serve::ServeError::NoToken(_)) => Err(ConfigError(e.to_string()).into()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The job queue of a PostgreSQL store (workers' runs are cancelled through it and are not
+/// taken for runs a stopped server left), where `--enqueue` queues runs; `--enqueue` with
+/// another store is refused (workers claim from PostgreSQL only).
+async fn run_queue(address: &str, args: &ServeArgs) -> anyhow::Result<Option<recursive_serve::queued::RunQueue>> {
+    if !(address.starts_with("postgres://") || address.starts_with("postgresql://")) {
+        if !args.enqueue {
+            return Ok(None);
+        }
+        let shown = super::graph::shown_address(address);
+        return Err(ConfigError(format!(
+            "--enqueue queues runs for `recursive worker` processes, which claim them from PostgreSQL: \
+             give --store postgres://user:pw@host/db (the store is {shown})"
+        ))
+        .into());
+    }
+    let shown = super::graph::shown_address(address);
+    let failed = |e: recursive_graph::StoreError| anyhow::anyhow!("the job queue ({shown}): {e}");
+    let store = recursive_graph::PostgresCheckpointer::connect(address).await.map_err(failed)?;
+    let queue = recursive_graph::queue::JobQueue::open(&store).await.map_err(failed)?;
+    Ok(Some(recursive_serve::queued::RunQueue {
+        queue,
+        enqueue: args.enqueue,
+        name: args.queue.clone(),
+        max_attempts: args.max_attempts.max(1),
+    }))
 }
 
 /// Resolves at the first SIGINT or SIGTERM. The handlers are registered when this is called,

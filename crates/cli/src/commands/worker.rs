@@ -1,8 +1,10 @@
 //! `recursive worker`: claims queued jobs from a PostgreSQL store and runs them — graph threads
-//! enqueued with `recursive graph run FILE --enqueue` — until SIGTERM or Ctrl-C, which drain
-//! it: it stops claiming, lets its running jobs finish (cancelled at their checkpoint and put
-//! back after `--drain-timeout`), and exits 0. A thread's blueprint is the one pinned when it
-//! was enqueued, bound against what this command allows (as `graph run`).
+//! enqueued with `recursive graph run FILE --enqueue`, and runs `serve --enqueue` accepted —
+//! until SIGTERM or Ctrl-C, which drain it: it stops claiming, lets its running jobs finish
+//! (cancelled and put back after `--drain-timeout`), and exits 0. A thread's blueprint is the
+//! one pinned when it was enqueued, bound against what this command allows (as `graph run`); a
+//! served run is run by the runner `serve` builds, from this command's harness (its provider,
+//! workspace and `--agent` runnables), its events and result written to the store as it goes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +13,10 @@ use clap::Args;
 use recursive_core::{Budget, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::queue::{DEFAULT_QUEUE, JobQueue};
-use recursive_graph::worker::{GraphJobs, LoadGraph, MakeScope, Worker, WorkerEvent, WorkerOptions};
+use recursive_graph::worker::{GraphJobs, JobHandlers, LoadGraph, MakeScope, Worker, WorkerEvent, WorkerOptions};
 use recursive_graph::{Checkpointer, PostgresCheckpointer};
 use recursive_harness::{Harness, RlmOptions};
+use recursive_serve::queued::RunJobs;
 use tokio_util::sync::CancellationToken;
 
 use super::graph::{BindArgs, shown_address, stored};
@@ -45,6 +48,9 @@ pub struct WorkerArgs {
     /// cancelled at their checkpoint and put back for another worker.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub drain_timeout: f64,
+    /// Most model turns of an agent run (a served run's agent, an agent a graph runs).
+    #[arg(long, default_value_t = recursive_core::RunLimits::default().max_steps, value_name = "N")]
+    pub max_steps: u32,
     /// Approve every tool call that would ask (a worker has no one to ask: without this, such
     /// calls are denied).
     #[arg(long)]
@@ -71,7 +77,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
         &args.provider,
         args.bind.workspace.as_deref(),
         approver,
-        50,
+        args.max_steps,
         &args.bind.agents,
         RlmOptions::default(),
     )
@@ -80,22 +86,27 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     let template =
         super::scope_with("worker", &args.provider, Arc::new(recursive_core::NullSink), limits.clone(), None)?;
     let max_depth = harness.limits().max_depth;
+    let runner = Arc::new(super::serve::served_by(&harness)?);
     let pg = PostgresCheckpointer::connect(&args.store).await?;
     let queue = JobQueue::open(&pg).await?;
+    let archive = recursive_graph::open_archive(&args.store).await?;
+    let runs = RunJobs::new(runner, archive, queue.clone(), super::telemetry_sink(&args.provider));
     let store: Arc<dyn Checkpointer> = Arc::new(pg);
     let sink = template.sink().clone();
     let scope: MakeScope = Box::new(move |job| {
         RunScope::root(&format!("job-{}", job.id), sink.clone(), Arc::new(Budget::new(limits.clone())))
             .with_max_depth(max_depth)
     });
-    let handler = GraphJobs::new(store, loader(Arc::new(harness), args.bind.clone()), scope, options.lease_ttl);
+    let graphs = GraphJobs::new(store, loader(Arc::new(harness), args.bind.clone()), scope, options.lease_ttl);
+    let handler = JobHandlers(vec![Arc::new(graphs), Arc::new(runs)]);
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    watch_drain(drain.clone(), abort.clone());
+    // Said once the signals drain the worker.
     if !args.provider.quiet {
         eprintln!("worker {} on queue {} (store: {})", options.name, options.queue, shown_address(&args.store));
     }
     let name = options.name.clone();
     let worker = Worker::new(queue, Arc::new(handler), options, watcher(args.provider.quiet));
-    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
-    watch_drain(drain.clone(), abort.clone());
     let report = worker.run(drain, abort).await;
     if !args.provider.quiet {
         eprintln!(
@@ -151,9 +162,14 @@ fn watcher(quiet: bool) -> recursive_graph::worker::Watcher {
     Arc::new(move |event| match event {
         WorkerEvent::StoreError(e) => eprintln!("worker: {e} (trying again)"),
         _ if quiet => {}
-        WorkerEvent::Claimed { id, target, attempt } => eprintln!("job {id}: thread {target}, attempt {attempt}"),
+        WorkerEvent::Claimed { id, kind, target, attempt } => {
+            let what = if kind == recursive_graph::queue::KIND_GRAPH { "thread" } else { kind.as_str() };
+            eprintln!("job {id}: {what} {target}, attempt {attempt}")
+        }
         WorkerEvent::Finished { id, status, detail } => eprintln!("job {id}: {status} ({detail})"),
-        WorkerEvent::Lost { id } => eprintln!("job {id}: its lease was taken back; cancelled"),
+        WorkerEvent::Lost { id } => {
+            eprintln!("job {id}: taken back (lease expired, or cancelled); its run is cancelled")
+        }
         WorkerEvent::Draining { running } => eprintln!("worker: draining ({running} running)"),
         _ => {}
     })

@@ -85,6 +85,10 @@ fn the_openapi_document_matches_the_servers_real_responses() {
     assert!(status == 400 || status == 422, "{status}: {body}");
     check(&doc, "/v1/runs", "post", (status, &body));
 
+    let chat = json!({"model": "agent", "messages": [{"role": "user", "content": "say hello"}]});
+    let (status, _, body) = http(&server.addr, "POST", "/v1/chat/completions", &auth, Some(&chat));
+    let completion = check(&doc, "/v1/chat/completions", "post", (status, &body));
+    assert_eq!(completion["choices"][0]["message"]["content"], "hello there", "{completion}");
     let (status, _, body) = http(&server.addr, "GET", "/v1/runs?limit=1", &auth, None);
     let page = check(&doc, "/v1/runs", "get", (status, &body));
     assert_eq!(page["has_more"], true, "{page}");

@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::StreamExt;
 use recursive_core::{ChatOptions, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::conversation::{ClientAsks, MODELS, Refusal, Turn, input_name, refuse_asks, run_request};
@@ -290,7 +290,8 @@ pub(crate) async fn models(State(server): State<Arc<Server>>) -> Json<Value> {
 }
 
 #[utoipa::path(post, path = "/v1/chat/completions", request_body = ChatRequest,
-    responses((status = 200, description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set"),
+    responses((status = 200, body = ChatCompletion,
+            description = "A `chat.completion`, or `chat.completion.chunk` events when `stream` is set"),
         (status = 400, body = crate::server::ErrorBody), (status = 401, body = crate::server::ErrorBody),
         (status = 403, body = crate::server::ErrorBody), (status = 404, body = crate::server::ErrorBody),
         (status = 413, body = crate::server::ErrorBody), (status = 415, body = crate::server::ErrorBody),
@@ -327,35 +328,97 @@ pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(req
         return failure(&output);
     }
     server.continuations.settle(&mut output);
-    let (message, finish) = match output.tool_calls.is_empty() {
-        true => (json!({"role": "assistant", "content": output.text}), "stop"),
-        false => {
-            let content = Some(&output.text).filter(|t| !t.is_empty());
-            (
-                json!({"role": "assistant", "content": content, "tool_calls": wire_calls(&output.tool_calls)}),
-                "tool_calls",
-            )
-        }
+    let waiting = !output.tool_calls.is_empty();
+    let message = AssistantMessage {
+        role: "assistant".into(),
+        content: Some(output.text.clone()).filter(|t| !(waiting && t.is_empty())),
+        tool_calls: wire_calls(&output.tool_calls),
     };
-    Json(json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": now(),
-        "model": request.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
-        "usage": usage(&output),
-    }))
+    let finish = if waiting { "tool_calls" } else { "stop" };
+    Json(ChatCompletion {
+        id,
+        object: "chat.completion".into(),
+        created: now(),
+        model: request.model,
+        choices: vec![Choice { index: 0, message, finish_reason: finish.into(), logprobs: None }],
+        usage: usage(&output),
+    })
     .into_response()
 }
 
+/// A chat completion as this server answers it (not streamed).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ChatCompletion {
+    id: String,
+    /// Always `chat.completion`.
+    object: String,
+    /// Unix seconds.
+    created: u64,
+    model: String,
+    /// One choice.
+    choices: Vec<Choice>,
+    usage: TokenUsage,
+}
+
+/// The one choice of a completion.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Choice {
+    index: u32,
+    message: AssistantMessage,
+    /// `stop`, or `tool_calls` when the model called the client's tools.
+    finish_reason: String,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    logprobs: Option<Value>,
+}
+
+/// The answer: its text, and the client's tool calls the run waits on.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct AssistantMessage {
+    /// Always `assistant`.
+    role: String,
+    /// The text (null when the model only called tools).
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall>,
+}
+
+/// A tool call as a chat message carries it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct WireCall {
+    index: usize,
+    id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    kind: String,
+    function: WireFunction,
+}
+
+/// The function a call names, with its arguments as a JSON text.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct WireFunction {
+    name: String,
+    arguments: String,
+}
+
+/// Tokens of the whole run tree.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct TokenUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+}
+
 /// Tool calls as a chat message carries them.
-fn wire_calls(calls: &[ToolCall]) -> Vec<Value> {
+fn wire_calls(calls: &[ToolCall]) -> Vec<WireCall> {
     calls
         .iter()
         .enumerate()
-        .map(|(index, c)| {
-            json!({"index": index, "id": c.id, "type": "function",
-                "function": {"name": c.name, "arguments": arguments_text(c)}})
+        .map(|(index, c)| WireCall {
+            index,
+            id: c.id.clone(),
+            kind: "function".into(),
+            function: WireFunction { name: c.name.clone(), arguments: arguments_text(c) },
         })
         .collect()
 }
@@ -386,12 +449,12 @@ pub(crate) fn failure(output: &RunOutput) -> Response {
     response
 }
 
-fn usage(output: &RunOutput) -> Value {
-    json!({
-        "prompt_tokens": output.input_tokens,
-        "completion_tokens": output.output_tokens,
-        "total_tokens": output.input_tokens + output.output_tokens,
-    })
+fn usage(output: &RunOutput) -> TokenUsage {
+    TokenUsage {
+        prompt_tokens: output.input_tokens,
+        completion_tokens: output.output_tokens,
+        total_tokens: output.input_tokens + output.output_tokens,
+    }
 }
 
 pub(crate) fn now() -> u64 {

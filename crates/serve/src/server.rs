@@ -817,6 +817,7 @@ async fn send_archived(
         ErrorBody,
         ErrorDetail,
         crate::openai::ChatRequest,
+        crate::openai::ChatCompletion,
         crate::responses::ResponsesRequest
     ))
 )]

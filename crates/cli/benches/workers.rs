@@ -25,38 +25,7 @@ use recursive_testkit::postgres::TestSchema;
 use recursive_testkit::{ModelServer, Reply};
 use serde_json::json;
 
-const PAIR: &str = r#"
-name = "pair"
-
-[state]
-topic = "string"
-first = "string"
-second = "string"
-
-[[nodes]]
-name = "first"
-model = "default"
-prompt = "First: {topic}"
-output = "first"
-
-[[nodes]]
-name = "second"
-model = "default"
-prompt = "Second: {first}"
-output = "second"
-
-[[edges]]
-from = "START"
-to = "first"
-
-[[edges]]
-from = "first"
-to = "second"
-
-[[edges]]
-from = "second"
-to = "END"
-"#;
+const PAIR: &str = include_str!("../tests/fixtures/graphs/pair.toml");
 
 /// Queues `n` threads of the blueprint at `origin` (its text pinned, as `--enqueue` does).
 async fn enqueue(url: &str, origin: &str, n: usize) {

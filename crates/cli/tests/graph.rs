@@ -258,49 +258,7 @@ fn uuid_like() -> String {
     format!("{t:x}-{}", std::process::id())
 }
 
-const APPROVAL: &str = r#"
-name = "approval"
-
-[state]
-topic = "string"
-draft = "string"
-answer = "string"
-
-[[nodes]]
-name = "write"
-model = "default"
-prompt = "Write about {topic}."
-output = "draft"
-
-[[nodes]]
-name = "approve"
-ask = "Publish this draft? {draft}"
-output = "answer"
-
-[[nodes]]
-name = "publish"
-model = "default"
-prompt = "Publish: {draft}"
-output = "draft"
-
-[[edges]]
-from = "START"
-to = "write"
-
-[[edges]]
-from = "write"
-to = "approve"
-
-[[edges]]
-from = "approve"
-to = "publish"
-when = { channel = "answer", equals = "yes" }
-
-[[edges]]
-from = "approve"
-to = "END"
-otherwise = true
-"#;
+const APPROVAL: &str = include_str!("fixtures/graphs/approval.toml");
 
 #[test]
 fn an_approval_interrupts_with_status_16_and_resumes_with_a_value() {

@@ -11,50 +11,8 @@ use common::{Env, Served, http, wait_for};
 use recursive_testkit::{ModelServer, Reply};
 use serde_json::{Value, json};
 
-const APPROVAL: &str = r#"
-name = "approval"
-description = "Writes a draft, asks whether to publish it, publishes it."
-
-[state]
-topic = "string"
-draft = "string"
-answer = "string"
-
-[[nodes]]
-name = "write"
-model = "default"
-prompt = "Write about {topic}."
-output = "draft"
-
-[[nodes]]
-name = "approve"
-ask = "Publish this draft? {draft}"
-output = "answer"
-
-[[nodes]]
-name = "publish"
-model = "default"
-prompt = "Publish: {draft}"
-output = "draft"
-
-[[edges]]
-from = "START"
-to = "write"
-
-[[edges]]
-from = "write"
-to = "approve"
-
-[[edges]]
-from = "approve"
-to = "publish"
-when = { channel = "answer", equals = "yes" }
-
-[[edges]]
-from = "approve"
-to = "END"
-otherwise = true
-"#;
+/// The approval blueprint the graph command's tests use too.
+const APPROVAL: &str = include_str!("fixtures/graphs/approval.toml");
 
 fn call(server: &Served, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let (status, _, text) = http(&server.addr, method, path, &[], body.as_ref());

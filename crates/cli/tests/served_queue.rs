@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Env, Served, http, signal, wait_for};
+use common::{Env, Served, http, signal, terminate, wait_for};
 use recursive_testkit::postgres::TestSchema;
 use recursive_testkit::{ModelServer, Reply};
 use serde_json::{Value, json};
@@ -103,17 +103,6 @@ fn sse(body: &str) -> Vec<(String, Value)> {
             Some((field("event:")?, serde_json::from_str(&field("data:")?).unwrap_or(Value::Null)))
         })
         .collect()
-}
-
-/// Sends SIGTERM and waits (bounded) for the exit status.
-fn terminate(mut child: Child, name: &str) -> Option<i32> {
-    signal(child.id(), "TERM");
-    let mut status = None;
-    wait_for(&format!("{name} to exit after SIGTERM"), Duration::from_secs(30), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.and_then(|s| s.code())
 }
 
 fn setup(prefix: &str) -> Option<(Env, tokio::runtime::Runtime, TestSchema)> {
@@ -303,11 +292,7 @@ fn enqueue_without_a_postgres_store_is_refused() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut status = None;
-    wait_for("serve --enqueue to exit", Duration::from_secs(30), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
+    let status = common::wait_exit(&mut child, "serve --enqueue");
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");

@@ -15,43 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Env, signal, stdout_json, wait_for};
+use common::{Env, signal, stdout_json, terminate, wait_for};
 use recursive_testkit::postgres::TestSchema;
 use recursive_testkit::{ModelServer, RecordedRequest, Reply};
 use serde_json::Value;
 
-const PAIR: &str = r#"
-name = "pair"
-
-[state]
-topic = "string"
-first = "string"
-second = "string"
-
-[[nodes]]
-name = "first"
-model = "default"
-prompt = "First: {topic}"
-output = "first"
-
-[[nodes]]
-name = "second"
-model = "default"
-prompt = "Second: {first}"
-output = "second"
-
-[[edges]]
-from = "START"
-to = "first"
-
-[[edges]]
-from = "first"
-to = "second"
-
-[[edges]]
-from = "second"
-to = "END"
-"#;
+const PAIR: &str = include_str!("fixtures/graphs/pair.toml");
 
 /// The node a request comes from and its thread's topic.
 fn node_and_topic(r: &RecordedRequest) -> (String, String) {
@@ -143,17 +112,6 @@ fn jobs(env: &Env, url: &str) -> Value {
 
 fn done_count(env: &Env, url: &str) -> i64 {
     jobs(env, url)["counts"]["done"].as_i64().unwrap_or(0)
-}
-
-/// Sends SIGTERM and waits (bounded) for the exit status.
-fn terminate(mut child: Child, name: &str) -> Option<i32> {
-    signal(child.id(), "TERM");
-    let mut status = None;
-    wait_for(&format!("{name} to exit after SIGTERM"), Duration::from_secs(30), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.and_then(|s| s.code())
 }
 
 fn setup(prefix: &str) -> Option<(Env, tokio::runtime::Runtime, TestSchema)> {

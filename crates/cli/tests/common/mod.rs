@@ -199,3 +199,19 @@ pub fn goal_phase(r: &recursive_testkit::RecordedRequest) -> (String, String) {
     let goal = text("user").lines().find_map(|l| l.strip_prefix("Current goal: ")).unwrap_or("").to_string();
     (step, goal)
 }
+
+/// Waits (bounded) for `child` to exit; its status.
+pub fn wait_exit(child: &mut Child, what: &str) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    wait_for(&format!("{what} to exit"), Duration::from_secs(30), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status
+}
+
+/// Sends SIGTERM and waits (bounded) for the exit code.
+pub fn terminate(mut child: Child, name: &str) -> Option<i32> {
+    signal(child.id(), "TERM");
+    wait_exit(&mut child, &format!("{name} after SIGTERM")).and_then(|s| s.code())
+}

@@ -184,7 +184,7 @@ impl ToolInvoker {
     /// The gate's verdict, as an event; `Some(reason)` when the call is denied.
     async fn check(&self, call: &ToolCall, scope: &RunScope, step: u32) -> Option<String> {
         let gate = self.gate.as_ref()?;
-        let verdict = gate.check_in(call, self.tools.get(&call.name), scope).await;
+        let verdict = gate.check_in(call, self.tools.get(&call.name), scope, step).await;
         scope.emit(
             step,
             EventKind::Permission {

@@ -371,9 +371,15 @@ pub trait ToolGate: Send + Sync {
     /// Decides on one call. `tool` is `None` for a call to an unknown tool.
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict;
 
-    /// [`check`](Self::check) for a call of the run `scope` (what the tool loop calls): a gate
-    /// that asks someone may ask through the run (its events).
-    async fn check_in(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>, _scope: &RunScope) -> GateVerdict {
+    /// [`check`](Self::check) for a call of the run `scope` at `step` (what the tool loop calls):
+    /// a gate that asks someone may ask through the run (its events).
+    async fn check_in(
+        &self,
+        call: &ToolCall,
+        tool: Option<&Arc<dyn Tool>>,
+        _scope: &RunScope,
+        _step: u32,
+    ) -> GateVerdict {
         self.check(call, tool).await
     }
 

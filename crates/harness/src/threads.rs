@@ -1,13 +1,13 @@
 //! Graph threads, run the one way every host runs them (the `graph` command, `serve`'s threads
 //! API): bind the thread's blueprint — a new thread's from its source, a stored thread's pinned
 //! text, with the sub-graphs it pinned — take the thread's lease, record a new thread with what
-//! it pins, run, release the lease.
+//! it pins, run (between a `run_started` and a `run_finished` event), release the lease.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use recursive_core::RunScope;
+use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{
     Checkpointer, GraphError, GraphOutcome, Lease, LeaseError, Start, StoreError, Thread, ThreadInfo,
@@ -103,8 +103,15 @@ impl Harness {
                 return Err(e.into());
             }
         }
+        scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
         let outcome = graph.run(run.start, &Thread::new(store, &run.thread), scope).await;
         lease.release().await;
+        let (finish_reason, error) = match &outcome {
+            Ok(o) => (o.finish.finish_reason(), None),
+            Err(e) => (FinishReason::Fault, Some(e.to_string())),
+        };
+        scope
+            .emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
         Ok(outcome?)
     }
 

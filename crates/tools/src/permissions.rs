@@ -208,9 +208,9 @@ pub trait ApprovalHandler: Send + Sync {
     /// Asks whether `call` may run; `reason` says which rule or default asked.
     async fn approve(&self, call: &ToolCall, reason: &str) -> Approval;
 
-    /// [`approve`](Self::approve) for a call of the run `scope` (what the policy calls): a
-    /// handler that asks through the run overrides it.
-    async fn approve_in(&self, call: &ToolCall, reason: &str, _scope: &RunScope) -> Approval {
+    /// [`approve`](Self::approve) for a call of the run `scope` at `step` (what the policy calls):
+    /// a handler that asks through the run overrides it.
+    async fn approve_in(&self, call: &ToolCall, reason: &str, _scope: &RunScope, _step: u32) -> Approval {
         self.approve(call, reason).await
     }
 
@@ -292,11 +292,11 @@ impl ApprovalHandler for ClientApprover {
         Approval::NoBecause("no client to ask outside a run".into())
     }
 
-    async fn approve_in(&self, call: &ToolCall, reason: &str, scope: &RunScope) -> Approval {
+    async fn approve_in(&self, call: &ToolCall, reason: &str, scope: &RunScope, step: u32) -> Approval {
         let question = self.board.open();
         let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         scope.emit(
-            scope.next_step().saturating_sub(1),
+            step,
             EventKind::Ask {
                 ask: question.id.clone(),
                 id: call.id.clone(),
@@ -708,10 +708,16 @@ fn text_has_prefix(text: &str, prefix: &[String]) -> bool {
 #[async_trait]
 impl ToolGate for PermissionPolicy {
     async fn check(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>) -> GateVerdict {
-        self.check_in(call, tool, &RunScope::detached("permissions")).await
+        self.check_in(call, tool, &RunScope::detached("permissions"), 0).await
     }
 
-    async fn check_in(&self, call: &ToolCall, tool: Option<&Arc<dyn Tool>>, scope: &RunScope) -> GateVerdict {
+    async fn check_in(
+        &self,
+        call: &ToolCall,
+        tool: Option<&Arc<dyn Tool>>,
+        scope: &RunScope,
+        step: u32,
+    ) -> GateVerdict {
         let Some(tool) = tool else {
             return GateVerdict::allow("unknown tool; the call fails and lists the known tools");
         };
@@ -733,7 +739,7 @@ impl ToolGate for PermissionPolicy {
                 }
                 let how = tool.confinement().map(|c| format!("; {c}")).unwrap_or_default();
                 let asked = format!("{source}: {}{how}", Action::Ask.as_str());
-                let answer = self.approver.approve_in(call, &asked, scope).await;
+                let answer = self.approver.approve_in(call, &asked, scope, step).await;
                 let said = self.approver.describe(&answer);
                 match answer {
                     Approval::Yes => GateVerdict::allow(format!("{asked}; {said}")),

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use recursive_core::EventKind;
 use recursive_graph::blueprint::{self, Allowlist, Source};
 use recursive_graph::queue::{JobQueue, QueueError};
 use recursive_graph::worker::{EnqueueError, enqueue_graph, enqueue_resume};
@@ -587,26 +586,17 @@ async fn execute_graph(
     )
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
-    let name =
-        blueprint::compile(&source.text, &source.origin).map_err(|d| ConfigError(d.to_string()))?.name.get().clone();
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.
     let scope =
         super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
-    scope.emit(0, EventKind::RunStarted { goal: format!("graph {name} on thread {thread}") });
     if !args.provider.quiet {
         let address = store_address(&args.store, args.bind.workspace.as_deref())?;
         eprintln!("thread {thread} (store: {})", shown_address(&address));
     }
     // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
     let run = ThreadRun { source, subgraphs, new_thread, thread: thread.to_string(), start, wait: args.wait };
-    let outcome = harness.run_thread(store, run, &scope).await;
-    let (finish_reason, error) = match &outcome {
-        Ok(o) => (o.finish.finish_reason(), None),
-        Err(e) => (recursive_core::FinishReason::Fault, Some(e.to_string())),
-    };
-    scope.emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
-    match outcome {
+    match harness.run_thread(store, run, &scope).await {
         Ok(o) => report(&o, args.store.json),
         Err(ThreadError::Bind(e)) => Err(ConfigError(e).into()),
         Err(ThreadError::Lease(e @ recursive_graph::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use recursive_core::{EventKind, FinishReason, RunScope};
+use recursive_core::RunScope;
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{Checkpointer, Finish, GraphOutcome, Schema, Start, ThreadInfo, Write};
 use recursive_harness::{Harness, SubGraphs, ThreadError};
@@ -198,7 +198,6 @@ impl GraphHost for ServedGraphs {
     }
 
     async fn run(&self, thread: &str, request: ThreadRunRequest, scope: RunScope) -> RunOutput {
-        scope.emit(0, EventKind::RunStarted { goal: format!("thread {thread}") });
         let mut mermaid = None;
         let outcome = match Harness::stored_thread(self.store.as_ref(), thread, start_of(request)).await {
             Ok(Some(run)) => {
@@ -209,7 +208,7 @@ impl GraphHost for ServedGraphs {
             Ok(None) => Err(ThreadError::Bind(format!("no thread `{thread}`"))),
             Err(e) => Err(e),
         };
-        let output = match &outcome {
+        match &outcome {
             Ok(o) => {
                 let mut output = output_of(o, &scope);
                 // The web view draws the graph from it.
@@ -217,17 +216,6 @@ impl GraphHost for ServedGraphs {
                 output
             }
             Err(e) => RunOutput { cost_usd: Some(scope.cost_usd()), ..RunOutput::failed(failure_of(e, thread)) },
-        };
-        let finish_reason = if output.error.is_some() { FinishReason::Fault } else { output.outcome.clone() };
-        scope.emit(
-            0,
-            EventKind::RunFinished {
-                finish_reason,
-                error: output.error.clone(),
-                usage: scope.usage(),
-                cost_usd: scope.cost_usd(),
-            },
-        );
-        output
+        }
     }
 }

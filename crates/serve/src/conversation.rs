@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
-use recursive_core::{ChatOptions, Message, Role, ToolCall, ToolSpec, Transcript};
+use recursive_core::{Asks, Message, Role, ToolCall, Transcript};
 
 use crate::runs::{RunKind, RunOutput, RunRequest};
 
@@ -65,28 +65,13 @@ impl Turn {
     }
 }
 
-/// What the client asks besides its conversation.
-#[derive(Debug, Default)]
-pub(crate) struct ClientAsks {
-    /// Its own tools.
-    pub tools: Vec<ToolSpec>,
-    /// Model settings.
-    pub options: ChatOptions,
-}
-
-impl ClientAsks {
-    fn is_empty(&self) -> bool {
-        self.tools.is_empty() && self.options == ChatOptions::default()
-    }
-}
-
 /// The run a conversation asks of `model`, continuing a kept conversation (`prior`: the one a
 /// Responses request names) or one waiting on the client's tool results.
 pub(crate) fn run_request(
     model: &str,
     turns: Vec<Turn>,
     prior: Option<Arc<Vec<Message>>>,
-    asks: ClientAsks,
+    asks: Asks,
     agents: &[String],
     kept: &Continuations,
 ) -> Result<RunRequest, Refusal> {
@@ -115,22 +100,6 @@ pub(crate) fn run_request(
     history.extend(turns[..last].iter().filter_map(Turn::message));
     let input = with_files(turns[last].text(), &turns[last].files);
     Ok(RunRequest { input, history: paired(history)?, ..request })
-}
-
-/// Whether the asks of a request can be honoured by what it runs (`kind`): only agents take a
-/// client's tools and settings; anything else is refused rather than dropped.
-pub(crate) fn refuse_asks(request: &RunRequest, kind: Option<recursive_core::RunnableKind>) -> Option<String> {
-    let asks = ClientAsks { tools: request.tools.clone(), options: request.options.clone() };
-    if asks.is_empty() || kind == Some(recursive_core::RunnableKind::Agent) {
-        return None;
-    }
-    let what = match kind {
-        Some(kind) => format!("a {kind}"),
-        None => "not an agent".to_string(),
-    };
-    Some(format!(
-        "client tools, sampling settings and structured output are served by agent models; this model is {what}"
-    ))
 }
 
 /// An `rlm` run: the last user message read as parts (see the module docs of `openai`).
@@ -344,7 +313,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let request = run_request("agent", turns, None, ClientAsks::default(), &[], &kept).unwrap();
+        let request = run_request("agent", turns, None, Asks::default(), &[], &kept).unwrap();
         assert_eq!(request.input, "");
         let contents: Vec<&str> = request.history.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(contents, ["q", "", "server result", "sunny"]);
@@ -362,7 +331,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let request = run_request("agent", turns, None, ClientAsks::default(), &[], &Continuations::default()).unwrap();
+        let request = run_request("agent", turns, None, Asks::default(), &[], &Continuations::default()).unwrap();
         assert_eq!(request.history.len(), 3);
         assert_eq!(request.history[2].content, "sunny");
     }

@@ -27,11 +27,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::StreamExt;
-use recursive_core::{ChatOptions, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
+use recursive_core::{Asks, ChatOptions, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::conversation::{ClientAsks, MODELS, Refusal, Turn, input_name, refuse_asks, run_request};
+use crate::conversation::{MODELS, Refusal, Turn, input_name, run_request};
 use crate::runs::{RunOutput, RunRecord, RunRequest};
 use crate::server::{Busy, Server, busy, error, unsupported_parameter, wait_finished};
 
@@ -69,8 +69,8 @@ pub(crate) const HARMLESS: &[&str] = &[
 pub(crate) type Unsupported = (String, String);
 
 /// The client's asks of a chat request: its tools and the model settings it sets.
-fn chat_asks(other: &Map<String, Value>) -> Result<ClientAsks, Unsupported> {
-    let mut asks = ClientAsks::default();
+fn chat_asks(other: &Map<String, Value>) -> Result<Asks, Unsupported> {
+    let mut asks = Asks::default();
     for (name, value) in other {
         if HARMLESS.contains(&name.as_str()) || value.is_null() {
             continue;
@@ -268,7 +268,7 @@ pub(crate) fn file_part(file: &Value, index: usize, taken: &[(String, String)]) 
 
 /// Checks a request built from a conversation against what its model can honour, and starts it.
 pub(crate) fn start_run(server: &Arc<Server>, request: RunRequest) -> Result<Arc<RunRecord>, Box<Response>> {
-    if let Some(why) = refuse_asks(&request, server.runner.kind_of(&request)) {
+    if let Some(why) = request.refused_asks(server.runner.kind_of(&request)) {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "invalid_request_error", &why)));
     }
     server.start(request).map_err(|Busy| Box::new(busy()))

@@ -19,11 +19,11 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use recursive_core::{Message, ToolCall};
+use recursive_core::{Asks, Message, ToolCall};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::conversation::{ClientAsks, Turn, run_request};
+use crate::conversation::{Turn, run_request};
 use crate::openai::{
     CancelOnDrop, HARMLESS, Unsupported, arguments, arguments_text, failure, file_part, format_of, now, refused,
     sampling, simple_format, start_run, tool_spec,
@@ -50,8 +50,8 @@ pub(crate) struct ResponsesRequest {
 }
 
 /// The client's asks of a Responses request.
-fn asks(other: &Map<String, Value>) -> Result<ClientAsks, Unsupported> {
-    let mut asks = ClientAsks::default();
+fn asks(other: &Map<String, Value>) -> Result<Asks, Unsupported> {
+    let mut asks = Asks::default();
     for (name, value) in other {
         if HARMLESS.contains(&name.as_str()) || value.is_null() {
             continue;

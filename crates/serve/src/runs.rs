@@ -85,6 +85,18 @@ impl RunRequest {
             options: ChatOptions::default(),
         }
     }
+
+    /// Why what it runs (`kind`, `None` when unknown) cannot honour the client's tools and model
+    /// settings: only agents take them; anything else refuses them rather than drop them.
+    pub fn refused_asks(&self, kind: Option<RunnableKind>) -> Option<String> {
+        if (self.tools.is_empty() && is_default(&self.options)) || kind == Some(RunnableKind::Agent) {
+            return None;
+        }
+        let what = kind.map_or_else(|| "not an agent".to_string(), |k| format!("a {k}"));
+        Some(format!(
+            "client tools, sampling settings and structured output are served by agent models; this one is {what}"
+        ))
+    }
 }
 
 fn is_default(options: &ChatOptions) -> bool {

@@ -75,14 +75,10 @@ impl Runner for Served {
             Ok(check) => check,
             Err(e) => return RunOutput::failed(e),
         };
-        let asks = Asks { tools: request.tools, options: request.options, check };
-        if !asks.is_empty() && runnable.kind() != RunnableKind::Agent {
-            return RunOutput::failed(format!(
-                "client tools and model settings are served by agents; `{}` is a {}",
-                runnable.name(),
-                runnable.kind()
-            ));
+        if let Some(why) = request.refused_asks(Some(runnable.kind())) {
+            return RunOutput::failed(format!("`{}`: {why}", runnable.name()));
         }
+        let asks = Asks { tools: request.tools, options: request.options, check };
         let input = RunInput {
             text: request.input,
             data: request.inputs.into_iter().map(|(k, v)| (k, Value::String(v))).collect(),

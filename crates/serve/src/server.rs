@@ -494,7 +494,7 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
         Ok(r) => r,
         Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message),
     };
-    if let Some(why) = crate::conversation::refuse_asks(&request, server.runner.kind_of(&request)) {
+    if let Some(why) = request.refused_asks(server.runner.kind_of(&request)) {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why);
     }
     if let Err(why) = crate::answer::check_for(request.options.response_format.as_ref()) {

@@ -140,10 +140,11 @@ impl ProviderArgs {
     }
 }
 
-/// Counts every allocation so that a sandbox worker (this binary started with
-/// [`recursive_rlm::WORKER_ARG`]) can hold its memory ceiling; without a ceiling it only counts.
+/// The system allocator while this binary is a host; the sandbox worker's limited allocator once
+/// it is started as one (with [`recursive_rlm::WORKER_ARG`]), so that it can hold its memory
+/// ceiling — and a host that runs out of memory says so as any program does.
 #[global_allocator]
-static ALLOC: monty_alloc::LimitedAllocator = monty_alloc::LimitedAllocator;
+static ALLOC: recursive_alloc::HostOrWorker = recursive_alloc::HostOrWorker;
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == recursive_rlm::WORKER_ARG) {

@@ -360,3 +360,24 @@ fn a_planted_state_symlink_never_leads_the_hosts_writes_outside() {
     let planted: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
     assert!(planted.is_empty(), "the host wrote outside: {planted:?}");
 }
+
+#[test]
+fn a_host_out_of_memory_is_the_hosts_error_not_the_workers() {
+    let env = Env::new();
+    let input = env.path("huge.txt");
+    // Sparse: 8 GiB that take no disk, more than the 4 GiB of address space the run may use.
+    std::fs::File::create(&input).unwrap().set_len(8 << 30).unwrap();
+    let script = env.script("s.json", json!(["```python\nsubmit('x')\n```"]));
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 4194304 && exec \"$@\"", "sh", env!("CARGO_BIN_EXE_recursive")])
+        .args(["rlm", "q", "--input", s(&input), "--mock-script", s(&script), "-q"])
+        .current_dir(env.dir.path())
+        .env("HOME", env.dir.path())
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot read") && stderr.contains("out of memory"), "{stderr}");
+    assert!(!stderr.contains("monty worker"), "{stderr}");
+}

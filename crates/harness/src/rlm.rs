@@ -214,7 +214,7 @@ fn load_input(spec: &str, index: usize, count: usize) -> Result<(String, recursi
             .map_err(|e| ConfigError(format!("reading stdin: {e}")))?;
         recursive_rlm::InputValue::Text(String::from_utf8_lossy(&bytes).into_owned())
     } else {
-        recursive_rlm::InputValue::from_file(&path).map_err(|e| ConfigError(format!("input: {e}")))?
+        recursive_rlm::InputValue::from_file(&path).map_err(|e| ConfigError(e.to_string()))?
     };
     Ok((name, value))
 }

@@ -113,40 +113,54 @@ fn looks_like_path(reference: &str) -> bool {
     reference.contains('/') || reference.ends_with(".toml")
 }
 
-/// A call's arguments bound to leading parameters; further keyword arguments are data.
-pub(crate) struct SplitArgs {
-    pub bound: Vec<Option<MontyObject>>,
+/// What becomes of a call's keyword arguments that name no parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Extra {
+    /// They are an error (`got an unexpected keyword argument`), as in Python.
+    Refused,
+    /// They are data for the callee.
+    Data,
+}
+
+/// A call's arguments bound to its parameters (borrowed: an argument may be a whole input), and
+/// with [`Extra::Data`] the other keyword arguments as data.
+pub(crate) struct SplitArgs<'a> {
+    pub bound: Vec<Option<&'a MontyObject>>,
     pub data: Map<String, Value>,
 }
 
-/// Binds positional arguments and matching keywords to `params`; other keywords become data.
-pub(crate) fn split_args(
+/// Binds positional arguments and matching keywords to `params`; `extra` says what the other
+/// keywords are.
+pub(crate) fn split_args<'a>(
     func: &str,
     params: &[&str],
-    args: &[MontyObject],
-    kwargs: &[(String, MontyObject)],
+    args: &'a [MontyObject],
+    kwargs: &'a [(String, MontyObject)],
     required: usize,
-) -> Result<SplitArgs, String> {
+    extra: Extra,
+) -> Result<SplitArgs<'a>, String> {
     if args.len() > params.len() {
+        let hint = if extra == Extra::Data { "; pass data as keywords" } else { "" };
         return Err(format!(
-            "{func}() takes at most {} positional argument(s) ({}) but {} were given; pass data as keywords",
+            "{func}() takes at most {} positional argument(s) ({}) but {} were given{hint}",
             params.len(),
             params.join(", "),
             args.len()
         ));
     }
-    let mut bound: Vec<Option<MontyObject>> = vec![None; params.len()];
-    for (i, a) in args.iter().enumerate() {
-        bound[i] = Some(a.clone());
+    let mut bound: Vec<Option<&MontyObject>> = vec![None; params.len()];
+    for (slot, a) in bound.iter_mut().zip(args) {
+        *slot = Some(a);
     }
     let mut data = Map::new();
     for (k, v) in kwargs {
         match params.iter().position(|p| p == k) {
             Some(i) if bound[i].is_some() => return Err(format!("{func}() got multiple values for argument '{k}'")),
-            Some(i) => bound[i] = Some(v.clone()),
-            None => {
+            Some(i) => bound[i] = Some(v),
+            None if extra == Extra::Data => {
                 data.insert(k.clone(), monty_to_json(v));
             }
+            None => return Err(format!("{func}() got an unexpected keyword argument '{k}'")),
         }
     }
     if let Some(missing) = (0..required).find(|&i| bound[i].is_none()) {
@@ -156,8 +170,8 @@ pub(crate) fn split_args(
 }
 
 /// A bound argument as text (`None` and absent are `None`).
-pub(crate) fn text_arg(arg: &Option<MontyObject>) -> Option<String> {
-    arg.as_ref().filter(|a| a.type_name() != "NoneType").map(prompt_text)
+pub(crate) fn text_arg(arg: Option<&MontyObject>) -> Option<String> {
+    arg.filter(|a| a.type_name() != "NoneType").map(prompt_text)
 }
 
 #[cfg(test)]
@@ -213,8 +227,9 @@ mod tests {
             ("name".to_string(), MontyObject::string("rev")),
             ("n".to_string(), crate::convert::json_to_monty(&Value::from(3))),
         ];
-        let split = split_args("agent_query", &["task", "name"], &args, &kwargs, 1).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(text_arg(&split.bound[1]).as_deref(), Some("rev"));
+        let split = split_args("agent_query", &["task", "name"], &args, &kwargs, 1, Extra::Data)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(text_arg(split.bound[1]).as_deref(), Some("rev"));
         assert_eq!(split.data.get("n"), Some(&Value::from(3)));
     }
 }

@@ -27,7 +27,7 @@ use crate::prompt::{
     CatalogFacts, DEFAULT_INSTRUCTIONS, NO_CODE_OBSERVATION, argument_order, catalog, extract_code_blocks,
     parse_json_reply, snippet_observation, truncate_middle,
 };
-use crate::reach::{Reach, split_args, text_arg};
+use crate::reach::{Extra, Reach, split_args, text_arg};
 use crate::repl::{Backend, Repl};
 use crate::sandbox::{HostCall, HostReply, SandboxError, SandboxHost, SandboxLimits, SnippetErrorKind};
 use crate::schema::{OutputSchema, default_output_schema};
@@ -1063,38 +1063,15 @@ fn shaped(dialect: Dialect, result: Result<Value, (&str, String)>) -> Value {
     }
 }
 
-/// Binds positional and keyword arguments to parameter names; unknown keywords are errors.
-fn bind_args(
+/// Binds a call's arguments to `params` (the first `required` of them required), as Python
+/// would; a wrong call is the `TypeError` Python raises.
+fn bind_args<'a>(
     func: &str,
     params: &[&str],
-    call: &HostCall,
+    call: &'a HostCall,
     required: usize,
-) -> Result<Vec<Option<MontyObject>>, HostReply> {
-    if call.args.len() > params.len() {
-        return Err(type_error(format!(
-            "{func}() takes at most {} positional argument(s) ({}) but {} were given",
-            params.len(),
-            params.join(", "),
-            call.args.len()
-        )));
-    }
-    let mut bound: Vec<Option<MontyObject>> = vec![None; params.len()];
-    for (i, a) in call.args.iter().enumerate() {
-        bound[i] = Some(a.clone());
-    }
-    for (k, v) in &call.kwargs {
-        let Some(i) = params.iter().position(|p| p == k) else {
-            return Err(type_error(format!("{func}() got an unexpected keyword argument '{k}'")));
-        };
-        if bound[i].is_some() {
-            return Err(type_error(format!("{func}() got multiple values for argument '{k}'")));
-        }
-        bound[i] = Some(v.clone());
-    }
-    if let Some(missing) = (0..required).find(|&i| bound[i].is_none()) {
-        return Err(type_error(format!("{func}() missing required argument '{}'", params[missing])));
-    }
-    Ok(bound)
+) -> Result<Vec<Option<&'a MontyObject>>, HostReply> {
+    split_args(func, params, &call.args, &call.kwargs, required, Extra::Refused).map(|s| s.bound).map_err(type_error)
 }
 
 impl SandboxHost for RunHost {
@@ -1159,7 +1136,7 @@ impl RunHost {
             Ok(b) => b,
             Err(e) => return e,
         };
-        let prompt = bound[0].as_ref().map(prompt_text).unwrap_or_default();
+        let prompt = bound[0].map(prompt_text).unwrap_or_default();
         let dialect = self.engine.config.dialect;
         if let Some(msg) = self.stopped() {
             return self.failed("Stopped", msg);
@@ -1167,7 +1144,7 @@ impl RunHost {
         if let Err(e) = self.node.reserve(self.engine.config.max_llm_calls, 1) {
             return self.failed("BudgetExceeded", e);
         }
-        let caller = self.sub_caller().with_model(model_name(&bound[1]));
+        let caller = self.sub_caller().with_model(model_name(bound[1]));
         HostReply::Pending(Box::pin(async move {
             Ok(match caller.query(prompt, "llm_query").await {
                 Ok(text) => shaped(dialect, Ok(Value::String(text))),
@@ -1181,7 +1158,7 @@ impl RunHost {
             Ok(b) => b,
             Err(e) => return e,
         };
-        let prompts: Vec<String> = match bound[0].as_ref().filter(|o| matches!(o.type_name(), "list" | "tuple")) {
+        let prompts: Vec<String> = match bound[0].filter(|o| matches!(o.type_name(), "list" | "tuple")) {
             Some(list) => prompt_texts(list).unwrap_or_default(),
             None => {
                 return type_error("llm_query_batched() expects a list of prompts, e.g. llm_query_batched([p1, p2])");
@@ -1199,10 +1176,9 @@ impl RunHost {
             );
             return self.batch_failed(n, "BudgetExceeded", msg);
         }
-        let caller = self.sub_caller().with_model(model_name(&bound[1]));
+        let caller = self.sub_caller().with_model(model_name(bound[1]));
         HostReply::Pending(Box::pin(async move {
-            let calls = prompts.into_iter().map(|p| caller.query(p, "llm_query_batched"));
-            let results = futures::future::join_all(calls).await;
+            let results = caller.query_all(prompts, "llm_query_batched").await;
             let items: Vec<Value> = results
                 .into_iter()
                 .map(|r| match r {
@@ -1233,9 +1209,9 @@ impl RunHost {
             Ok(b) => b,
             Err(e) => return e,
         };
-        let prompt = bound[0].as_ref().map(prompt_text).unwrap_or_default();
-        if let Some(name) = text_arg(&bound[2]) {
-            let data = match bound[1].as_ref().filter(|o| !is_none(o)).map(monty_to_json) {
+        let prompt = bound[0].map(prompt_text).unwrap_or_default();
+        if let Some(name) = text_arg(bound[2]) {
+            let data = match bound[1].filter(|o| !is_none(o)).map(monty_to_json) {
                 None => Map::new(),
                 Some(Value::Object(m)) => m,
                 Some(_) => return type_error("rlm_query() expects `inputs` to be a dict of name -> value, or None"),
@@ -1246,7 +1222,7 @@ impl RunHost {
                 RunInput { text: prompt, data, ..Default::default() },
             );
         }
-        let child_inputs = match bound[1].as_ref().filter(|o| !is_none(o)).map(dict_pairs) {
+        let child_inputs = match bound[1].filter(|o| !is_none(o)).map(dict_pairs) {
             None => None,
             Some(Some(pairs)) => {
                 let mut inputs = Inputs::new();
@@ -1439,12 +1415,12 @@ impl RunHost {
     /// `agent_query`, `goal_query` and `graph_run`: the text and the runnable's name from
     /// `params` (the text at `text_at`), further keywords as data.
     fn runnable_query(&self, kind: RunnableKind, params: &[&str], text_at: usize, call: &HostCall) -> HostReply {
-        let split = match split_args(&call.name, params, &call.args, &call.kwargs, 1) {
+        let split = match split_args(&call.name, params, &call.args, &call.kwargs, 1, Extra::Data) {
             Ok(s) => s,
             Err(e) => return type_error(e),
         };
-        let text = text_arg(&split.bound[text_at]).unwrap_or_default();
-        let name = text_arg(&split.bound[1 - text_at]);
+        let text = text_arg(split.bound[text_at]).unwrap_or_default();
+        let name = text_arg(split.bound[1 - text_at]);
         self.start_runnable(kind, name, RunInput { text, data: split.data, ..Default::default() })
     }
 
@@ -1565,6 +1541,7 @@ struct SubCallError {
 
 /// Makes sub-model calls for one run: concurrency-limited, observable, each a guarded model
 /// call of the run tree already reserved on the sub-call budget.
+#[derive(Clone)]
 struct SubCaller {
     engine: Arc<Rlm>,
     tree: Arc<Tree>,
@@ -1575,14 +1552,34 @@ struct SubCaller {
 }
 
 /// The model a call names, if any (`model=None` names none).
-fn model_name(arg: &Option<MontyObject>) -> Option<String> {
-    arg.as_ref().and_then(|m| m.as_ref().as_str().map(str::to_string)).filter(|m| !m.is_empty())
+fn model_name(arg: Option<&MontyObject>) -> Option<String> {
+    arg.and_then(|m| m.as_ref().as_str().map(str::to_string)).filter(|m| !m.is_empty())
 }
 
 impl SubCaller {
     fn with_model(mut self, model: Option<String>) -> Self {
         self.model = model;
         self
+    }
+
+    /// Asks every prompt at once, each on a task of its own — building and sending fifty 20 KB
+    /// requests is work for every core, not the one that polls the batch; the answers come in
+    /// the prompts' order. Dropping the future aborts the calls still running.
+    async fn query_all(&self, prompts: Vec<String>, kind: &'static str) -> Vec<Result<String, SubCallError>> {
+        let mut tasks = tokio::task::JoinSet::new();
+        let n = prompts.len();
+        for (i, prompt) in prompts.into_iter().enumerate() {
+            let caller = self.clone();
+            tasks.spawn(async move { (i, caller.query(prompt, kind).await) });
+        }
+        let mut answers: Vec<Option<Result<String, SubCallError>>> = (0..n).map(|_| None).collect();
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok((i, answer)) = joined {
+                answers[i] = Some(answer);
+            }
+        }
+        let lost = || SubCallError { kind: "Internal", message: "the sub-call failed inside the harness".into() };
+        answers.into_iter().map(|a| a.unwrap_or_else(|| Err(lost()))).collect()
     }
 
     async fn query(&self, prompt: String, kind: &str) -> Result<String, SubCallError> {

@@ -22,16 +22,20 @@ pub fn default_output_schema() -> Value {
 /// The default schema's validator, compiled once per process, when first needed.
 static DEFAULT_VALIDATOR: std::sync::OnceLock<Result<jsonschema::Validator, String>> = std::sync::OnceLock::new();
 
-/// The default schema's validator (compiled on first use; a caller meanwhile waits for it).
+/// The default schema's validator (compiled on first use; a caller meanwhile waits for it). It is
+/// compiled as draft 7, which means the same for this schema as 2020-12 (the draft of a schema
+/// without `$schema`) and compiles in about a fifth of the time: its meta-schema has no dynamic
+/// references.
 fn default_validator() -> Result<&'static jsonschema::Validator, RlmError> {
     DEFAULT_VALIDATOR
-        .get_or_init(|| jsonschema::validator_for(&default_output_schema()).map_err(|e| e.to_string()))
+        .get_or_init(|| jsonschema::draft7::new(&default_output_schema()).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| RlmError::InvalidSchema(e.clone()))
 }
 
 /// Compiling a schema the first time in a process also compiles the JSON Schema meta-schema
-/// it is checked against (many regular expressions): about 30 ms of one core. A run with the
+/// it is checked against (many regular expressions): about 15 ms of one core for draft 2020-12,
+/// 3 ms for the default schema's draft 7. A run with the
 /// default schema needs its validator only when a result is submitted, so this compiles it on
 /// a thread of its own while the run starts and goes on.
 pub fn warm_up() {

@@ -6,7 +6,8 @@
 //!
 //! A binary becomes a worker by calling [`serve`] when it is started with [`WORKER_ARG`] (the
 //! `recursive` CLI does this; so does the `recursive-sandbox-worker` binary of this crate). The
-//! binary must install `monty_alloc::LimitedAllocator` as its global allocator for the memory
+//! binary must install `recursive_alloc::HostOrWorker` (which [`serve`] switches to the worker's
+//! limited allocator) or `monty_alloc::LimitedAllocator` as its global allocator for the memory
 //! limit to hold; [`serve`] refuses to run a memory-limited session otherwise.
 //!
 //! A worker dies with its host: a thread ends the process as soon as its parent is no longer the
@@ -51,6 +52,7 @@ const HOST_GONE: u8 = 3;
 /// code: success at a clean end, 2 when the session cannot be set up, 3 when the pipe to the
 /// host breaks.
 pub fn serve() -> ExitCode {
+    recursive_alloc::become_worker();
     if !host_alive_then_watch() {
         return ExitCode::from(HOST_GONE);
     }

@@ -96,7 +96,7 @@ impl OpenAiConfig {
     }
 
     /// The wire body for a request.
-    pub fn request_body(&self, request: &ChatRequest) -> Result<wire::ChatCompletionRequest, ProviderError> {
+    pub fn request_body<'a>(&self, request: &'a ChatRequest) -> Result<wire::ChatCompletionRequest<'a>, ProviderError> {
         let opts = &request.options;
         let model = if opts.model.is_empty() { self.model.clone() } else { opts.model.clone() };
         if model.is_empty() {
@@ -136,7 +136,7 @@ impl OpenAiConfig {
     }
 }
 
-fn request_message(m: &Message) -> wire::RequestMessage {
+fn request_message(m: &Message) -> wire::RequestMessage<'_> {
     let role = match m.role {
         Role::System => "system",
         Role::User => "user",
@@ -155,13 +155,13 @@ fn request_message(m: &Message) -> wire::RequestMessage {
     let content = if m.role == Role::Assistant && m.content.is_empty() && !tool_calls.is_empty() {
         None
     } else {
-        Some(m.content.clone())
+        Some(m.content.as_str())
     };
     wire::RequestMessage {
         role,
         content,
         tool_calls,
-        tool_call_id: if m.role == Role::Tool { m.tool_call_id.clone() } else { None },
+        tool_call_id: if m.role == Role::Tool { m.tool_call_id.as_deref() } else { None },
     }
 }
 

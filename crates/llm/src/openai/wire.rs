@@ -5,13 +5,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The body of `POST /chat/completions`.
+/// The body of `POST /chat/completions`; its messages borrow the request's text (a sub-call's
+/// prompt can be megabytes).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChatCompletionRequest {
+pub struct ChatCompletionRequest<'a> {
     /// Model id.
     pub model: String,
     /// The conversation.
-    pub messages: Vec<RequestMessage>,
+    pub messages: Vec<RequestMessage<'a>>,
     /// Tools offered to the model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
@@ -54,17 +55,17 @@ pub struct StreamOptions {
 
 /// One message of a request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestMessage {
+pub struct RequestMessage<'a> {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: &'static str,
     /// Text; `null` for an assistant turn made only of tool calls.
-    pub content: Option<String>,
+    pub content: Option<&'a str>,
     /// Tool calls of an assistant message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// For a tool result: the call it answers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
+    pub tool_call_id: Option<&'a str>,
 }
 
 /// A tool call in a request or a complete response.

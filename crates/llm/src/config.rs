@@ -133,7 +133,8 @@ pub struct ProviderSettings {
     /// Limit on connecting (default 10 s).
     #[serde(default, with = "duration_opt")]
     pub connect_timeout: Option<Duration>,
-    /// Retries of transient failures (default 3; 0 disables).
+    /// Retries of transient failures (default 3; 0 disables). A rate-limited call (429) is
+    /// retried beyond this while its waits stay within two minutes.
     #[serde(default)]
     pub max_retries: Option<u32>,
     /// Stream answers (default) or ask for one JSON response per call.

@@ -8,9 +8,17 @@
 //! saying the answer restarted is delivered, then the new answer whole. The final response is
 //! always the new one. A `Retry-After` the server sent is honoured; each retry is announced
 //! with [`StreamEvent::Retry`] before the wait, so the agent loop can report it.
+//!
+//! A rate limit (429) is treated as what it is — the provider asking for patience, not a
+//! fault: a refused call is retried beyond `max_retries` for as long as its waits add up to
+//! no more than [`RetryPolicy::max_rate_limit_wait`], and while a model is rate limited the
+//! provider holds every new call to it until the wait is over instead of sending it to be
+//! refused too (a batch of sub-calls meeting a per-minute limit drains at the provider's rate
+//! instead of failing after three tries).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -31,6 +39,9 @@ pub struct RetryPolicy {
     pub jitter: f64,
     /// A `Retry-After` longer than this is not waited for: the error is returned at once.
     pub max_retry_after: Duration,
+    /// How long in all one call may wait on rate limits (429) before it gives up; until then a
+    /// rate-limited call is retried whatever `max_retries` says (0 still disables retrying).
+    pub max_rate_limit_wait: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -41,6 +52,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(30),
             jitter: 0.5,
             max_retry_after: Duration::from_secs(120),
+            max_rate_limit_wait: Duration::from_secs(120),
         }
     }
 }
@@ -54,9 +66,29 @@ impl RetryPolicy {
     /// The wait before retry number `attempt` (1-based) after `error`, or `None` if the error
     /// must not be retried (not retryable, attempts used up, or `Retry-After` too long).
     pub fn delay_for(&self, attempt: u32, error: &ProviderError) -> Option<Duration> {
-        if attempt > self.max_retries || !error.is_retryable() {
+        self.delay_after(attempt, Duration::ZERO, error)
+    }
+
+    /// As [`Self::delay_for`], for a call that has already waited `waited` on rate limits: a
+    /// rate-limited call is retried past `max_retries` while its waits stay within
+    /// `max_rate_limit_wait`.
+    pub fn delay_after(&self, attempt: u32, waited: Duration, error: &ProviderError) -> Option<Duration> {
+        if self.max_retries == 0 || !error.is_retryable() {
             return None;
         }
+        let limited = is_rate_limit(error);
+        if attempt > self.max_retries && !limited {
+            return None;
+        }
+        let wait = self.wait_for(attempt, error)?;
+        if limited && attempt > self.max_retries && waited.saturating_add(wait) > self.max_rate_limit_wait {
+            return None;
+        }
+        Some(wait)
+    }
+
+    /// The server's `Retry-After` (if not beyond `max_retry_after`), else the backoff.
+    fn wait_for(&self, attempt: u32, error: &ProviderError) -> Option<Duration> {
         if let ProviderError::Http { retry_after_secs: Some(secs), .. } = error {
             let wait = Duration::try_from_secs_f64(*secs).ok()?;
             return (wait <= self.max_retry_after).then_some(wait);
@@ -72,17 +104,54 @@ impl RetryPolicy {
     }
 }
 
+/// Whether the provider refused the call for its rate limit.
+fn is_rate_limit(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::Http { status: 429, .. })
+}
+
+/// Until when each model is rate limited: shared by every call through one provider (and its
+/// clones), so that a call does not go out while the provider has asked for a wait.
+#[derive(Default)]
+struct Throttle {
+    until: Mutex<HashMap<String, Instant>>,
+}
+
+impl Throttle {
+    /// Holds the model's calls for `wait` from now (a longer hold already set stays).
+    fn hold(&self, model: &str, wait: Duration) {
+        let Ok(mut until) = self.until.lock() else { return };
+        let end = Instant::now() + wait;
+        let slot = until.entry(model.to_string()).or_insert(end);
+        *slot = (*slot).max(end);
+    }
+
+    /// Waits until the model is not held.
+    async fn pass(&self, model: &str) {
+        loop {
+            let end = match self.until.lock() {
+                Ok(until) => until.get(model).copied(),
+                Err(_) => None,
+            };
+            match end {
+                Some(end) if end > Instant::now() => tokio::time::sleep_until(end.into()).await,
+                _ => return,
+            }
+        }
+    }
+}
+
 /// A provider that retries another one according to a [`RetryPolicy`].
 #[derive(Clone)]
 pub struct RetryProvider {
     inner: Arc<dyn ChatProvider>,
     policy: RetryPolicy,
+    throttle: Arc<Throttle>,
 }
 
 impl RetryProvider {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ChatProvider>, policy: RetryPolicy) -> Self {
-        Self { inner, policy }
+        Self { inner, policy, throttle: Arc::default() }
     }
 
     /// The policy.
@@ -94,10 +163,13 @@ impl RetryProvider {
 struct State {
     inner: Arc<dyn ChatProvider>,
     policy: RetryPolicy,
+    throttle: Arc<Throttle>,
     request: ChatRequest,
     current: Option<ChatStream>,
     /// Retries announced so far.
     retries: u32,
+    /// Time spent waiting on rate limits so far.
+    limited_for: Duration,
     /// Wait before the next attempt.
     wait: Option<Duration>,
     /// The text delivered to the caller so far.
@@ -115,9 +187,13 @@ impl State {
     fn on_error(&mut self, error: ProviderError) -> Result<StreamEvent, ProviderError> {
         self.current = None;
         let next = self.retries + 1;
-        match self.policy.delay_for(next, &error) {
+        match self.policy.delay_after(next, self.limited_for, &error) {
             Some(delay) => {
                 self.retries = next;
+                if is_rate_limit(&error) {
+                    self.limited_for += delay;
+                    self.throttle.hold(&self.request.options.model, delay);
+                }
                 self.wait = Some(delay);
                 if !self.shown.is_empty() {
                     self.replay = Some(String::new());
@@ -168,9 +244,11 @@ impl ChatProvider for RetryProvider {
         let state = State {
             inner: self.inner.clone(),
             policy: self.policy.clone(),
+            throttle: self.throttle.clone(),
             request,
             current: None,
             retries: 0,
+            limited_for: Duration::ZERO,
             wait: None,
             shown: String::new(),
             replay: None,
@@ -185,6 +263,7 @@ impl ChatProvider for RetryProvider {
                     tokio::time::sleep(wait).await;
                 }
                 let Some(current) = st.current.as_mut() else {
+                    st.throttle.pass(&st.request.options.model).await;
                     match st.inner.stream(st.request.clone()).await {
                         Ok(s) => st.current = Some(s),
                         Err(e) => {
@@ -263,6 +342,17 @@ mod tests {
         for status in [408, 429, 500, 502, 503, 529] {
             assert!(p.delay_for(1, &http(status, None)).is_some(), "{status}");
         }
+    }
+
+    #[test]
+    fn rate_limits_are_retried_past_the_count_until_the_wait_budget_is_spent() {
+        let p = RetryPolicy { max_retries: 2, max_rate_limit_wait: Duration::from_secs(10), ..policy() };
+        let limited = http(429, Some(1.0));
+        assert_eq!(p.delay_after(7, Duration::from_secs(8), &limited), Some(Duration::from_secs(1)));
+        assert_eq!(p.delay_after(7, Duration::from_millis(9500), &limited), None);
+        assert_eq!(p.delay_after(3, Duration::ZERO, &http(503, None)), None, "other errors keep the count");
+        let off = RetryPolicy { max_retries: 0, ..p };
+        assert_eq!(off.delay_after(1, Duration::ZERO, &limited), None, "0 retries is no retrying");
     }
 
     #[test]

@@ -241,3 +241,82 @@ async fn the_agent_loop_reports_each_retry_as_an_event() {
     assert_eq!(retries[0].0, 1);
     assert!(retries[0].1.contains("502") && retries[0].1.contains("Bad Gateway"), "{}", retries[0].1);
 }
+
+/// A provider's per-minute limit, scaled down: a bucket of `capacity` requests refilled at
+/// `rate` per second; a request beyond it gets 429 with the `Retry-After` until one token.
+struct Bucket {
+    capacity: f64,
+    rate: f64,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl wiremock::Respond for Bucket {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        let mut state = self.state.lock().unwrap();
+        let now = std::time::Instant::now();
+        let tokens = (state.0 + (now - state.1).as_secs_f64() * self.rate).min(self.capacity);
+        if tokens >= 1.0 {
+            *state = (tokens - 1.0, now);
+            return completion("ok");
+        }
+        *state = (tokens, now);
+        ResponseTemplate::new(429)
+            .insert_header("retry-after-ms", format!("{:.0}", (1.0 - tokens) / self.rate * 1000.0))
+            .set_body_json(json!({"error": {"message": "Rate limit reached for requests", "type": "requests"}}))
+    }
+}
+
+#[tokio::test]
+async fn a_batch_beyond_a_rate_limit_drains_at_the_providers_rate_instead_of_failing() {
+    let server = MockServer::start().await;
+    let bucket = Bucket { capacity: 5.0, rate: 50.0, state: std::sync::Mutex::new((5.0, std::time::Instant::now())) };
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(bucket).mount(&server).await;
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
+    let calls = (0..20).map(|_| {
+        let p = provider.clone();
+        async move { collect(p.stream(request()).await.unwrap()).await }
+    });
+    let got = futures::future::join_all(calls).await;
+    let failed = got.iter().filter(|g| g.response.is_none()).count();
+    assert_eq!(failed, 0, "calls failed under the rate limit");
+    assert!(got.iter().map(|g| g.retries.len()).max().unwrap() > 3, "the limit was met beyond three retries");
+}
+
+/// Refuses every request for `hold` after the first one, with that wait as `Retry-After`.
+struct ClosedAfterFirst {
+    hold: Duration,
+    first: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl wiremock::Respond for ClosedAfterFirst {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        let mut first = self.first.lock().unwrap();
+        let started = *first.get_or_insert_with(std::time::Instant::now);
+        let left = self.hold.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return completion("ok");
+        }
+        ResponseTemplate::new(429).insert_header("retry-after-ms", left.as_millis().to_string())
+    }
+}
+
+#[tokio::test]
+async fn a_call_started_while_the_model_is_rate_limited_waits_instead_of_being_refused() {
+    let server = MockServer::start().await;
+    let limited = ClosedAfterFirst { hold: Duration::from_millis(400), first: std::sync::Mutex::new(None) };
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(limited).mount(&server).await;
+    let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
+    let first = tokio::spawn({
+        let p = provider.clone();
+        async move { collect(p.stream(request()).await.unwrap()).await }
+    });
+    while server.received_requests().await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = collect(provider.stream(request()).await.unwrap()).await;
+    assert_eq!(second.response.unwrap().message.content, "ok");
+    assert!(second.retries.is_empty(), "the second call was sent into the limit: {:?}", second.retries);
+    assert_eq!(first.await.unwrap().retries.len(), 1);
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}

@@ -180,6 +180,18 @@ pub enum StoreError {
     /// The store's address is not understood.
     #[error("checkpoint store: {0}")]
     Address(String),
+    /// A runner's lease on a thread ran out (it stalled) and another runner took the thread
+    /// over: this runner may no longer write to it.
+    #[error(
+        "thread `{thread}` was taken over by another runner ({holder}) after this one's lease ran out; this runner \
+         stopped without writing"
+    )]
+    LeaseLost {
+        /// The thread.
+        thread: String,
+        /// Who holds it now.
+        holder: String,
+    },
 }
 
 impl From<serde_json::Error> for StoreError {

@@ -2,11 +2,19 @@
 //! [`Checkpointer::take_lease`]), renewed while the run goes and given up at its end. A second
 //! runner is refused (or waits); a lease whose holder died expires, and the next runner takes
 //! it over and resumes from the last checkpoint.
+//!
+//! A holder that only stalled (a paused process, a machine asleep) past its lease may wake up
+//! after another runner took the thread over. Its writes are fenced: the holder writes through
+//! [`Lease::store`], which renews the lease in the same store before every write and refuses
+//! the write ([`StoreError::LeaseLost`]) when another runner holds it — so a stale runner
+//! stops at its next checkpoint instead of writing over its successor's work.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::{Checkpointer, StoreError};
+use async_trait::async_trait;
+
+use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo};
 
 /// How long a lease lasts without renewal (a crashed holder blocks the thread this long).
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
@@ -39,6 +47,7 @@ pub struct Lease {
     store: Arc<dyn Checkpointer>,
     thread: String,
     holder: String,
+    ttl: Duration,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -74,7 +83,18 @@ impl Lease {
                 }
             })
         };
-        Ok(Lease { store, thread: thread.into(), holder, heartbeat })
+        Ok(Lease { store, thread: thread.into(), holder, ttl, heartbeat })
+    }
+
+    /// The store as this holder must write to it: every write renews the lease first and is
+    /// refused when another runner holds it (see the module docs). Reads go straight through.
+    pub fn store(&self) -> Arc<dyn Checkpointer> {
+        Arc::new(Fenced {
+            store: self.store.clone(),
+            thread: self.thread.clone(),
+            holder: self.holder.clone(),
+            ttl: self.ttl,
+        })
     }
 
     /// Gives the lease up.
@@ -90,9 +110,95 @@ impl Drop for Lease {
     }
 }
 
+/// A store whose writes are fenced by a lease (see [`Lease::store`]).
+struct Fenced {
+    store: Arc<dyn Checkpointer>,
+    thread: String,
+    holder: String,
+    ttl: Duration,
+}
+
+impl Fenced {
+    /// Renews the lease, or says who took it over. Renewed for a whole lease, the holder keeps
+    /// it through the write that follows.
+    async fn hold(&self) -> Result<(), StoreError> {
+        match self.store.take_lease(&self.thread, &self.holder, self.ttl).await? {
+            None => Ok(()),
+            Some(holder) => Err(StoreError::LeaseLost { thread: self.thread.clone(), holder }),
+        }
+    }
+}
+
+#[async_trait]
+impl Checkpointer for Fenced {
+    async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
+        self.hold().await?;
+        self.store.put_thread(info).await
+    }
+
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadInfo>, StoreError> {
+        self.store.thread(thread).await
+    }
+
+    async fn threads(&self) -> Result<Vec<Listed>, StoreError> {
+        self.store.threads().await
+    }
+
+    async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+        self.hold().await?;
+        self.store.put(checkpoint).await
+    }
+
+    async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
+        self.hold().await?;
+        self.store.put_write(thread, checkpoint, write).await
+    }
+
+    async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
+        self.store.writes(thread, checkpoint).await
+    }
+
+    async fn latest(&self, thread: &str, ns: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.store.latest(thread, ns).await
+    }
+
+    async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.store.get(thread, id).await
+    }
+
+    async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        self.store.list(thread, ns).await
+    }
+
+    async fn take_lease(&self, thread: &str, holder: &str, ttl: Duration) -> Result<Option<String>, StoreError> {
+        self.store.take_lease(thread, holder, ttl).await
+    }
+
+    async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
+        self.store.release_lease(thread, holder).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_stalled_holder_cannot_write_after_another_runner_took_the_thread_over() {
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
+        let stale = Lease::take_for(store.clone(), "t", false, Duration::from_millis(150)).await.unwrap();
+        let stale_store = stale.store();
+        // The holder stalls: no heartbeat, and its lease runs out.
+        stale.heartbeat.abort();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let successor = Lease::take(store.clone(), "t", false).await.unwrap();
+        let checkpoint = crate::checkpoint::contract::checkpoint("t", "", 0, None);
+        let refused = stale_store.put(&checkpoint).await.err().unwrap();
+        assert!(matches!(refused, StoreError::LeaseLost { .. }), "{refused}");
+        assert!(store.latest("t", "").await.unwrap().is_none(), "nothing was written");
+        successor.store().put(&checkpoint).await.unwrap();
+        assert!(store.latest("t", "").await.unwrap().is_some());
+    }
 
     #[tokio::test]
     async fn a_second_runner_is_refused_until_the_first_releases() {

@@ -408,7 +408,7 @@ impl GraphJobs {
         let outcome = match self.start(job).await {
             Ok(start) => {
                 let scope = (self.scope)(job).with_cancel(cancel.clone());
-                graph.run(start, &Thread::new(self.store.clone(), job.target.clone()), &scope).await
+                graph.run(start, &Thread::new(lease.store(), job.target.clone()), &scope).await
             }
             Err(e) => Err(GraphError::Store(e)),
         };

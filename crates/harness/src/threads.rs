@@ -98,13 +98,13 @@ impl Harness {
             if let Some(old) = store.thread(&run.thread).await? {
                 info.created_at = old.created_at;
             }
-            if let Err(e) = store.put_thread(&info).await {
+            if let Err(e) = lease.store().put_thread(&info).await {
                 lease.release().await;
                 return Err(e.into());
             }
         }
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
-        let outcome = graph.run(run.start, &Thread::new(store, &run.thread), scope).await;
+        let outcome = graph.run(run.start, &Thread::new(lease.store(), &run.thread), scope).await;
         lease.release().await;
         let (finish_reason, error) = match &outcome {
             Ok(o) => (o.finish.finish_reason(), None),

@@ -84,6 +84,8 @@ pub struct Job {
     pub attempt: i32,
     /// How many attempts it may use.
     pub max_attempts: i32,
+    /// The worker that claimed it for this attempt.
+    pub worker: String,
 }
 
 /// A job as listed.
@@ -267,6 +269,7 @@ impl JobQueue {
             payload: serde_json::from_str(&payload)?,
             attempt: row.try_get(4).map_err(pg)?,
             max_attempts: row.try_get(5).map_err(pg)?,
+            worker: worker.to_string(),
         }))
     }
 
@@ -280,6 +283,17 @@ impl JobQueue {
         ))
         .await?;
         rows.iter().map(|r| r.try_get(0).map_err(pg)).collect()
+    }
+
+    /// Whether `worker` still holds job `id` (it is running it and its lease was not taken back):
+    /// the fence a worker's writes for the job check first.
+    pub async fn holds(&self, id: i64, worker: &str) -> Result<bool, StoreError> {
+        let row = timed(self.client.query_opt(
+            "SELECT 1 FROM recursive_jobs WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
+            &[&id, &worker],
+        ))
+        .await?;
+        Ok(row.is_some())
     }
 
     /// Marks a job `worker` holds done, with how its run ended; `false` when it no longer holds it.

@@ -123,6 +123,24 @@ impl RunJobs {
         Ok(record)
     }
 
+    /// The fence of an attempt's writes: the worker still holds the job (a worker that stalled
+    /// past its lease and was taken over must not write the run its successor now writes).
+    fn fence(&self, job: &Job) -> crate::store::Fence {
+        let (queue, id, worker) = (self.queue.clone(), job.id, job.worker.clone());
+        Arc::new(move || {
+            let (queue, worker) = (queue.clone(), worker.clone());
+            Box::pin(async move {
+                match queue.holds(id, &worker).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err("the run was taken over by another worker after this one's lease ran out; this \
+                                      worker stopped without writing"
+                        .to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+        })
+    }
+
     /// Whether a client cancelled the job (rather than a drain or a lost lease).
     async fn cancelled_by_client(&self, job: &Job) -> bool {
         matches!(self.queue.job(job.id).await, Ok(Some(row)) if row.error.as_deref() == Some(CANCELLED))
@@ -165,7 +183,7 @@ impl RunJobs {
             Ok(r) => r,
             Err(e) => return Attempt::Failed { error: format!("the run's request is unreadable: {e}"), retry: false },
         };
-        let store = Arc::new(RunStore::new(self.archive.clone(), Default::default()));
+        let store = Arc::new(RunStore::new(self.archive.clone(), Default::default()).fenced(self.fence(job)));
         let record = match self.record(&store, job, cancel.clone()).await {
             Ok(record) => record,
             Err(attempt) => return attempt,

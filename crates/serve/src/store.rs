@@ -57,7 +57,13 @@ pub struct RunStore {
     /// finished must not write over the one that wrote it finished), and no flush in progress
     /// writes back a run being deleted.
     writing: tokio::sync::Mutex<()>,
+    /// Checked before every write: whether this process may still write its runs (a worker's
+    /// hold on the job; see [`RunStore::fenced`]).
+    fence: Option<Fence>,
 }
+
+/// Whether the writer may still write, or why not.
+pub type Fence = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 impl Default for RunStore {
     fn default() -> Self {
@@ -79,7 +85,15 @@ impl RunStore {
             wake: Notify::new(),
             archiver: AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
+            fence: None,
         }
+    }
+
+    /// This store, writing only while `fence` allows it: a write it refuses is not made and
+    /// fails with the fence's reason (a worker whose job was taken over stops writing the run).
+    pub fn fenced(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Arc<RunRecord>, Written)>> {
@@ -266,6 +280,9 @@ impl RunStore {
         if writes.is_empty() {
             return Ok(());
         }
+        if let Some(fence) = &self.fence {
+            fence().await?;
+        }
         self.archive.save(&writes).await.map_err(stored)?;
         let mut released = 0;
         {
@@ -329,4 +346,30 @@ fn archived_of(view: &RunView, created_ms: i64) -> Result<ArchivedRun, String> {
         created_ms,
         body: serde_json::to_string(view).map_err(|e| e.to_string())?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fenced_store_stops_writing_once_its_writer_lost_the_run() {
+        let archive = Arc::new(MemoryArchive::default());
+        let allowed = Arc::new(AtomicBool::new(true));
+        let gate = allowed.clone();
+        let fence: Fence = Arc::new(move || {
+            let open = gate.load(Ordering::SeqCst);
+            Box::pin(async move { if open { Ok(()) } else { Err("taken over".to_string()) } })
+        });
+        let store = Arc::new(RunStore::new(archive.clone(), Retention::default()).fenced(fence));
+        let record = store.create(RunKind::Run, "t".into());
+        record.note(&serde_json::json!({"type": "first"}));
+        store.flush().await.unwrap();
+        let kept = archive.next_event(&record.id).await.unwrap();
+        assert_eq!(kept, 1);
+        allowed.store(false, Ordering::SeqCst);
+        record.note(&serde_json::json!({"type": "second"}));
+        assert_eq!(store.flush().await.unwrap_err(), "taken over");
+        assert_eq!(archive.next_event(&record.id).await.unwrap(), kept, "nothing more was written");
+    }
 }

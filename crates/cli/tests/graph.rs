@@ -156,7 +156,7 @@ fn killed_run_resumes_without_rerunning_finished_nodes(store: &str, thread_prefi
     let before = server.request_count();
 
     hang.store(false, Ordering::SeqCst);
-    // The killed runner's lease expires before the resume may take the thread over.
+    // The killed runner is seen dead: its lease is taken over at once.
     let resumed = env
         .cmd()
         .env("OPENAI_API_KEY", "sk-test")

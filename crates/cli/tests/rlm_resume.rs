@@ -1,7 +1,8 @@
 //! Durable RLM runs: an RLM SIGKILLed while waiting for the reply of iteration 3 of 4 resumes
 //! with `rlm --resume RUN` at iteration 3 — a variable set in iteration 1 and a sub-call's
 //! answer from iteration 2 still in the REPL — and no earlier model call is made again (counted
-//! at a scripted OpenAI-compatible server on 127.0.0.1), on both backends.
+//! at a scripted OpenAI-compatible server on 127.0.0.1), on both backends; resuming it while it
+//! still runs is refused, and right after the kill it is not (its holder is seen dead).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -52,6 +53,12 @@ fn killed_after_two_iterations_then_resumed(backend: &[&str]) {
     };
     // Iteration 3's model call is in flight (the server never answers it): kill the run there.
     common::wait_for("the third primary call", Duration::from_secs(60), || server.request_count() >= 4);
+    // One runner per run: resuming it while it runs is refused.
+    let mut second = env.cmd();
+    second.env("OPENAI_API_KEY", "sk-test").args(["rlm", "--resume", &key]).args(backend).args(provider(&server));
+    let second = second.output().unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("is being run by another process"));
     child.kill().unwrap();
     child.wait().unwrap();
     let before = server.request_count();
@@ -149,7 +156,7 @@ fn an_rlm_node_of_a_graph_killed_mid_run_resumes_from_its_checkpoint() {
     let before = server.request_count();
 
     server.push(Reply::text(THIRD));
-    // The killed runner's lease on the thread expires first (--wait waits it out).
+    // The killed runner is seen dead: the thread's lease is taken over at once.
     let out = graph(&["resume", "--thread", "t1", "--wait"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let result = stdout_json(&out);

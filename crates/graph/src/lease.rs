@@ -3,6 +3,10 @@
 //! runner is refused (or waits); a lease whose holder died expires, and the next runner takes
 //! it over and resumes from the last checkpoint.
 //!
+//! A holder that died on this machine (SIGKILL, a crash) is seen at once: a holder names its
+//! process and where it runs (the boot and the PID namespace), and a runner in the same place
+//! whose holder's process is gone takes the lease over without waiting for it to expire.
+//!
 //! A holder that only stalled (a paused process, a machine asleep) past its lease may wake up
 //! after another runner took the thread over. Its writes are fenced: the holder writes through
 //! [`Lease::store`], which renews the lease in the same store before every write and refuses
@@ -66,10 +70,11 @@ impl Lease {
         wait: bool,
         ttl: Duration,
     ) -> Result<Lease, LeaseError> {
-        let holder = format!("pid {} ({})", std::process::id(), uuid::Uuid::now_v7());
+        let holder = format!("pid {} ({}){}", std::process::id(), uuid::Uuid::now_v7(), place().unwrap_or_default());
         loop {
             match store.take_lease(thread, &holder, ttl).await? {
                 None => break,
+                Some(other) if died_here(&other) => store.release_lease(thread, &other).await?,
                 Some(other) if !wait => return Err(LeaseError::Held { thread: thread.into(), holder: other }),
                 Some(_) => tokio::time::sleep(WAIT_POLL).await,
             }
@@ -107,6 +112,28 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.heartbeat.abort();
+    }
+}
+
+/// Where this process runs, as a holder's suffix: ` in BOOT/PIDNS` (the kernel's boot id and the
+/// PID namespace), so that a holder's PID means the same process to a reader in the same place.
+fn place() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let pidns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!(" in {}/{}", boot.trim(), pidns.display()))
+}
+
+/// Whether `holder` is a process of this place that is gone (or a zombie).
+fn died_here(holder: &str) -> bool {
+    let Some(here) = place() else { return false };
+    let Some(pid) = holder.strip_prefix("pid ").and_then(|rest| rest.split(' ').next()) else { return false };
+    if !holder.ends_with(&here) || pid.parse::<u32>().is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
     }
 }
 
@@ -182,6 +209,24 @@ impl Checkpointer for Fenced {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_holder_whose_process_died_here_is_taken_over_at_once() {
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let here = place().unwrap();
+        store.take_lease("t", &format!("pid {dead} (x){here}"), LEASE_TTL).await.unwrap();
+        let taken = tokio::time::timeout(Duration::from_secs(5), Lease::take(store.clone(), "t", false)).await;
+        assert!(taken.unwrap().is_ok(), "the dead holder's lease was taken over");
+        let alive = format!("pid {} (x){here}", std::process::id());
+        store.take_lease("u", &alive, LEASE_TTL).await.unwrap();
+        assert!(matches!(Lease::take(store.clone(), "u", false).await, Err(LeaseError::Held { .. })));
+        let elsewhere = format!("pid {dead} (x) in another-boot/pid:[1]");
+        store.take_lease("v", &elsewhere, LEASE_TTL).await.unwrap();
+        assert!(matches!(Lease::take(store, "v", false).await, Err(LeaseError::Held { .. })), "not ours to judge");
+    }
 
     #[tokio::test]
     async fn a_stalled_holder_cannot_write_after_another_runner_took_the_thread_over() {

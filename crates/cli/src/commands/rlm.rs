@@ -155,7 +155,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     let budget = args.budget.limits(&harness.provider)?;
     let durable = opening.await??;
     let (question, input_specs) = match &durable {
-        Some((_, Some(meta))) => resumed_invocation(&args, meta)?,
+        Some((_, Some(meta), _)) => resumed_invocation(&args, meta)?,
         _ => (args.question.clone().unwrap_or_default(), args.inputs.clone()),
     };
     let inputs = load_inputs(&input_specs)?;
@@ -188,6 +188,10 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     };
+    let (durable, lease) = match durable {
+        Some((store, meta, lease)) => (Some((store, meta)), Some(lease)),
+        None => (None, None),
+    };
     let rlm = match durable {
         Some((store, _)) => {
             let (key, shown) = (store.slot.name(), store.meta["store"].as_str().unwrap_or_default().to_string());
@@ -200,6 +204,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let run_key = rlm.durable_key();
     let ran = rlm.run(&question, inputs, &scope).await;
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
     if let Some(m) = mcp {
         m.shutdown().await;
     }
@@ -261,7 +268,11 @@ struct DurableArgs {
     resume: Option<String>,
 }
 
-async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<(recursive_rlm::Durable, Option<serde_json::Value>)>> {
+/// The durable run, the invocation recorded with a resumed one, and the lease this process holds
+/// on the run (one runner per run: a second `--resume` of a run in progress is refused).
+type DurableRun = (recursive_rlm::Durable, Option<serde_json::Value>, recursive_graph::Lease);
+
+async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
     if args.off {
         return Ok(None);
     }
@@ -275,7 +286,17 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<(recursive_rlm:
         Some(key) => key.clone(),
         None => format!("rlm-{}", recursive_core::run::new_run_id()),
     };
-    let slot = recursive_graph::StoreSlot::standalone(checkpointer, &key, "rlm");
+    let lease = match recursive_graph::Lease::take(checkpointer, &key, false).await {
+        Ok(lease) => lease,
+        Err(recursive_graph::LeaseError::Held { holder, .. }) => {
+            return Err(ConfigError(format!(
+                "run `{key}` is being run by another process ({holder}); wait for it to end"
+            ))
+            .into());
+        }
+        Err(e) => return Err(anyhow::anyhow!("{e}")),
+    };
+    let slot = recursive_graph::StoreSlot::standalone(lease.store(), &key, "rlm");
     let durable =
         recursive_rlm::Durable { slot: std::sync::Arc::new(slot), meta: json!({"store": shown}), strict: true };
     let meta = match &args.resume {
@@ -289,7 +310,7 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<(recursive_rlm:
         }
         None => None,
     };
-    Ok(Some((durable, meta)))
+    Ok(Some((durable, meta, lease)))
 }
 
 /// How a run was started, kept with its checkpoints: the question and the inputs (as absolute

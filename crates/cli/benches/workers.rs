@@ -137,7 +137,7 @@ async fn overhead(admin: &str, n: usize) -> (f64, f64, f64) {
     for i in 0..n {
         let thread = format!("leased-{i}");
         let lease = Lease::take_for(store.clone(), &thread, false, ttl).await.unwrap();
-        graph.run(input(), &Thread::new(store.clone(), thread), &scope).await.unwrap();
+        graph.run(input(), &Thread::new(lease.store(), thread), &scope).await.unwrap();
         lease.release().await;
     }
     let leased = t.elapsed().as_secs_f64() * 1e3 / n as f64;
@@ -155,7 +155,7 @@ async fn overhead(admin: &str, n: usize) -> (f64, f64, f64) {
     let t = Instant::now();
     while let Some(job) = queue.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "bench", ttl).await.unwrap() {
         let lease = Lease::take_for(store.clone(), &job.target, false, ttl).await.unwrap();
-        graph.run(input(), &Thread::new(store.clone(), job.target.clone()), &scope).await.unwrap();
+        graph.run(input(), &Thread::new(lease.store(), job.target.clone()), &scope).await.unwrap();
         lease.release().await;
         assert!(queue.complete(job.id, "bench", "done").await.unwrap());
     }

@@ -11,7 +11,9 @@
 //! after another runner took the thread over. Its writes are fenced: the holder writes through
 //! [`Lease::store`], which renews the lease in the same store before every write and refuses
 //! the write ([`StoreError::LeaseLost`]) when another runner holds it — so a stale runner
-//! stops at its next checkpoint instead of writing over its successor's work.
+//! stops at its next checkpoint instead of writing over its successor's work. The renewal and
+//! the write are two statements: a holder stopped between them for longer than a whole lease
+//! could still make that one write (a window of one statement, against the whole stall before).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,13 +48,15 @@ pub enum LeaseError {
     Store(#[from] StoreError),
 }
 
-/// A lease held on a thread, renewed in the background until released or dropped.
+/// A lease held on a thread, renewed in the background until released or dropped. A lease
+/// dropped without [`Lease::release`] (an early error) is given up on a task of its own.
 pub struct Lease {
     store: Arc<dyn Checkpointer>,
     thread: String,
     holder: String,
     ttl: Duration,
     heartbeat: tokio::task::JoinHandle<()>,
+    released: bool,
 }
 
 impl Lease {
@@ -88,7 +92,7 @@ impl Lease {
                 }
             })
         };
-        Ok(Lease { store, thread: thread.into(), holder, ttl, heartbeat })
+        Ok(Lease { store, thread: thread.into(), holder, ttl, heartbeat, released: false })
     }
 
     /// The store as this holder must write to it: every write renews the lease first and is
@@ -103,15 +107,25 @@ impl Lease {
     }
 
     /// Gives the lease up.
-    pub async fn release(self) {
+    pub async fn release(mut self) {
         self.heartbeat.abort();
         let _ = self.store.release_lease(&self.thread, &self.holder).await;
+        self.released = true;
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         self.heartbeat.abort();
+        if self.released {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (store, thread, holder) = (self.store.clone(), self.thread.clone(), self.holder.clone());
+            runtime.spawn(async move {
+                let _ = store.release_lease(&thread, &holder).await;
+            });
+        }
     }
 }
 
@@ -123,17 +137,18 @@ fn place() -> Option<String> {
     Some(format!(" in {}/{}", boot.trim(), pidns.display()))
 }
 
-/// Whether `holder` is a process of this place that is gone (or a zombie).
+/// Whether `holder` is a process of this place that is gone (or a zombie). Only a process the
+/// kernel says does not exist counts: one this user may not see or signal is alive.
 fn died_here(holder: &str) -> bool {
     let Some(here) = place() else { return false };
     let Some(pid) = holder.strip_prefix("pid ").and_then(|rest| rest.split(' ').next()) else { return false };
-    if !holder.ends_with(&here) || pid.parse::<u32>().is_err() {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
-        Err(_) => true,
+    let Some(pid) = pid.parse::<i32>().ok().filter(|p| *p > 0 && holder.ends_with(&here)) else { return false };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Err(nix::errno::Errno::ESRCH) => true,
+        Err(_) => false,
+        // It exists: dead all the same if it is a zombie (the state follows the command name).
+        Ok(()) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'))),
     }
 }
 
@@ -229,12 +244,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lease_dropped_on_an_early_error_is_given_up() {
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
+        drop(Lease::take(store.clone(), "t", false).await.unwrap());
+        let again = tokio::time::timeout(Duration::from_secs(5), Lease::take(store, "t", true)).await;
+        assert!(again.unwrap().is_ok());
+    }
+
+    #[tokio::test]
     async fn a_stalled_holder_cannot_write_after_another_runner_took_the_thread_over() {
         let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
         let stale = Lease::take_for(store.clone(), "t", false, Duration::from_millis(150)).await.unwrap();
         let stale_store = stale.store();
         // The holder stalls: no heartbeat, and its lease runs out.
         stale.heartbeat.abort();
+        let _stalled = std::mem::ManuallyDrop::new(stale);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let successor = Lease::take(store.clone(), "t", false).await.unwrap();
         let checkpoint = crate::checkpoint::contract::checkpoint("t", "", 0, None);

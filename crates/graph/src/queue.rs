@@ -285,12 +285,13 @@ impl JobQueue {
         rows.iter().map(|r| r.try_get(0).map_err(pg)).collect()
     }
 
-    /// Whether `worker` still holds job `id` (it is running it and its lease was not taken back):
-    /// the fence a worker's writes for the job check first.
-    pub async fn holds(&self, id: i64, worker: &str) -> Result<bool, StoreError> {
+    /// Whether `worker` still holds job `id` for its attempt `attempt` (it is running it and its
+    /// lease was not taken back — nor the job claimed again, even by the same worker): the fence
+    /// a worker's writes for the job check first.
+    pub async fn holds(&self, id: i64, worker: &str, attempt: i32) -> Result<bool, StoreError> {
         let row = timed(self.client.query_opt(
-            "SELECT 1 FROM recursive_jobs WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
-            &[&id, &worker],
+            "SELECT 1 FROM recursive_jobs WHERE id = $1 AND claimed_by = $2 AND attempts = $3 AND status = 'running'",
+            &[&id, &worker, &attempt],
         ))
         .await?;
         Ok(row.is_some())

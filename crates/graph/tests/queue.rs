@@ -109,8 +109,9 @@ async fn a_job_whose_claimer_stopped_heartbeating_is_put_back_and_the_late_claim
     assert_eq!((reaped.len(), reaped[0].id, reaped[0].status.as_str()), (1, id, "queued"));
     let taken = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "alive", TTL).await.unwrap().unwrap();
     assert_eq!((taken.id, taken.attempt, taken.worker.as_str()), (id, 2, "alive"));
-    assert!(!q.holds(id, "dead").await.unwrap(), "the fence refuses the late claimer's writes");
-    assert!(q.holds(id, "alive").await.unwrap());
+    assert!(!q.holds(id, "dead", 1).await.unwrap(), "the fence refuses the late claimer's writes");
+    assert!(q.holds(id, "alive", 2).await.unwrap());
+    assert!(!q.holds(id, "alive", 1).await.unwrap(), "nor an earlier attempt of the same worker");
     assert!(!q.complete(id, "dead", "done").await.unwrap(), "the dead claimer lost it");
     assert!(q.heartbeat("dead", TTL).await.unwrap().is_empty());
     assert_eq!(q.heartbeat("alive", TTL).await.unwrap(), [id]);

@@ -9,8 +9,8 @@
 //! always the new one. A `Retry-After` the server sent is honoured; each retry is announced
 //! with [`StreamEvent::Retry`] before the wait, so the agent loop can report it.
 //!
-//! A rate limit (429) is treated as what it is — the provider asking for patience, not a
-//! fault: a refused call is retried beyond `max_retries` for as long as its waits add up to
+//! A rate limit (429) with a `Retry-After` is treated as what it is — the provider asking for
+//! patience, not a fault: a refused call is retried beyond `max_retries` for as long as its waits add up to
 //! no more than [`RetryPolicy::max_rate_limit_wait`], and while a model is rate limited the
 //! provider holds every new call to it until the wait is over instead of sending it to be
 //! refused too (a batch of sub-calls meeting a per-minute limit drains at the provider's rate
@@ -76,7 +76,9 @@ impl RetryPolicy {
         if self.max_retries == 0 || !error.is_retryable() {
             return None;
         }
-        let limited = is_rate_limit(error);
+        // Only a rate limit that says how long to wait is waited out past `max_retries`: a 429
+        // without `Retry-After` may be for good (a spent quota) and keeps the count.
+        let limited = is_rate_limit(error) && matches!(error, ProviderError::Http { retry_after_secs: Some(_), .. });
         if attempt > self.max_retries && !limited {
             return None;
         }
@@ -164,6 +166,8 @@ struct State {
     inner: Arc<dyn ChatProvider>,
     policy: RetryPolicy,
     throttle: Arc<Throttle>,
+    /// The model the throttle holds calls of (the provider's default for an unnamed model).
+    model: String,
     request: ChatRequest,
     current: Option<ChatStream>,
     /// Retries announced so far.
@@ -192,7 +196,7 @@ impl State {
                 self.retries = next;
                 if is_rate_limit(&error) {
                     self.limited_for += delay;
-                    self.throttle.hold(&self.request.options.model, delay);
+                    self.throttle.hold(&self.model, delay);
                 }
                 self.wait = Some(delay);
                 if !self.shown.is_empty() {
@@ -245,6 +249,10 @@ impl ChatProvider for RetryProvider {
             inner: self.inner.clone(),
             policy: self.policy.clone(),
             throttle: self.throttle.clone(),
+            model: match request.options.model.as_str() {
+                "" => self.inner.default_model().to_string(),
+                named => named.to_string(),
+            },
             request,
             current: None,
             retries: 0,
@@ -263,7 +271,7 @@ impl ChatProvider for RetryProvider {
                     tokio::time::sleep(wait).await;
                 }
                 let Some(current) = st.current.as_mut() else {
-                    st.throttle.pass(&st.request.options.model).await;
+                    st.throttle.pass(&st.model).await;
                     match st.inner.stream(st.request.clone()).await {
                         Ok(s) => st.current = Some(s),
                         Err(e) => {
@@ -349,6 +357,7 @@ mod tests {
         let p = RetryPolicy { max_retries: 2, max_rate_limit_wait: Duration::from_secs(10), ..policy() };
         let limited = http(429, Some(1.0));
         assert_eq!(p.delay_after(7, Duration::from_secs(8), &limited), Some(Duration::from_secs(1)));
+        assert_eq!(p.delay_after(3, Duration::ZERO, &http(429, None)), None, "a 429 without a wait keeps the count");
         assert_eq!(p.delay_after(7, Duration::from_millis(9500), &limited), None);
         assert_eq!(p.delay_after(3, Duration::ZERO, &http(503, None)), None, "other errors keep the count");
         let off = RetryPolicy { max_retries: 0, ..p };

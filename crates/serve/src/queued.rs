@@ -126,11 +126,11 @@ impl RunJobs {
     /// The fence of an attempt's writes: the worker still holds the job (a worker that stalled
     /// past its lease and was taken over must not write the run its successor now writes).
     fn fence(&self, job: &Job) -> crate::store::Fence {
-        let (queue, id, worker) = (self.queue.clone(), job.id, job.worker.clone());
+        let (queue, id, worker, attempt) = (self.queue.clone(), job.id, job.worker.clone(), job.attempt);
         Arc::new(move || {
             let (queue, worker) = (queue.clone(), worker.clone());
             Box::pin(async move {
-                match queue.holds(id, &worker).await {
+                match queue.holds(id, &worker, attempt).await {
                     Ok(true) => Ok(()),
                     Ok(false) => Err("the run was taken over by another worker after this one's lease ran out; this \
                                       worker stopped without writing"

@@ -242,6 +242,9 @@ pub trait Checkpointer: Send + Sync {
     async fn get(&self, thread: &str, id: &str) -> Result<Option<Checkpoint>, StoreError>;
     /// A namespace's checkpoints, newest first.
     async fn list(&self, thread: &str, ns: &str) -> Result<Vec<Checkpoint>, StoreError>;
+    /// Deletes a namespace's checkpoints stored before `keep` (a run's slot needs only its
+    /// latest; a graph's own namespaces keep their history for time travel).
+    async fn prune(&self, thread: &str, ns: &str, keep: &str) -> Result<(), StoreError>;
     /// Takes (or renews) the lease on running `thread` for `holder` for `ttl`: `None` when
     /// `holder` has it now, or the other holder whose lease has not expired. One atomic step
     /// in the store, so two runners never both get it.
@@ -300,6 +303,17 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         self.with(|m| m.checkpoints.push(checkpoint.clone()))
+    }
+
+    async fn prune(&self, thread: &str, ns: &str, keep: &str) -> Result<(), StoreError> {
+        self.with(|m| {
+            let Some(at) = m.checkpoints.iter().position(|c| c.id == keep) else { return };
+            let mut index = 0;
+            m.checkpoints.retain(|c| {
+                index += 1;
+                index > at || c.thread != thread || c.ns != ns
+            });
+        })
     }
 
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
@@ -437,6 +451,13 @@ pub(crate) mod contract {
         writes.sort_by(|x, y| x.node.cmp(&y.node));
         assert_eq!(writes, [w("a", 3), w("b", 2)]);
         assert!(store.writes(thread, &c0.id).await.unwrap().is_empty());
+
+        let c2 = checkpoint(thread, "", 2, Some(&c1.id));
+        store.put(&c2).await.unwrap();
+        store.prune(thread, "", &c1.id).await.unwrap();
+        let ids: Vec<_> = store.list(thread, "").await.unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, [c2.id.clone(), c1.id.clone()], "only what came before `keep` goes");
+        assert_eq!(store.latest(thread, "inner:1").await.unwrap().unwrap(), sub, "other namespaces stay");
         holds_leases(store, thread).await;
     }
 

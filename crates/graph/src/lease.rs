@@ -196,6 +196,11 @@ impl Checkpointer for Fenced {
         self.store.put_write(thread, checkpoint, write).await
     }
 
+    async fn prune(&self, thread: &str, ns: &str, keep: &str) -> Result<(), StoreError> {
+        self.hold().await?;
+        self.store.prune(thread, ns, keep).await
+    }
+
     async fn writes(&self, thread: &str, checkpoint: &str) -> Result<Vec<PendingWrite>, StoreError> {
         self.store.writes(thread, checkpoint).await
     }

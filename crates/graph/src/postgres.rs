@@ -167,6 +167,16 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(())
     }
 
+    async fn prune(&self, thread: &str, ns: &str, keep: &str) -> Result<(), StoreError> {
+        timed(self.client.execute(
+            "DELETE FROM graph_checkpoints WHERE thread = $1 AND ns = $2
+                 AND seq < (SELECT seq FROM graph_checkpoints WHERE id = $3)",
+            &[&thread, &ns, &keep],
+        ))
+        .await?;
+        Ok(())
+    }
+
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let body = serde_json::to_string(write)?;
         timed(self.client.execute(

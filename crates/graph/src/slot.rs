@@ -99,6 +99,9 @@ impl CheckpointSlot for StoreSlot {
             created_at: chrono::Utc::now(),
         };
         self.store.put(&record).await.map_err(|e| e.to_string())?;
+        // A resume reads only the latest checkpoint; earlier ones (each holding the whole run so
+        // far) would only grow the store.
+        self.store.prune(&self.thread, &self.ns, &record.id).await.map_err(|e| e.to_string())?;
         *self.last.lock().map_err(|e| e.to_string())? = Some((record.id, record.step));
         Ok(())
     }
@@ -128,6 +131,7 @@ mod tests {
         let resumed = StoreSlot::standalone(store.clone(), "r1", "rlm");
         resumed.save(&json!({"iteration": 3})).await.unwrap();
         assert_eq!(store.latest("r1", "rlm").await.unwrap().unwrap().step, 2, "a new slot continues the chain");
+        assert_eq!(store.list("r1", "rlm").await.unwrap().len(), 1, "only the latest checkpoint is kept");
         assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
         let nested = crate::node::Nested {
             store: store.clone(),

@@ -135,6 +135,20 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
+    async fn prune(&self, thread: &str, ns: &str, keep: &str) -> Result<(), StoreError> {
+        let (thread, ns, keep) = (thread.to_string(), ns.to_string(), keep.to_string());
+        self.with(move |c| {
+            c.execute(
+                "DELETE FROM graph_checkpoints WHERE thread = ?1 AND ns = ?2
+                     AND seq < (SELECT seq FROM graph_checkpoints WHERE id = ?3)",
+                params![thread, ns, keep],
+            )
+            .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let (thread, checkpoint, node) = (thread.to_string(), checkpoint.to_string(), write.node.clone());
         let body = serde_json::to_string(write)?;

@@ -258,6 +258,11 @@ impl Budget {
         self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// Whether a USD cap applies here (at this node or any ancestor).
+    pub fn caps_cost(&self) -> bool {
+        self.chain().any(|b| b.limits.max_cost_usd.is_some())
+    }
+
     /// Why no further model call may be made, if a token, USD or time limit is reached at
     /// this node or any ancestor.
     pub fn exhausted(&self) -> Option<FinishReason> {

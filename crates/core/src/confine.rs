@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 /// Whether to confine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(extend("x-trust" = crate::config_trust::KeyClass::scale(&["off", "auto", "required"])))]
 pub enum SandboxMode {
     /// Confine, or refuse to run when confinement is not available.
     Required,

@@ -10,6 +10,7 @@ pub mod answers;
 pub mod asks;
 pub mod budget;
 pub mod compact;
+pub mod config_trust;
 pub mod confine;
 pub mod env;
 pub mod event;
@@ -40,8 +41,8 @@ pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};
 pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{
-    ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat, StopReason,
-    StreamEvent, ToolChoice,
+    CallPrice, ChatOptions, ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError, ResponseFormat,
+    StopReason, StreamEvent, ToolChoice,
 };
 pub use run::{DepthError, FinishReason, ModelCall, ModelCallError, RunScope, StopToken};
 pub use runnable::{

@@ -223,6 +223,15 @@ pub enum ProviderError {
     /// The provider is misconfigured or the request cannot be served (e.g. replay mismatch).
     #[error("{0}")]
     Invalid(String),
+    /// A USD cap applies and the model's price is unknown, so the call was not made.
+    #[error(
+        "model `{model}` has no known price, so a USD cap cannot count its cost and the call was not made; \
+         price it with [pricing.\"{model}\"] (input and output USD per million tokens) in your recursive.toml"
+    )]
+    Unpriced {
+        /// The model asked for.
+        model: String,
+    },
 }
 
 impl ProviderError {
@@ -231,7 +240,7 @@ impl ProviderError {
         match self {
             ProviderError::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
             ProviderError::Connection { .. } | ProviderError::Timeout { .. } | ProviderError::Truncated { .. } => true,
-            ProviderError::Malformed { .. } | ProviderError::Invalid(_) => false,
+            ProviderError::Malformed { .. } | ProviderError::Invalid(_) | ProviderError::Unpriced { .. } => false,
         }
     }
 }
@@ -253,10 +262,12 @@ pub trait ChatProvider: Send + Sync {
     /// [`StreamEvent::Completed`].
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError>;
 
-    /// What `request` may cost at most, in USD, when the provider knows the model's price: the
-    /// guarded model call holds it against the tree's USD caps while the call runs.
-    fn estimate_cost(&self, _request: &ChatRequest) -> Option<f64> {
-        None
+    /// What `request` may cost at most: the guarded model call holds an estimate against the
+    /// tree's USD caps while the call runs, and refuses a call whose price is unknown while a
+    /// USD cap applies. A provider that does not wrap a priced API (scripted, replayed, local)
+    /// keeps the default, [`CallPrice::Free`].
+    fn price(&self, _request: &ChatRequest) -> CallPrice {
+        CallPrice::Free
     }
 
     /// Runs a completion to the end and returns the assembled response.
@@ -270,6 +281,21 @@ pub trait ChatProvider: Send + Sync {
         }
         Err(ProviderError::Truncated { provider, message: "stream ended without a final response".into() })
     }
+}
+
+/// What a model call may cost, known before it is made ([`ChatProvider::price`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CallPrice {
+    /// The call costs nothing (a scripted, replayed or local model).
+    Free,
+    /// At most this many USD.
+    Estimate(f64),
+    /// The call costs money but this model's price is unknown.
+    Unknown {
+        /// The model whose price is unknown.
+        model: String,
+    },
 }
 
 /// Turns a finished response into a stream (for providers without incremental output).

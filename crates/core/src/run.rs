@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{Budget, BudgetLimits, earliest};
 use crate::event::{AgentEvent, EventKind, EventSink, NullSink, RunIds};
 use crate::message::Usage;
-use crate::provider::{ChatProvider, ChatRequest, ChatResponse, ProviderError, StreamEvent};
+use crate::provider::{CallPrice, ChatProvider, ChatRequest, ChatResponse, ProviderError, StreamEvent};
 
 /// Why a run ended. A limit is data, not an error.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -425,13 +425,21 @@ impl RunScope {
         if let Some(reason) = self.stop_reason() {
             return Err(ModelCallError::Stopped(reason));
         }
+        let price = provider.price(&request);
+        if let CallPrice::Unknown { model } = &price
+            && self.budget.caps_cost()
+        {
+            let refused = ProviderError::Unpriced { model: model.clone() };
+            self.emit(call.step, EventKind::Error { message: refused.to_string() });
+            return Err(ModelCallError::Provider(refused));
+        }
         if !call.reserved {
             self.budget.reserve_calls(1).map_err(ModelCallError::Stopped)?;
         }
         // Held until the call's real cost is recorded (the end of this function).
-        let _held = match provider.estimate_cost(&request) {
-            Some(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
-            None => None,
+        let _held = match price {
+            CallPrice::Estimate(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
+            _ => None,
         };
         let step = call.step;
         let started = std::time::Instant::now();

@@ -16,7 +16,7 @@ pub struct Constraints {
     /// Wall clock for the whole pursuit.
     #[serde(with = "recursive_core::serde_secs")]
     pub max_time: Duration,
-    /// USD the whole pursuit may spend.
+    /// USD the whole pursuit may spend (infinite: no USD cap, for a model whose price is unknown).
     pub max_cost_usd: f64,
     /// Goals the whole pursuit may start (the objective counts as one).
     pub max_goals: usize,

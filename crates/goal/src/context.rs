@@ -92,10 +92,11 @@ impl GoalContext {
         }
         out.push_str(&format!("Current goal: {goal}\n"));
         out.push_str(&format!("Depth: {} of at most {}\n", self.depth, self.constraints.max_depth));
+        let cost = self.constraints.max_cost_usd;
+        let cost = if cost.is_finite() { format!("${cost:.2}") } else { "no USD cap".to_string() };
         out.push_str(&format!(
-            "Budget of the whole pursuit: at most {:.0}s, ${:.2}, {} goals (keep plans small)\n",
+            "Budget of the whole pursuit: at most {:.0}s, {cost}, {} goals (keep plans small)\n",
             self.constraints.max_time.as_secs_f64(),
-            self.constraints.max_cost_usd,
             self.constraints.max_goals
         ));
         let mut p = Prompt::new();

@@ -287,8 +287,11 @@ impl GoalPursuer {
 
     async fn start(&self, objective: &str, id: String, resume: Option<ResumeLog>, scope: &RunScope) -> GoalOutcome {
         let c = &self.config.constraints;
-        let limits =
-            BudgetLimits { max_cost_usd: Some(c.max_cost_usd), wall_clock: Some(c.max_time), ..Default::default() };
+        let limits = BudgetLimits {
+            max_cost_usd: Some(c.max_cost_usd).filter(|c| c.is_finite()),
+            wall_clock: Some(c.max_time),
+            ..Default::default()
+        };
         let pursuit = Pursuit {
             objective: objective.to_string(),
             started: Instant::now(),

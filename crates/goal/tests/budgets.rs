@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recursive_core::{
-    Budget, BudgetLimits, ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, MockProvider, NullSink,
-    ProviderError, Role, RunScope, StopReason, ToolInvoker, Usage,
+    Budget, BudgetLimits, CallPrice, ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, MockProvider,
+    NullSink, ProviderError, Role, RunScope, StopReason, ToolInvoker, Usage,
 };
 use recursive_goal::{GoalConfig, GoalPursuer, ResumeLog};
 use serde_json::json;
@@ -66,8 +66,8 @@ impl ChatProvider for Priced {
         "priced"
     }
 
-    fn estimate_cost(&self, _request: &ChatRequest) -> Option<f64> {
-        Some(PER_CALL)
+    fn price(&self, _request: &ChatRequest) -> CallPrice {
+        CallPrice::Estimate(PER_CALL)
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {

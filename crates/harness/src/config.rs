@@ -5,30 +5,60 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use recursive_core::config_trust::KeyClass;
+use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
 
-/// The whole configuration file. Unknown tables are rejected so typos are caught.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The whole configuration file. Unknown tables are rejected so typos are caught. Each table
+/// stays raw here (the crate that owns it deserializes it); its schema is the owner's type, whose
+/// keys each carry a [`recursive_core::config_trust::KeyClass`] — what [`crate::trust`] merges an
+/// untrusted layer by.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// `[provider]`: which model API to use.
+    #[schemars(with = "Option<recursive_llm::config::ProviderSettings>")]
     pub provider: Option<toml::Table>,
     /// `[pricing."model"]`: extra or overriding prices.
+    #[schemars(
+        with = "Option<std::collections::BTreeMap<String, serde_json::Value>>",
+        extend("x-trust" = KeyClass::loosening("prices decide what a cost cap counts"))
+    )]
     pub pricing: Option<toml::Table>,
     /// `[permissions]`: tool permission rules.
+    #[schemars(with = "Option<recursive_tools::PermissionsConfig>")]
     pub permissions: Option<toml::Table>,
     /// `[mcp]`: MCP servers.
+    #[schemars(with = "Option<recursive_tools::McpConfig>")]
     pub mcp: Option<toml::Table>,
     /// `[tools]`: built-in tool settings.
+    #[schemars(with = "Option<recursive_tools::ToolsConfig>")]
     pub tools: Option<toml::Table>,
     /// `[limits]`: default run limits.
+    #[schemars(with = "Option<crate::LimitsFile>")]
     pub limits: Option<toml::Table>,
     /// `[rlm]`: defaults for `recursive rlm`.
+    #[schemars(with = "Option<crate::rlm::RlmFile>")]
     pub rlm: Option<toml::Table>,
     /// `[telemetry]`: OpenTelemetry export.
+    #[schemars(with = "Option<recursive_telemetry::TelemetryFile>")]
     pub telemetry: Option<toml::Table>,
+}
+
+impl FileConfig {
+    /// The tables, by section name.
+    pub fn sections(&self) -> toml::Table {
+        match toml::Value::try_from(self) {
+            Ok(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        }
+    }
+
+    /// A configuration of these sections (empty when they do not make one).
+    pub fn from_sections(sections: toml::Table) -> Self {
+        toml::Value::Table(sections).try_into().unwrap_or_default()
+    }
 }
 
 /// A loaded configuration and where it came from.
@@ -92,11 +122,8 @@ pub fn load(explicit: Option<&Path>, trust: bool) -> Result<LoadedConfig, Config
         });
     }
     let (project, text) = read(project_path)?;
-    let (project, trusted) = trusted_parts(project_path, &text, project, trust);
-    let file = match user {
-        Some((user, _)) => layer(user, project, trusted),
-        None => project,
-    };
+    let user = user.map(|(file, _)| file).unwrap_or_default();
+    let file = layer_project(user, project_path, &text, project, trust);
     Ok(LoadedConfig { file, path: Some(project_path.to_path_buf()) })
 }
 
@@ -107,71 +134,46 @@ fn read(path: &Path) -> Result<(FileConfig, String), ConfigError> {
     Ok((file, text))
 }
 
-/// The project file as it may be used (whole when trusted, else without what needs trust),
-/// and whether it is trusted.
-fn trusted_parts(path: &Path, text: &str, file: FileConfig, trust: bool) -> (FileConfig, bool) {
-    let mut stripped = file.clone();
-    let needs = crate::trust::strip(&mut stripped);
-    if needs.is_empty() {
-        return (file, false);
+/// The project's file layered on the user's: whole when the file is trusted, else only what
+/// tightens ([`crate::trust::tighten`]), with one warning naming what was left out.
+fn layer_project(user: FileConfig, path: &Path, text: &str, project: FileConfig, trust: bool) -> FileConfig {
+    let (tightening, left_out) = crate::trust::tighten(&user, project.clone());
+    if left_out.is_empty() {
+        return layer(user, tightening);
     }
     if let Err(why) = crate::trust::trustable(path) {
         eprintln!(
             "warning: {} cannot be trusted ({why}), so these parts of it are left out: {}",
             path.display(),
-            needs.join("; ")
+            left_out.join("; ")
         );
-        return (stripped, false);
+        return layer(user, tightening);
     }
     if crate::trust::is_trusted(path, text) {
-        return (file, true);
+        return layer(user, project);
     }
-    if trust || crate::trust::ask(path, &needs) {
+    if trust || crate::trust::ask(path, &left_out) {
         if let Err(e) = crate::trust::record(path, text) {
             eprintln!("warning: trusted for this run only; could not record the trust: {e}");
         }
-        return (file, true);
+        return layer(user, project);
     }
     eprintln!(
         "warning: {} in this directory is not trusted, so these parts of it are left out: {}. \
          Pass --trust to trust the file as it is now (recorded until it changes).",
         path.display(),
-        needs.join("; ")
+        left_out.join("; ")
     );
-    (stripped, false)
+    layer(user, tightening)
 }
 
 /// The project's configuration on top of the user's: tables merge key by key (the project's
 /// value wins), permission rules add up (the user's deny and ask rules always apply). An
-/// untrusted project cannot loosen what the user set: permission defaults and `max_denials`,
-/// the OS sandbox modes, the network, and the sandbox's resource limits keep the stricter of
-/// the two.
-pub fn layer(user: FileConfig, project: FileConfig, trusted: bool) -> FileConfig {
-    let mut merged = FileConfig {
-        provider: merge_tables(user.provider.clone(), project.provider),
-        pricing: merge_tables(user.pricing.clone(), project.pricing),
-        permissions: merge_tables(user.permissions.clone(), project.permissions),
-        mcp: merge_tables(user.mcp.clone(), project.mcp),
-        tools: merge_tables(user.tools.clone(), project.tools),
-        limits: merge_tables(user.limits.clone(), project.limits),
-        rlm: merge_tables(user.rlm.clone(), project.rlm),
-        telemetry: merge_tables(user.telemetry.clone(), project.telemetry),
-    };
-    if !trusted {
-        crate::trust::keep_stricter(&user, &mut merged);
-    }
-    merged
-}
-
-fn merge_tables(user: Option<toml::Table>, project: Option<toml::Table>) -> Option<toml::Table> {
-    match (user, project) {
-        (None, p) => p,
-        (u, None) => u,
-        (Some(mut u), Some(p)) => {
-            merge_into(&mut u, p, "");
-            Some(u)
-        }
-    }
+/// untrusted project is first reduced to what tightens ([`crate::trust::tighten`]).
+pub fn layer(user: FileConfig, project: FileConfig) -> FileConfig {
+    let mut merged = user.sections();
+    merge_into(&mut merged, project.sections(), "");
+    FileConfig::from_sections(merged)
 }
 
 /// Merges `over` into `base`: tables recursively, `permissions.rules` appended, other values
@@ -181,7 +183,7 @@ fn merge_into(base: &mut toml::Table, over: toml::Table, at: &str) {
         let here = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
         match (base.get_mut(&key), value) {
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_into(b, o, &here),
-            (Some(toml::Value::Array(b)), toml::Value::Array(o)) if here == "rules" => b.extend(o),
+            (Some(toml::Value::Array(b)), toml::Value::Array(o)) if here == "permissions.rules" => b.extend(o),
             (_, value) => {
                 base.insert(key, value);
             }

@@ -141,6 +141,17 @@ impl RunnableFile {
         Ok(Self { name, path: path.to_path_buf(), spec })
     }
 
+    /// The models the file chooses (beyond the configuration's).
+    pub fn models(&self) -> Vec<&str> {
+        let models = match &self.spec {
+            RunnableSpec::Agent(spec) => vec![&spec.model],
+            RunnableSpec::Rlm(spec) => vec![&spec.options.model, &spec.options.sub_model],
+            RunnableSpec::Goal(spec) => vec![&spec.model],
+            RunnableSpec::Graph(_) => Vec::new(),
+        };
+        models.into_iter().filter_map(|m| m.as_deref()).collect()
+    }
+
     /// A path the file names, relative to the file's directory.
     pub fn relative(&self, path: &Path) -> PathBuf {
         match self.path.parent() {

@@ -133,7 +133,15 @@ impl Harness {
         let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
         let mut harness =
             Self { config, provider, setup, rlm_file, rlm_options: options.rlm, runnables: Runnables::new() };
+        for (model, origin) in
+            [(&harness.rlm_options.model, "--model"), (&harness.rlm_options.sub_model, "--sub-model")]
+        {
+            harness.provider.note_model(model.as_deref().unwrap_or_default(), origin);
+        }
         for file in files {
+            for model in file.models() {
+                harness.provider.note_model(model, &format!("named by {}", file.path.display()));
+            }
             if harness.runnables.get(&file.name).is_some() {
                 return Err(ConfigError(format!("--agent {}: two runnables have that name", file.name)));
             }

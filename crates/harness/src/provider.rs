@@ -41,6 +41,11 @@ pub struct BuiltProvider {
     pub settings: ProviderSettings,
     /// The model whose price is unknown, when its calls cost money (its costs count as $0).
     pub unpriced: Option<String>,
+    /// Other models chosen (by runnable files, RLM flags) whose price is unknown, each with
+    /// where it was chosen.
+    pub unpriced_elsewhere: Vec<String>,
+    /// The prices that apply.
+    prices: PriceTable,
 }
 
 /// What to do when no provider is configured anywhere.
@@ -127,18 +132,10 @@ pub async fn build(args: &ProviderOptions, config: &LoadedConfig) -> Result<Buil
         prices.extend_from_toml(&text).map_err(|e| ConfigError(format!("invalid [pricing] table: {e}")))?;
     }
     let provider = build_provider(&settings, &prices).map_err(|e| ConfigError(e.to_string()))?;
-    let unpriced = priced(&settings, &prices).err();
-    Ok(BuiltProvider { provider, settings, unpriced })
-}
-
-/// `Err(model)` when the model's calls cost money and its price is unknown. Mock and replay
-/// calls spend nothing; a local Ollama's are free.
-fn priced(settings: &ProviderSettings, prices: &PriceTable) -> Result<(), String> {
-    if matches!(settings.kind, ProviderKind::Mock | ProviderKind::Replay | ProviderKind::Ollama) {
-        return Ok(());
-    }
-    let model = settings.model.clone().unwrap_or_else(|| settings.kind.default_model().to_string());
-    if prices.lookup(&model).is_some() { Ok(()) } else { Err(model) }
+    let mut built = BuiltProvider { provider, settings, unpriced: None, unpriced_elsewhere: Vec::new(), prices };
+    let model = built.settings.model.clone().unwrap_or_else(|| built.settings.kind.default_model().to_string());
+    built.unpriced = built.is_unpriced(&model).then_some(model);
+    Ok(built)
 }
 
 impl BuiltProvider {
@@ -147,15 +144,38 @@ impl BuiltProvider {
         self.settings.model.clone().unwrap_or_default()
     }
 
-    /// Refuses a cost budget (`flag`) that could not hold: the model's price is unknown, so
-    /// its spending cannot be counted. The fix is a `[pricing."MODEL"]` entry.
+    /// Whether calls to `model` (empty: the configured one) cost money at a price not known.
+    /// Mock and replay calls spend nothing; a local Ollama's are free.
+    pub fn is_unpriced(&self, model: &str) -> bool {
+        let model = if model.is_empty() { self.settings.resolved_model() } else { model.to_string() };
+        !matches!(self.settings.kind, ProviderKind::Mock | ProviderKind::Replay | ProviderKind::Ollama)
+            && self.prices.lookup(&model).is_none()
+    }
+
+    /// Notes a model chosen by `origin` (a runnable file, a flag), so that a cost budget that
+    /// could not count its calls is refused before the run starts ([`Self::require_price`]).
+    pub fn note_model(&mut self, model: &str, origin: &str) {
+        if !model.is_empty() && self.is_unpriced(model) {
+            self.unpriced_elsewhere.push(format!("`{model}` ({origin})"));
+        }
+    }
+
+    /// Refuses a cost budget (`flag`) that could not hold: the price of a model the run may call
+    /// is unknown, so its spending cannot be counted. The fix is a `[pricing."MODEL"]` entry.
     pub fn require_price(&self, flag: &str) -> Result<(), ConfigError> {
-        match &self.unpriced {
-            Some(model) => Err(ConfigError(format!(
+        if let Some(model) = &self.unpriced {
+            return Err(ConfigError(format!(
                 "{flag} cannot be enforced: the price of model `{model}` is unknown, so its cost cannot be counted; \
                  add it to recursive.toml as [pricing.\"{model}\"] with input and output USD per million tokens"
-            ))),
-            None => Ok(()),
+            )));
         }
+        if !self.unpriced_elsewhere.is_empty() {
+            return Err(ConfigError(format!(
+                "{flag} cannot be enforced: the price of model {} is unknown, so its cost cannot be counted; \
+                 add it to recursive.toml as [pricing.\"MODEL\"] with input and output USD per million tokens",
+                self.unpriced_elsewhere.join(", ")
+            )));
+        }
+        Ok(())
     }
 }

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use recursive_core::config_trust::KeyClass;
 use recursive_core::confine::SandboxMode;
 use recursive_rlm::cpython::CPythonConfig;
 use recursive_rlm::repl::Backend;
@@ -17,32 +18,49 @@ use crate::setup::{check_sandbox, seconds};
 
 /// `[rlm]` in recursive.toml: defaults for every RLM of the configuration (settings of a
 /// command or a runnable file win).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RlmFile {
     /// The conventions presented (`recursive`, `rlm`, `dspy`).
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub dialect: Option<String>,
     /// Host tools offered to snippets, by name.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it offers host tools to model-written code")))]
     pub tools: Option<Vec<String>>,
     /// Sub-model calls in flight at once.
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RlmConfig::default().batch_concurrency as f64)))]
     pub concurrency: Option<usize>,
     /// Wall-clock limit of one snippet, in seconds.
     #[serde(alias = "timeout_secs")]
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RlmConfig::default().snippet_timeout.as_secs_f64()), "x-aliases" = ["timeout_secs"]))]
     pub snippet_timeout_secs: Option<f64>,
     /// Memory a snippet may add, in MiB (0: no limit).
+    #[schemars(extend("x-trust" = memory_cap()))]
     pub memory_limit_mib: Option<u64>,
     /// Deepest Python call stack.
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RlmConfig::default().recursion_limit as f64)))]
     pub recursion_limit: Option<usize>,
     /// Printed characters kept per snippet.
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RlmConfig::default().max_output_chars as f64)))]
     pub max_output_chars: Option<usize>,
     /// A file whose text replaces the default working rules.
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub instructions: Option<PathBuf>,
     /// `monty` or `cpython`.
+    #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["cpython".into(), "monty".into()], builtin: Some("monty".into()) }))]
     pub sandbox: Option<String>,
     /// The CPython interpreter.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it chooses a program to run")))]
     pub python: Option<PathBuf>,
     /// The OS sandbox of the CPython worker.
+    #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["off".into(), "auto".into(), "required".into()], builtin: Some(SandboxMode::default().as_str().into()) }))]
     pub os_sandbox: Option<SandboxMode>,
+}
+
+/// `[rlm] memory_limit_mib`: lower is tighter, but 0 means no limit.
+fn memory_cap() -> KeyClass {
+    let builtin = RlmConfig::default().memory_limit_bytes.map_or(0, |b| b / (1024 * 1024));
+    KeyClass::Cap { builtin: Some(builtin as f64), zero_is_unlimited: true }
 }
 
 /// An RLM's own settings (a command's flags, a runnable file); unset ones come from `[rlm]`

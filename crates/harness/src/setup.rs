@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use recursive_core::config_trust::KeyClass;
 use recursive_core::{RunLimits, ToolGate, ToolInvoker, ToolRegistry};
 use serde::Deserialize;
 
@@ -13,15 +14,24 @@ use crate::ConfigError;
 use crate::config::LoadedConfig;
 
 /// The `[limits]` table.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsFile {
+    #[schemars(extend("x-trust" = KeyClass::cap_of(f64::from(RunLimits::default().max_depth))))]
     max_depth: Option<u32>,
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RunLimits::default().tool_concurrency as f64)))]
     tool_concurrency: Option<usize>,
+    #[schemars(extend("x-trust" = KeyClass::cap_of(f64::from(RunLimits::default().stuck_threshold))))]
     stuck_threshold: Option<u32>,
+    /// Unset: no limit.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     max_transcript_chars: Option<usize>,
+    #[schemars(extend("x-trust" = KeyClass::cap_of(f64::from(RunLimits::default().max_permission_denials))))]
     max_permission_denials: Option<u32>,
+    /// Unset: no timeout of its own.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     tool_timeout_secs: Option<f64>,
+    #[schemars(extend("x-trust" = KeyClass::cap_of(RunLimits::default().max_tool_output_chars as f64)))]
     max_tool_output_chars: Option<usize>,
 }
 

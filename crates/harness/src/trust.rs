@@ -1,27 +1,28 @@
 //! Trust for a project's `recursive.toml`: a file found in the working directory comes with
-//! whatever repository was cloned there, so what in it would run commands or widen what the
-//! model may do takes effect only once the user trusts that file's exact contents.
+//! whatever repository was cloned there, so until the user trusts that file's exact contents it
+//! may only tighten what applies.
 //!
-//! Needing trust: `[mcp]` servers (they are started as commands), permission rules that allow,
-//! permission defaults looser than the built-in ones and a higher `max_denials`, `[tools.shell]`
-//! `shell`/`env`/`env_pass` (they choose the program and pass variables to commands),
-//! `read_only`/`writable`, `sandbox = "off"`, `network = true` and `max_*` resource limits above
-//! the built-in ones (they widen the OS sandbox), `[tools.web] allow_hosts` (it opens private
-//! addresses), `[provider] base_url` (the API key would go there), `[rlm] python`, `os_sandbox =
-//! "off"` and a `memory_limit_mib` of 0 or above the built-in one, and paths that leave the
-//! project — `[rlm] instructions` (read into the prompt) and `[tools] memory_path` (written).
+//! What tightens is not listed here: every key of the configuration declares its
+//! [`KeyClass`] where it is declared (in the crate that owns its table), and [`tighten`] walks
+//! an untrusted layer along the configuration's [`schema`], keeping a lower cap, a stricter mode,
+//! a deny or ask rule, a path inside the project and the neutral keys, and leaving out — named in
+//! one warning — whatever loosens (commands, URLs, headers, prices, content export, wider
+//! sandboxes, looser permissions, higher limits) or has no class. A test walks every key and
+//! fails on one without a class.
+//!
 //! Trust is given with `--trust` or by answering a question on the terminal, and recorded per
 //! canonical path and SHA-256 of the contents in `<user config dir>/recursive/trusted.json`;
 //! an edited file needs trust again. A `recursive.toml` that is a symlink leaving the working
-//! directory is never trusted. Without trust the run goes on without those parts and says
-//! which were left out; and the project's file, layered on the user's, cannot loosen what the
-//! user's file set ([`keep_stricter`]).
+//! directory is never trusted.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use recursive_core::config_trust::{KeyClass, SCHEMA_KEYWORD};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::config::FileConfig;
 
 /// One trusted file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,90 +101,236 @@ pub fn ask(path: &Path, needs: &[String]) -> bool {
     matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
-/// Built-in permission defaults, for telling looser ones apart.
-const DEFAULTS: &[(&str, &str)] =
-    &[("default_read", "allow"), ("default_write", "ask"), ("default_mcp", "ask"), ("default_network", "ask")];
+/// The schema of the whole configuration, every key with its [`KeyClass`].
+pub fn schema() -> serde_json::Value {
+    schemars::schema_for!(crate::config::FileConfig).to_value()
+}
 
-fn strictness(action: &str) -> u8 {
-    match action {
-        "deny" => 2,
-        "ask" => 1,
-        _ => 0,
+/// What of an untrusted `project` layer may apply on top of the trusted `user` layer: the keys
+/// that tighten what is in force (a lower cap, a stricter mode, a deny rule, a path inside the
+/// project) and the neutral ones. Returns that part and, described, what was left out — the
+/// loosening keys and any key without a class. Merging the result with [`crate::config::layer`]
+/// can then only tighten.
+pub fn tighten(user: &FileConfig, project: FileConfig) -> (FileConfig, Vec<String>) {
+    let schema = schema();
+    let mut walk = Walk { schema: &schema, left_out: Vec::new() };
+    let root = walk.resolve(&schema);
+    let kept = walk.table(root, Some(&user.sections()), project.sections(), "");
+    (FileConfig::from_sections(kept), walk.left_out)
+}
+
+/// A walk of an untrusted table along the configuration's schema.
+struct Walk<'s> {
+    schema: &'s serde_json::Value,
+    left_out: Vec<String>,
+}
+
+impl<'s> Walk<'s> {
+    /// The schema node `node` stands for: through `$ref`s and an `Option`'s `anyOf`.
+    fn resolve(&self, mut node: &'s serde_json::Value) -> &'s serde_json::Value {
+        for _ in 0..8 {
+            if let Some(target) = node.get("$ref").and_then(|r| r.as_str()) {
+                let pointer = target.trim_start_matches('#');
+                match self.schema.pointer(pointer) {
+                    Some(n) => node = n,
+                    None => return node,
+                }
+            } else if let Some(branch) = node.get("anyOf").and_then(|a| a.as_array()).and_then(|a| non_null(a)) {
+                node = branch;
+            } else {
+                return node;
+            }
+        }
+        node
+    }
+
+    /// The class of a key: on its own node first, then on the type it refers to.
+    fn class(&self, mut node: &'s serde_json::Value) -> Option<KeyClass> {
+        for _ in 0..8 {
+            if let Some(class) = node.get(SCHEMA_KEYWORD) {
+                return serde_json::from_value(class.clone()).ok();
+            }
+            let next = self.resolve_once(node)?;
+            node = next;
+        }
+        None
+    }
+
+    fn resolve_once(&self, node: &'s serde_json::Value) -> Option<&'s serde_json::Value> {
+        if let Some(target) = node.get("$ref").and_then(|r| r.as_str()) {
+            return self.schema.pointer(target.trim_start_matches('#'));
+        }
+        node.get("anyOf").and_then(|a| a.as_array()).and_then(|a| non_null(a))
+    }
+
+    /// The kept part of `untrusted` (a table of the object `schema`), with `trusted` in force.
+    fn table(
+        &mut self,
+        schema: &'s serde_json::Value,
+        trusted: Option<&toml::Table>,
+        untrusted: toml::Table,
+        at: &str,
+    ) -> toml::Table {
+        let mut kept = toml::Table::new();
+        for (key, value) in untrusted {
+            let here = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+            let Some((name, node)) = self.property(schema, &key) else {
+                self.left_out.push(format!("{} (not a known key)", shown(&here)));
+                continue;
+            };
+            let in_force = trusted.and_then(|t| t.get(name).or_else(|| t.get(&key)));
+            if let Some(value) = self.key(node, in_force, value, &here) {
+                kept.insert(key, value);
+            }
+        }
+        kept
+    }
+
+    /// The property `key` of the object `schema` (by name or by an `x-aliases` entry).
+    fn property(&self, schema: &'s serde_json::Value, key: &str) -> Option<(&'s str, &'s serde_json::Value)> {
+        let properties = schema.get("properties")?.as_object()?;
+        if let Some((name, node)) = properties.get_key_value(key) {
+            return Some((name.as_str(), node));
+        }
+        properties.iter().find(|(_, node)| aliases(node).any(|a| a == key)).map(|(name, node)| (name.as_str(), node))
+    }
+
+    /// One key's value as it may apply, or `None` when it is left out.
+    fn key(
+        &mut self,
+        node: &'s serde_json::Value,
+        in_force: Option<&toml::Value>,
+        value: toml::Value,
+        here: &str,
+    ) -> Option<toml::Value> {
+        let resolved = self.resolve(node);
+        let Some(class) = self.class(node) else {
+            return match value {
+                toml::Value::Table(t) if resolved.get("properties").is_some() => {
+                    Some(toml::Value::Table(self.table(resolved, in_force.and_then(|v| v.as_table()), t, here)))
+                }
+                _ => {
+                    self.left_out.push(format!("{} (not classified)", shown(here)));
+                    None
+                }
+            };
+        };
+        let default = node.get("default").or_else(|| resolved.get("default"));
+        judge(&class, in_force, default, value, &shown(here), &mut self.left_out)
     }
 }
 
-/// Removes from the file's tables what needs trust; returns what was removed, described.
-pub fn strip(file: &mut crate::config::FileConfig) -> Vec<String> {
-    let mut removed = Vec::new();
-    if let Some(servers) = file.mcp.as_mut().and_then(|m| m.remove("servers")) {
-        let names: Vec<String> = servers.as_table().map(|t| t.keys().cloned().collect()).unwrap_or_default();
-        if !names.is_empty() {
-            removed.push(format!("[mcp] servers {} (they start commands)", names.join(", ")));
-        }
+/// A key's dotted path as a reader finds it in the file: `[tools.shell] network`, `[pricing]`.
+fn shown(path: &str) -> String {
+    match path.rsplit_once('.') {
+        Some((table, key)) => format!("[{table}] {key}"),
+        None => format!("[{path}]"),
     }
-    if let Some(p) = file.permissions.as_mut() {
-        strip_permissions(p, &mut removed);
-    }
-    if let Some(shell) = file.tools.as_mut().and_then(|t| t.get_mut("shell")).and_then(|s| s.as_table_mut()) {
-        for key in ["shell", "env", "env_pass", "read_only", "writable"] {
-            if shell.remove(key).is_some() {
-                removed.push(format!("[tools.shell] {key}"));
-            }
-        }
-        // Looser sandbox settings: the sandbox off, the host's network.
-        if shell.get("sandbox").and_then(|v| v.as_str()) == Some("off") {
-            shell.remove("sandbox");
-            removed.push("[tools.shell] sandbox = \"off\"".into());
-        }
-        if shell.get("network").and_then(|v| v.as_bool()) == Some(true) {
-            shell.remove("network");
-            removed.push("[tools.shell] network = true".into());
-        }
-        for (key, builtin) in SHELL_LIMITS {
-            if shell.get(*key).and_then(|v| v.as_integer()).is_some_and(|v| v > *builtin) {
-                shell.remove(*key);
-                removed.push(format!("[tools.shell] {key} above {builtin}"));
-            }
-        }
-    }
-    let memory_path = file.tools.as_mut().filter(|t| t.get("memory_path").is_some_and(leaves_project));
-    if memory_path.and_then(|t| t.remove("memory_path")).is_some() {
-        removed.push("[tools] memory_path outside the project".into());
-    }
-    if let Some(rlm) = file.rlm.as_mut() {
-        if rlm.remove("python").is_some() {
-            removed.push("[rlm] python (it chooses a program to run)".into());
-        }
-        if rlm.get("os_sandbox").and_then(|v| v.as_str()) == Some("off") {
-            rlm.remove("os_sandbox");
-            removed.push("[rlm] os_sandbox = \"off\"".into());
-        }
-        let memory = rlm.get("memory_limit_mib").and_then(|v| v.as_integer());
-        if memory.is_some_and(|m| m == 0 || m > RLM_MEMORY_MIB) {
-            rlm.remove("memory_limit_mib");
-            removed.push(format!("[rlm] memory_limit_mib unlimited or above {RLM_MEMORY_MIB}"));
-        }
-        if rlm.get("instructions").is_some_and(leaves_project) {
-            rlm.remove("instructions");
-            removed.push("[rlm] instructions outside the project (read into the prompt)".into());
-        }
-    }
-    let web = file.tools.as_mut().and_then(|t| t.get_mut("web")).and_then(|s| s.as_table_mut());
-    if web.and_then(|w| w.remove("allow_hosts")).is_some() {
-        removed.push("[tools.web] allow_hosts".into());
-    }
-    if file.provider.as_mut().and_then(|p| p.remove("base_url")).is_some() {
-        removed.push("[provider] base_url (your API key would be sent there)".into());
-    }
-    removed
 }
 
-/// The OS sandbox's resource limits of `[tools.shell]` and their built-in values.
-const SHELL_LIMITS: &[(&str, i64)] =
-    &[("max_memory_mb", 8192), ("max_processes", 1024), ("max_file_size_mb", 4096), ("max_cpu_secs", 1200)];
+/// The one branch of an `anyOf` that is not `null`.
+fn non_null(branches: &[serde_json::Value]) -> Option<&serde_json::Value> {
+    let mut rest = branches.iter().filter(|b| b.get("type").and_then(|t| t.as_str()) != Some("null"));
+    let one = rest.next()?;
+    rest.next().is_none().then_some(one)
+}
 
-/// The RLM sandbox's built-in memory limit, in MiB.
-const RLM_MEMORY_MIB: i64 = 512;
+fn aliases(node: &serde_json::Value) -> impl Iterator<Item = &str> {
+    node.get("x-aliases").and_then(|a| a.as_array()).into_iter().flatten().filter_map(|a| a.as_str())
+}
+
+/// Applies `class` to an untrusted `value`: what of it may apply (`None`: nothing), with what
+/// was left out and why added to `left_out`.
+fn judge(
+    class: &KeyClass,
+    in_force: Option<&toml::Value>,
+    default: Option<&serde_json::Value>,
+    value: toml::Value,
+    here: &str,
+    left_out: &mut Vec<String>,
+) -> Option<toml::Value> {
+    let refused = match class {
+        KeyClass::Neutral => None,
+        KeyClass::Loosening { why } => Some(format!("{here} ({why})")),
+        KeyClass::Cap { builtin, zero_is_unlimited } => {
+            let limit = in_force.and_then(number).or(*builtin).or_else(|| default.and_then(|d| d.as_f64()));
+            above_cap(&value, limit, *zero_is_unlimited).map(|limit| format!("{here} = {value} (above {limit})"))
+        }
+        KeyClass::Scale { loosest_first, builtin } => {
+            let current =
+                in_force.and_then(scale_text).or_else(|| builtin.clone()).or_else(|| default.and_then(json_text));
+            looser_on_scale(&value, current.as_deref(), loosest_first)
+                .map(|current| format!("{here} = {value} (looser than `{current}`)"))
+        }
+        KeyClass::Rules { tightening } => return Some(rules(value, tightening, here, left_out)),
+        KeyClass::InsideProject => leaves_project(&value).then(|| format!("{here} (a path outside the project)")),
+        _ => Some(format!("{here} (not classified)")),
+    };
+    match refused {
+        Some(why) => {
+            left_out.push(why);
+            None
+        }
+        None => Some(value),
+    }
+}
+
+/// The limit in force when `value` is above it (0 counting as no limit where it means that).
+/// A value that is not a number is let through: reading the table says what is wrong with it.
+fn above_cap(value: &toml::Value, limit: Option<f64>, zero_is_unlimited: bool) -> Option<f64> {
+    let rank = |n: f64| if zero_is_unlimited && n == 0.0 { f64::INFINITY } else { n };
+    let (wanted, limit) = (number(value)?, limit?);
+    (rank(wanted) > rank(limit)).then_some(limit)
+}
+
+/// The value in force when `value` is looser on the scale; with none known, only the tightest
+/// value may apply. A value off the scale is let through: reading the table refuses it.
+fn looser_on_scale<'a>(value: &toml::Value, current: Option<&str>, scale: &'a [String]) -> Option<&'a str> {
+    let position = |v: &str| scale.iter().position(|s| s == v);
+    let wanted = position(&scale_text(value)?)?;
+    let current = current.and_then(position).unwrap_or(scale.len().saturating_sub(1));
+    (wanted < current).then(|| scale[current].as_str())
+}
+
+/// The entries of a rule list whose action tightens; the others are left out, named.
+fn rules(value: toml::Value, tightening: &[String], here: &str, left_out: &mut Vec<String>) -> toml::Value {
+    let toml::Value::Array(entries) = value else { return value };
+    let mut kept = Vec::new();
+    for (index, rule) in entries.into_iter().enumerate() {
+        let action = rule.get("action").and_then(|a| a.as_str()).unwrap_or("allow").to_string();
+        if tightening.contains(&action) {
+            kept.push(rule);
+        } else {
+            left_out.push(format!("{here} #{} (action `{action}`)", index + 1));
+        }
+    }
+    toml::Value::Array(kept)
+}
+
+fn number(value: &toml::Value) -> Option<f64> {
+    match value {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+/// A value as written on a scale: a string, or a boolean as `true`/`false`.
+fn scale_text(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn json_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
 
 /// Whether a path setting leads outside the working directory (absolute, `..`, or a symlink
 /// out); a value that is not a path counts as leaving.
@@ -199,88 +346,30 @@ fn leaves_project(value: &toml::Value) -> bool {
     !matches!(existing, Some(Ok(real)) if real.starts_with(&cwd))
 }
 
-/// Keeps, in `merged`, the user's value wherever the (untrusted) project's is looser: the
-/// permission defaults and `max_denials`, the OS sandbox modes and network, the sandbox's
-/// resource limits and the RLM's memory limit.
-pub fn keep_stricter(user: &crate::config::FileConfig, merged: &mut crate::config::FileConfig) {
-    if let (Some(u), Some(m)) = (&user.permissions, merged.permissions.as_mut()) {
-        for (key, _) in DEFAULTS {
-            stricter(u, m, key, |v| v.as_str().map(|a| i64::from(strictness(a))), true);
-        }
-        stricter(u, m, "max_denials", toml::Value::as_integer, false);
-    }
-    let shell = |f: &crate::config::FileConfig| f.tools.as_ref()?.get("shell")?.as_table().cloned();
-    if let (Some(u), Some(m)) = (shell(user), merged.tools.as_mut().and_then(|t| t.get_mut("shell")?.as_table_mut())) {
-        stricter(&u, m, "sandbox", |v| v.as_str().map(sandbox_strictness), true);
-        stricter(&u, m, "network", |v| v.as_bool().map(|b| i64::from(!b)), true);
-        for (key, _) in SHELL_LIMITS {
-            stricter(&u, m, key, toml::Value::as_integer, false);
-        }
-    }
-    if let (Some(u), Some(m)) = (&user.rlm, merged.rlm.as_mut()) {
-        stricter(u, m, "os_sandbox", |v| v.as_str().map(sandbox_strictness), true);
-        let memory = |v: &toml::Value| v.as_integer().map(|m| if m == 0 { i64::MAX } else { m });
-        stricter(u, m, "memory_limit_mib", memory, false);
-    }
+/// The keys of `schema` (dotted paths) that have no [`KeyClass`] and are not tables whose keys
+/// all have one. Empty for the configuration; a new key without a class shows up here.
+pub fn unclassified(schema: &serde_json::Value) -> Vec<String> {
+    let walk = Walk { schema, left_out: Vec::new() };
+    let mut missing = Vec::new();
+    walk.unclassified(walk.resolve(schema), "", &mut missing, 0);
+    missing
 }
 
-/// Puts the user's `key` back when the merged one is looser: `rank` orders values, and
-/// `higher_is_stricter` says which way.
-fn stricter(
-    user: &toml::Table,
-    merged: &mut toml::Table,
-    key: &str,
-    rank: impl Fn(&toml::Value) -> Option<i64>,
-    higher_is_stricter: bool,
-) {
-    let Some(theirs) = user.get(key) else { return };
-    let looser = match (merged.get(key).and_then(&rank), rank(theirs)) {
-        (Some(m), Some(u)) => {
-            if higher_is_stricter {
-                m < u
+impl<'s> Walk<'s> {
+    fn unclassified(&self, object: &'s serde_json::Value, at: &str, missing: &mut Vec<String>, depth: usize) {
+        let Some(properties) = object.get("properties").and_then(|p| p.as_object()) else { return };
+        for (key, node) in properties {
+            let here = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+            if self.class(node).is_some() {
+                continue;
+            }
+            let resolved = self.resolve(node);
+            if resolved.get("properties").is_some() && depth < 8 {
+                self.unclassified(resolved, &here, missing, depth + 1);
             } else {
-                m > u
+                missing.push(here);
             }
         }
-        (None, Some(_)) => true,
-        _ => false,
-    };
-    if looser {
-        merged.insert(key.to_string(), theirs.clone());
-    }
-}
-
-fn sandbox_strictness(mode: &str) -> i64 {
-    match mode {
-        "required" => 2,
-        "auto" => 1,
-        _ => 0,
-    }
-}
-
-fn strip_permissions(p: &mut toml::Table, removed: &mut Vec<String>) {
-    for (key, builtin) in DEFAULTS {
-        let looser = p.get(*key).and_then(|v| v.as_str()).is_some_and(|v| strictness(v) < strictness(builtin));
-        if looser {
-            p.remove(*key);
-            removed.push(format!("[permissions] {key} looser than `{builtin}`"));
-        }
-    }
-    if p.get("max_denials").and_then(|v| v.as_integer()).is_some_and(|n| n > 3) {
-        p.remove("max_denials");
-        removed.push("[permissions] max_denials above 3".into());
-    }
-    if let Some(rules) = p.get_mut("rules").and_then(|r| r.as_array_mut()) {
-        let mut index = 0;
-        rules.retain(|rule| {
-            index += 1;
-            let action = rule.get("action").and_then(|a| a.as_str()).unwrap_or("allow");
-            let keep = matches!(action, "deny" | "ask");
-            if !keep {
-                removed.push(format!("[permissions] rule #{index} (action `{action}`)"));
-            }
-            keep
-        });
     }
 }
 
@@ -288,55 +377,171 @@ fn strip_permissions(p: &mut toml::Table, removed: &mut Vec<String>) {
 mod tests {
     use super::*;
 
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    /// What an untrusted `project` keeps over `user`, and what it left out.
+    fn untrusted(user: &str, project: &str) -> (toml::Table, Vec<String>) {
+        let user = file(user);
+        let (kept, left_out) = tighten(&user, file(project));
+        (crate::config::layer(user, kept).sections(), left_out)
+    }
+
+    fn at<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+        let mut parts = path.split('.');
+        let mut value = table.get(parts.next()?)?;
+        for part in parts {
+            value = value.get(part)?;
+        }
+        Some(value)
+    }
+
     #[test]
-    fn what_needs_trust_is_removed_and_named() {
-        let text = r#"
-            [mcp.servers.evil]
-            command = "sh"
+    fn every_configuration_key_is_classified() {
+        assert_eq!(unclassified(&schema()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_key_without_a_class_is_found_and_left_out() {
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Section {
+            #[schemars(extend("x-trust" = KeyClass::Neutral))]
+            named: u32,
+            forgotten: u32,
+        }
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Config {
+            section: Section,
+        }
+        let schema = schemars::schema_for!(Config).to_value();
+        assert_eq!(unclassified(&schema), vec!["section.forgotten".to_string()]);
+        let mut walk = Walk { schema: &schema, left_out: Vec::new() };
+        let untrusted: toml::Table = toml::from_str("[section]\nnamed = 1\nforgotten = 2").unwrap();
+        let kept = walk.table(walk.resolve(&schema), None, untrusted, "");
+        assert_eq!(kept.to_string(), "[section]\nnamed = 1\n");
+        assert_eq!(walk.left_out, vec!["[section] forgotten (not classified)".to_string()]);
+    }
+
+    /// Each loosening key of an untrusted file, alone: it changes nothing and is named.
+    #[test]
+    fn each_loosening_key_changes_nothing_and_is_named() {
+        let cases = [
+            ("[telemetry]\nendpoint = \"http://collector.example:4318\"", "telemetry.endpoint"),
+            ("[telemetry]\ncontent = true", "telemetry.content"),
+            ("[pricing.\"gpt-4o-mini\"]\ninput = 0.0\noutput = 0.0", "pricing"),
+            ("[limits]\nmax_depth = 50", "limits.max_depth"),
+            ("[limits]\nmax_permission_denials = 100", "limits.max_permission_denials"),
+            ("[tools]\nblueprints = true", "tools.blueprints"),
+            ("[tools.shell]\nenv_pass = [\"*\"]", "tools.shell.env_pass"),
+            ("[tools.shell]\nsandbox = \"off\"", "tools.shell.sandbox"),
+            ("[tools.shell]\nnetwork = true", "tools.shell.network"),
+            ("[tools.shell]\nmax_memory_mb = 100000", "tools.shell.max_memory_mb"),
+            ("[tools.web]\nallow_hosts = [\"169.254.169.254\"]", "tools.web.allow_hosts"),
+            ("[tools]\nmemory_path = \"/tmp/elsewhere.db\"", "tools.memory_path"),
+            ("[mcp.servers.evil]\ncommand = \"sh\"", "mcp.servers"),
+            ("[provider]\nkind = \"openai\"\nbase_url = \"https://collector.example/v1\"", "provider.base_url"),
+            ("[provider]\nkind = \"openai\"\nheaders = { x = \"y\" }", "provider.headers"),
+            ("[provider]\nkind = \"openai\"\napi_key = \"sk-theirs\"", "provider.api_key"),
+            ("[permissions]\ndefault_write = \"allow\"", "permissions.default_write"),
+            ("[permissions]\nmax_denials = 50", "permissions.max_denials"),
+            ("[rlm]\npython = \"/bin/sh\"", "rlm.python"),
+            ("[rlm]\nmemory_limit_mib = 0", "rlm.memory_limit_mib"),
+            ("[rlm]\nos_sandbox = \"off\"", "rlm.os_sandbox"),
+            ("[rlm]\nsandbox = \"cpython\"", "rlm.sandbox"),
+            ("[rlm]\ntools = [\"run_shell\"]", "rlm.tools"),
+        ];
+        for (project, key) in cases {
+            let (merged, left_out) = untrusted("", project);
+            assert!(at(&merged, key).is_none(), "{project}: {key} applied: {merged}");
+            let (table, name) = key.rsplit_once('.').map_or((key, None), |(t, n)| (t, Some(n)));
+            let named = match name {
+                Some(name) => format!("[{table}] {name}"),
+                None => format!("[{table}]"),
+            };
+            assert!(left_out.iter().any(|l| l.starts_with(&named)), "{project}: {left_out:?} does not name {named}");
+        }
+    }
+
+    #[test]
+    fn tightening_and_neutral_keys_apply() {
+        let project = r#"
+            [limits]
+            max_depth = 2
+            max_transcript_chars = 1000
             [permissions]
-            default_write = "allow"
             default_read = "ask"
-            max_denials = 50
-            [[permissions.rules]]
-            tool = "run_shell"
-            action = "allow"
+            default_write = "deny"
+            max_denials = 1
             [[permissions.rules]]
             tool = "run_shell"
             command_prefix = "rm"
             action = "deny"
             [tools.shell]
-            env_pass = ["*"]
-            default_timeout_secs = 5
-            sandbox = "off"
-            network = true
-            writable = ["/"]
-            [tools.web]
-            allow_hosts = ["169.254.169.254"]
+            sandbox = "required"
+            network = false
+            max_memory_mb = 512
+            [rlm]
+            memory_limit_mib = 64
+            timeout_secs = 5
+            [telemetry]
+            service_name = "mine"
             [provider]
             kind = "openai"
-            base_url = "https://collector.example/v1"
+            model = "gpt-4o-mini"
         "#;
-        let mut file: crate::config::FileConfig = toml::from_str(text).unwrap();
-        let removed = strip(&mut file);
-        assert_eq!(removed.len(), 10, "{removed:#?}");
-        let p = file.permissions.unwrap();
-        assert_eq!(p.get("default_read").and_then(|v| v.as_str()), Some("ask"), "stricter defaults stay");
-        assert!(p.get("default_write").is_none() && p.get("max_denials").is_none());
-        let rules = p["rules"].as_array().unwrap();
-        assert_eq!(rules.len(), 1);
-        assert_eq!(rules[0]["action"].as_str(), Some("deny"));
-        let tools = file.tools.unwrap();
-        assert_eq!(tools["shell"].as_table().unwrap().len(), 1, "other shell settings stay");
-        assert!(file.provider.unwrap().get("base_url").is_none());
+        let (merged, left_out) = untrusted("", project);
+        assert!(left_out.is_empty(), "{left_out:?}");
+        for (key, value) in [
+            ("limits.max_depth", "2"),
+            ("limits.max_transcript_chars", "1000"),
+            ("permissions.default_write", "\"deny\""),
+            ("tools.shell.sandbox", "\"required\""),
+            ("rlm.memory_limit_mib", "64"),
+            ("rlm.timeout_secs", "5"),
+            ("provider.model", "\"gpt-4o-mini\""),
+        ] {
+            assert_eq!(at(&merged, key).map(ToString::to_string).as_deref(), Some(value), "{key}");
+        }
+        assert_eq!(at(&merged, "permissions.rules").and_then(|r| r.as_array()).map(Vec::len), Some(1));
     }
 
     #[test]
-    fn files_without_such_parts_lose_nothing() {
-        let mut file: crate::config::FileConfig = toml::from_str(
-            "[permissions]\n[[permissions.rules]]\ntool = \"x\"\naction = \"deny\"\n[limits]\nmax_steps = 3\n\
-             [tools.shell]\nsandbox = \"required\"\nnetwork = false",
-        )
-        .unwrap();
-        assert!(strip(&mut file).is_empty());
+    fn an_untrusted_layer_is_judged_against_what_the_user_set() {
+        let user =
+            "[limits]\nmax_depth = 20\n[tools.shell]\nsandbox = \"off\"\n[permissions]\ndefault_write = \"allow\"";
+        let (merged, left_out) = untrusted(user, "[limits]\nmax_depth = 12\n[tools.shell]\nsandbox = \"auto\"");
+        assert!(left_out.is_empty(), "narrower than the user's: {left_out:?}");
+        assert_eq!(at(&merged, "limits.max_depth").and_then(|v| v.as_integer()), Some(12));
+        let (merged, left_out) = untrusted(user, "[limits]\nmax_depth = 30\n[permissions]\ndefault_write = \"allow\"");
+        assert_eq!(left_out, vec!["[limits] max_depth = 30 (above 20)".to_string()], "equal is not looser");
+        assert_eq!(at(&merged, "limits.max_depth").and_then(|v| v.as_integer()), Some(20));
+    }
+
+    #[test]
+    fn only_the_allowing_rules_are_left_out() {
+        let project = r#"
+            [[permissions.rules]]
+            tool = "run_shell"
+            action = "allow"
+            [[permissions.rules]]
+            tool = "write_file"
+            action = "ask"
+        "#;
+        let user = "[[permissions.rules]]\ntool = \"web_fetch\"\naction = \"deny\"";
+        let (merged, left_out) = untrusted(&format!("[permissions]\n{user}"), project);
+        assert_eq!(left_out, vec!["[permissions] rules #1 (action `allow`)".to_string()]);
+        let rules = at(&merged, "permissions.rules").and_then(|r| r.as_array()).unwrap();
+        let tools: Vec<_> = rules.iter().filter_map(|r| r.get("tool")?.as_str()).collect();
+        assert_eq!(tools, ["web_fetch", "write_file"], "the user's rules stay, the project's ask is added");
+    }
+
+    #[test]
+    fn an_unknown_key_is_left_out_not_applied() {
+        let (merged, left_out) = untrusted("", "[limits]\nmax_depht = 50");
+        assert!(at(&merged, "limits.max_depht").is_none());
+        assert_eq!(left_out, vec!["[limits] max_depht (not a known key)".to_string()]);
     }
 }

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use recursive_core::config_trust::KeyClass;
 use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, ProviderError, Role, StopReason, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,7 @@ pub const OLLAMA_DEFAULT_MODEL: &str = "llama3.2";
 pub const OLLAMA_DEFAULT_HOST: &str = "http://127.0.0.1:11434";
 
 /// Which backend to talk to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum ProviderKind {
@@ -112,53 +113,67 @@ impl FromStr for ProviderKind {
 /// stream = true
 /// record = "cassettes/run.jsonl"
 /// ```
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
     /// The backend.
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub kind: ProviderKind,
     /// Model id; `None` means the kind's default.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub model: Option<String>,
     /// Base URL; `None` means the kind's default (or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
     /// `OLLAMA_HOST`).
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your API key and prompts would be sent there")))]
     pub base_url: Option<String>,
     /// API key; `None` reads `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`. Never serialized.
     #[serde(default, skip_serializing)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
     pub api_key: Option<String>,
     /// Limit on a whole call, streaming included (default 600 s).
     #[serde(default, with = "duration_opt")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::Neutral))]
     pub timeout: Option<Duration>,
     /// Limit on connecting (default 10 s).
     #[serde(default, with = "duration_opt")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::Neutral))]
     pub connect_timeout: Option<Duration>,
     /// Retries of transient failures (default 3; 0 disables). A rate-limited call (429) is
     /// retried beyond this while its waits stay within two minutes.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub max_retries: Option<u32>,
     /// Stream answers (default) or ask for one JSON response per call.
     #[serde(default = "yes")]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub stream: bool,
     /// Token cap used when a request sets none (Anthropic requires one; default 4096 there).
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub max_tokens: Option<u32>,
     /// OpenAI: send the cap as `max_completion_tokens` (newer models) instead of `max_tokens`.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub max_completion_tokens: bool,
     /// Extra HTTP headers sent with every request.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("they are sent with every request")))]
     pub headers: BTreeMap<String, String>,
     /// Append every interaction to this cassette.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub record: Option<PathBuf>,
     /// Answer from this cassette instead of calling a model (implies kind `replay`).
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub replay: Option<PathBuf>,
     /// Kind `mock`: answer with the replies scripted in this JSON file (an array of
     /// `"text"`, `{"text": "..."}` or `{"tool_calls": [{"name": "...", "arguments": {...}}]}`)
     /// instead of echoing the user.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub script: Option<PathBuf>,
 }
 
@@ -355,7 +370,12 @@ pub fn build_provider_with_env(
     if let Some(path) = &settings.record {
         provider = Arc::new(RecordingProvider::new(provider, path)?);
     }
-    Ok(Arc::new(PricedProvider::new(provider, prices.clone())))
+    // A local Ollama's calls are free, as are scripted and replayed ones.
+    if is_http && settings.kind != ProviderKind::Ollama {
+        Ok(Arc::new(PricedProvider::new(provider, prices.clone())))
+    } else {
+        Ok(Arc::new(PricedProvider::free(provider, prices.clone())))
+    }
 }
 
 /// One reply of a mock script file.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use recursive_core::{ChatProvider, ChatRequest, ChatStream, ProviderError, StreamEvent, Usage};
+use recursive_core::{CallPrice, ChatProvider, ChatRequest, ChatStream, ProviderError, StreamEvent, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::error::LlmError;
@@ -214,12 +214,21 @@ pub const OUTPUT_ESTIMATE_TOKENS: u32 = 4096;
 pub struct PricedProvider {
     inner: Arc<dyn ChatProvider>,
     table: Arc<PriceTable>,
+    charges: bool,
 }
 
 impl PricedProvider {
-    /// Wraps `inner`.
+    /// Wraps `inner`, a paid API: a call to a model the table does not price is
+    /// [`CallPrice::Unknown`].
     pub fn new(inner: Arc<dyn ChatProvider>, table: PriceTable) -> Self {
-        Self { inner, table: Arc::new(table) }
+        Self { inner, table: Arc::new(table), charges: true }
+    }
+
+    /// Wraps `inner`, whose calls cost nothing (scripted, replayed, a local server): a model the
+    /// table does not price is [`CallPrice::Free`]; one it prices is estimated and reported as
+    /// usual (a replayed run spends what the recorded one did).
+    pub fn free(inner: Arc<dyn ChatProvider>, table: PriceTable) -> Self {
+        Self { inner, table: Arc::new(table), charges: false }
     }
 }
 
@@ -235,9 +244,11 @@ impl ChatProvider for PricedProvider {
 
     /// The request's input at about four characters a token, and its output cap (or
     /// [`OUTPUT_ESTIMATE_TOKENS`]) at the output price.
-    fn estimate_cost(&self, request: &ChatRequest) -> Option<f64> {
+    fn price(&self, request: &ChatRequest) -> CallPrice {
         let model = if request.options.model.is_empty() { self.inner.default_model() } else { &request.options.model };
-        let price = self.table.lookup(model)?;
+        let Some(price) = self.table.lookup(model) else {
+            return if self.charges { CallPrice::Unknown { model: model.to_string() } } else { CallPrice::Free };
+        };
         let chars: usize = request
             .messages
             .iter()
@@ -249,7 +260,7 @@ impl ChatProvider for PricedProvider {
             output_tokens: u64::from(request.options.max_tokens.unwrap_or(OUTPUT_ESTIMATE_TOKENS)),
             ..Default::default()
         };
-        Some(price.cost(&usage))
+        CallPrice::Estimate(price.cost(&usage))
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {

@@ -14,23 +14,28 @@ pub mod html;
 pub mod otlp;
 pub mod spans;
 
+use recursive_core::config_trust::KeyClass;
 use serde::Deserialize;
 
 pub use otlp::{Counts, ExportError, OtlpSink, Settings, Transport};
 pub use spans::{Options, SpanModel};
 
 /// The `[telemetry]` table.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryFile {
     /// The OTLP endpoint (`http://host:4318` for HTTP, `http://host:4317` for gRPC).
+    #[schemars(extend("x-trust" = KeyClass::loosening("every run's spans would be sent there")))]
     pub endpoint: Option<String>,
     /// `http/protobuf` (default) or `grpc`.
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub protocol: Option<String>,
     /// The `service.name` resource attribute (default `recursive`).
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub service_name: Option<String>,
     /// Prompts, completions, inputs and code in the spans.
     #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::switch_on_loosens()))]
     pub content: bool,
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use recursive_core::config_trust::KeyClass;
 use recursive_core::confine::{Confinement, ProcessLimits, SandboxMode};
 use serde::{Deserialize, Serialize};
 
@@ -50,7 +51,7 @@ impl ToolsConfig {
 }
 
 /// Settings of every built-in tool.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolsConfig {
     /// `read_file`.
@@ -65,21 +66,26 @@ pub struct ToolsConfig {
     pub web: WebConfig,
     /// The memory database of `remember`/`recall`; relative paths are taken from the
     /// workspace root. Default: `.recursive/memory.db`.
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub memory_path: Option<PathBuf>,
     /// Offer `run` the `blueprint` tool: the model writes graphs and runs them as child runs
     /// (with nothing beyond what the run itself may use). Off by default.
+    #[schemars(extend("x-trust" = KeyClass::switch_on_loosens()))]
     pub blueprints: bool,
 }
 
 /// Settings of `read_file`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReadConfig {
     /// Lines returned when the call gives no `limit`.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub default_lines: usize,
     /// Most bytes of numbered text one call returns.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_bytes: usize,
     /// Lines longer than this many characters are cut.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_line_chars: usize,
 }
 
@@ -90,14 +96,17 @@ impl Default for ReadConfig {
 }
 
 /// Settings of `list_dir`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ListConfig {
     /// Depth when the call gives none (1 = the directory's own entries).
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub default_depth: usize,
     /// Deepest listing a call may ask for.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_depth: usize,
     /// Most entries one listing shows.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_entries: usize,
 }
 
@@ -108,40 +117,53 @@ impl Default for ListConfig {
 }
 
 /// Settings of `run_shell`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShellConfig {
     /// The shell, run as `<shell> -c <command>`.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it chooses the program commands run in")))]
     pub shell: String,
     /// Seconds a command may run when the call gives no timeout.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub default_timeout_secs: u64,
     /// Longest timeout a call may ask for (longer requests are lowered to this).
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_timeout_secs: u64,
     /// Most bytes kept of each of stdout and stderr (half from the start, half from the end).
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_output_bytes: usize,
     /// Variables of this process passed to commands besides the default allowlist
     /// ([`recursive_core::env::DEFAULT_CHILD_ENV`]: `PATH`, `HOME`, locale, toolchain homes —
     /// never credentials): globs over names, e.g. `["NPM_CONFIG_*"]`.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it passes variables to commands")))]
     pub env_pass: Vec<String>,
     /// Variables set for every command, with these values.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it sets variables for commands")))]
     pub env: BTreeMap<String, String>,
     /// Whether commands run in the OS sandbox ([`recursive_core::confine`]): `auto` (when
     /// available, else unconfined with a warning), `required`, or `off`.
     pub sandbox: SandboxMode,
     /// In the sandbox, share the host's network (unfiltered); by default commands have none.
+    #[schemars(extend("x-trust" = KeyClass::switch_on_loosens()))]
     pub network: bool,
     /// Further paths commands may read in the sandbox (`~/` is the home directory), e.g. a
     /// toolchain: `["~/.rustup", "~/.cargo"]`.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it widens what commands may read in the sandbox")))]
     pub read_only: Vec<String>,
     /// Further directories commands may write in the sandbox, besides the workspace.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it widens what commands may write in the sandbox")))]
     pub writable: Vec<String>,
     /// Address space of each process in the sandbox, in MiB.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_memory_mb: u64,
     /// Processes (and threads) of one command in the sandbox.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_processes: u64,
     /// Largest file a command may write in the sandbox, in MiB.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_file_size_mb: u64,
     /// CPU seconds of each process in the sandbox.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_cpu_secs: u64,
 }
 
@@ -195,12 +217,14 @@ fn expand_home(path: &str) -> std::path::PathBuf {
 }
 
 /// Settings of `search_files`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchConfig {
     /// Most matches one search returns.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_results: usize,
     /// Matched lines longer than this many characters are cut.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_line_chars: usize,
 }
 
@@ -211,19 +235,24 @@ impl Default for SearchConfig {
 }
 
 /// Settings of `web_fetch`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebConfig {
     /// Seconds allowed for the whole request.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub timeout_secs: u64,
     /// Most bytes downloaded; the rest of the body is not read.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_bytes: usize,
     /// Most characters of text returned.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_chars: usize,
     /// The `User-Agent` header.
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub user_agent: String,
     /// Hosts (names or IP addresses, as written in URLs) that may be fetched although they are
     /// or resolve to loopback, private or link-local addresses, e.g. `["localhost", "10.0.0.5"]`.
+    #[schemars(extend("x-trust" = KeyClass::loosening("it opens private addresses to web_fetch")))]
     pub allow_hosts: Vec<String>,
 }
 

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use recursive_core::config_trust::KeyClass;
 use recursive_core::env::ChildEnv;
 use recursive_core::{
     EventKind, Extension, ExtensionEvent, RunScope, Tool, ToolContext, ToolError, ToolOrigin, ToolRegistry, ToolSpec,
@@ -65,10 +66,11 @@ const STDERR_LINES: usize = 20;
 pub const NAME_SEPARATOR: &str = "__";
 
 /// The `[mcp]` table.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
     /// Servers by name; the name prefixes their tools (`name__tool`).
+    #[schemars(extend("x-trust" = KeyClass::loosening("MCP servers start commands or receive calls")))]
     pub servers: BTreeMap<String, McpServerConfig>,
 }
 
@@ -81,7 +83,7 @@ fn yes() -> bool {
 }
 
 /// One `[mcp.servers.<name>]` table: either `command` (stdio) or `url` (streamable HTTP).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Program to start (looked up on `PATH`).

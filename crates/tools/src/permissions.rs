@@ -62,6 +62,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use globset::{Glob, GlobBuilder, GlobMatcher};
+use recursive_core::config_trust::KeyClass;
 use recursive_core::{
     AnswerBoard, ClientAnswer, EventKind, GateVerdict, PathScreen, RunScope, Tool, ToolCall, ToolGate, ToolOrigin,
     call_arguments,
@@ -73,8 +74,9 @@ use crate::command::{self, Parsed, SimpleCommand};
 use crate::sandbox::Workspace;
 
 /// What to do with a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(extend("x-trust" = KeyClass::scale(&["allow", "ask", "deny"])))]
 pub enum Action {
     /// Run it.
     Allow,
@@ -95,7 +97,7 @@ impl Action {
 }
 
 /// The `[permissions]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct PermissionsConfig {
     /// Action for read-only tools without a matching rule. Default: allow.
@@ -108,8 +110,10 @@ pub struct PermissionsConfig {
     pub default_network: Action,
     /// Denied calls after which a run ends with `permission_denial_limit`; the CLI copies it
     /// into `RunLimits::max_permission_denials`. Default: 3.
+    #[schemars(extend("x-trust" = KeyClass::cap()))]
     pub max_denials: u32,
     /// Rules, first match wins.
+    #[schemars(extend("x-trust" = KeyClass::Rules { tightening: vec!["deny".into(), "ask".into()] }))]
     pub rules: Vec<PermissionRule>,
 }
 
@@ -127,7 +131,7 @@ impl Default for PermissionsConfig {
 }
 
 /// One `[[permissions.rules]]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
     /// Tool name or glob over tool names.

@@ -701,6 +701,58 @@ mod tests {
         assert_eq!(FinishReason::from_name("nonsense"), None);
     }
 
+    /// A paid API whose price for every model is unknown, answering from a mock.
+    struct Unpriced(crate::mock::MockProvider);
+
+    #[async_trait::async_trait]
+    impl ChatProvider for Unpriced {
+        fn name(&self) -> &str {
+            "unpriced"
+        }
+
+        fn price(&self, request: &ChatRequest) -> CallPrice {
+            CallPrice::Unknown { model: request.options.model.clone() }
+        }
+
+        async fn stream(&self, request: ChatRequest) -> Result<crate::provider::ChatStream, ProviderError> {
+            self.0.stream(request).await
+        }
+    }
+
+    fn unpriced_request() -> ChatRequest {
+        ChatRequest {
+            messages: vec![crate::message::Message::user("hi")],
+            tools: Vec::new(),
+            options: crate::provider::ChatOptions { model: "their-new-model".into(), ..Default::default() },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_without_a_price_is_refused_under_a_usd_cap_and_never_sent() {
+        let mock = crate::mock::MockProvider::new([crate::mock::MockReply::text("answer")]);
+        let provider = Unpriced(mock.clone());
+        let limits = BudgetLimits { max_cost_usd: Some(0.05), ..Default::default() };
+        let root = RunScope::root("m", Arc::new(NullSink), Arc::new(Budget::new(limits)));
+        let child = root.child("c").unwrap();
+        let err = child.call_model(&provider, unpriced_request(), ModelCall::at(1)).await.unwrap_err();
+        let ModelCallError::Provider(ProviderError::Unpriced { model }) = &err else { panic!("{err:?}") };
+        assert_eq!(model, "their-new-model");
+        assert!(err.to_string().contains("[pricing.\"their-new-model\"]"), "{err}");
+        assert!(mock.requests().is_empty(), "nothing was sent");
+        assert_eq!(root.budget().calls_used(), 0, "no call was counted");
+    }
+
+    #[tokio::test]
+    async fn a_call_without_a_price_goes_out_when_no_usd_cap_applies() {
+        let mock = crate::mock::MockProvider::new([crate::mock::MockReply::text("answer")]);
+        let provider = Unpriced(mock.clone());
+        let limits = BudgetLimits { max_tokens: Some(1_000), ..Default::default() };
+        let root = RunScope::root("m", Arc::new(NullSink), Arc::new(Budget::new(limits)));
+        let response = root.call_model(&provider, unpriced_request(), ModelCall::at(1)).await.unwrap();
+        assert_eq!(response.message.content, "answer");
+        assert_eq!(mock.requests().len(), 1);
+    }
+
     #[test]
     fn cancelling_parent_cancels_child() {
         let root = RunScope::detached("m");

@@ -1,9 +1,10 @@
 //! `recursive chat` in a real terminal (tmux) against a scripted OpenAI-compatible server on
 //! 127.0.0.1: a pasted multi-line message is one request; Ctrl-C during a streamed answer
 //! keeps the chat and the next request is well formed; an edit is approved from its diff,
-//! undone with `/undo`, and a second one declined with a reason the model reads; a spinner
-//! shows while a slow tool runs. Screens are compared with fixtures loosely (content, not
-//! layout).
+//! undone with `/undo`, and a second one declined with a reason the model reads; a question
+//! that appears while the person types is not answered by the typing, and "always" takes a
+//! deliberate key and a confirmation; a spinner shows while a slow tool runs. Screens are
+//! compared with fixtures loosely (content, not layout).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -33,6 +34,21 @@ fn start_chat(env: &Env, server: &ModelServer, args: &str) -> Tmux {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap()
+}
+
+/// Time between two keys of someone typing: well inside the pause after which a question's
+/// keys answer.
+const TYPING_GAP: Duration = Duration::from_millis(60);
+
+/// What the shown question says once its keys answer (typing has paused long enough).
+const KEYS_ANSWER_NOW: &str = "(these keys answer now)";
+
+/// Types `text` a character at a time, as a person does.
+fn type_slowly(tmux: &Tmux, text: &str) {
+    for c in text.chars() {
+        tmux.keys(&["-l", &c.to_string()]);
+        std::thread::sleep(TYPING_GAP);
+    }
 }
 
 /// A streamed answer of `words` words, one every `pause`.
@@ -112,6 +128,7 @@ fn an_edit_is_approved_from_its_diff_undone_and_another_declined_with_a_reason()
     tmux.keys(&["Enter"]);
     let screen = tmux.wait_for("[r] no, with a reason", 1);
     assert_matches_fixture(&screen, &fixture("approval.txt"));
+    tmux.wait_for(KEYS_ANSWER_NOW, 1);
     tmux.keys(&["y"]);
     tmux.wait_for("changed it", 1);
     assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\nTWO\nthree\n");
@@ -124,11 +141,15 @@ fn an_edit_is_approved_from_its_diff_undone_and_another_declined_with_a_reason()
     tmux.keys(&["-l", "now the first line"]);
     tmux.keys(&["Enter"]);
     tmux.wait_for("[r] no, with a reason", 1);
+    // A draft typed under the question is put aside while the reason is typed, then comes back.
+    tmux.keys(&["-l", "my draft"]);
+    tmux.wait_for(KEYS_ANSWER_NOW, 1);
     tmux.keys(&["r"]);
     tmux.wait_for("why not?", 1);
     tmux.keys(&["-l", "leave the first line alone"]);
     tmux.keys(&["Enter"]);
-    tmux.wait_for("fine, left it", 1);
+    let screen = tmux.wait_for("fine, left it", 1);
+    assert!(screen.contains("│my draft"), "{screen}");
     assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\ntwo\nthree\n");
     let result = server.request(3).body["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(result["role"], "tool");
@@ -136,6 +157,51 @@ fn an_edit_is_approved_from_its_diff_undone_and_another_declined_with_a_reason()
     // The undo was told to the model.
     let undo_told = server.request(2).body.to_string();
     assert!(undo_told.contains("The user undid the file changes"), "{undo_told}");
+}
+
+#[test]
+fn a_question_appearing_mid_sentence_is_not_answered_by_typing_and_always_is_deliberate() {
+    let env = Env::new();
+    let rt = runtime();
+    let shell = |command: &str| Reply::tool_call("run_shell", json!({"command": command}));
+    let server = rt.block_on(ModelServer::start_with([
+        shell("echo one > one.txt").after(Duration::from_millis(500)),
+        shell("echo two > two.txt"),
+        Reply::text("both ran"),
+        Reply::text("no rain today"),
+    ]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.line("check the weather");
+    // The person starts the next sentence while the model works; the question arrives mid-way.
+    type_slowly(&tmux, "so tell me, ");
+    tmux.wait_for("allow `run_shell`", 1);
+    let sentence = "so tell me, what is this? yes and no, really, any rain";
+    type_slowly(&tmux, sentence.trim_start_matches("so tell me, "));
+    // Every letter went to the message box; nothing was answered, nothing ran.
+    let screen = tmux.wait_for(&format!("│{sentence}"), 1);
+    assert!(!screen.contains("  → "), "{screen}");
+    assert!(!env.path("one.txt").exists(), "{screen}");
+    assert_eq!(server.request_count(), 1);
+
+    // After a pause, `a` only asks to confirm "always"; Enter confirms.
+    tmux.wait_for(KEYS_ANSWER_NOW, 1);
+    tmux.keys(&["a"]);
+    let screen = tmux.wait_for("Enter confirms", 1);
+    assert!(!screen.contains("  → ") && !env.path("one.txt").exists(), "{screen}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("→ always", 1);
+    // The second command ran under "always", without a question.
+    let screen = tmux.wait_for("both ran", 1);
+    assert_eq!(screen.matches("allow `run_shell`").count(), 1, "{screen}");
+    assert_eq!(std::fs::read_to_string(env.path("one.txt")).unwrap(), "one\n");
+    assert_eq!(std::fs::read_to_string(env.path("two.txt")).unwrap(), "two\n");
+
+    // The sentence waited, unsent, in the message box; Enter sends it now.
+    assert_eq!(server.request_count(), 3);
+    assert!(screen.contains(&format!("│{sentence}")), "{screen}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("no rain today", 1);
+    assert_eq!(server.request(3).last_user_text().unwrap(), sentence);
 }
 
 #[test]

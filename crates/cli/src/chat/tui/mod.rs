@@ -7,11 +7,15 @@
 //! Keys: Enter sends; Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
 //! running turn (the chat goes on); Ctrl-C clears the input, and at an empty prompt a second
 //! Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown scroll; Ctrl-O unfolds tool results; Ctrl-T
-//! shows the run tree. The UI owns the terminal in one task; the turn runs in another.
+//! shows the run tree. While a tool approval is shown, typing still goes to the message box: a
+//! letter answers only after a pause in typing, "always" is `a` then Enter, and Tab/Shift-Tab
+//! with Enter pick a choice ([`question`]). The UI owns the terminal in one task; the turn runs
+//! in another.
 
 pub mod approval;
 mod editor;
 mod markdown;
+mod question;
 mod tree;
 mod view;
 
@@ -27,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::approval::Ask;
 use self::editor::Editor;
+use self::question::{Choice, QuestionKeys, Verdict};
 use self::tree::RunTree;
 use super::{Chat, HELP, Input, TurnEnd, parse};
 
@@ -77,8 +82,12 @@ pub struct App {
     entries: Vec<Entry>,
     editor: Editor,
     mode: Mode,
+    /// The message put aside while a reason for declining is typed.
+    draft: Option<String>,
     /// Questions waiting, the first one shown.
     asks: std::collections::VecDeque<Ask>,
+    /// Which keys answer the shown question.
+    question: QuestionKeys,
     /// The running turn: since when, what it is doing, its cancel token.
     working: Option<(Instant, String, CancellationToken)>,
     /// The text streamed by the running turn (kept if it is interrupted).
@@ -120,7 +129,9 @@ impl App {
             entries,
             editor: Editor::new(),
             mode: Mode::Message,
+            draft: None,
             asks: Default::default(),
+            question: QuestionKeys::new(question::QUIET),
             working: None,
             streamed: String::new(),
             interrupted: false,
@@ -210,8 +221,11 @@ impl App {
 
     /// Shows the next question, if one waits and none is shown.
     fn show_ask(&mut self, root: &std::path::Path) {
-        let Some(ask) = self.asks.front() else { return };
-        if matches!(self.entries.last(), Some(Entry::Approval { answer: None, .. })) {
+        let Some(ask) = self.asks.front() else {
+            self.question.hide();
+            return;
+        };
+        if self.entries.iter().any(|e| matches!(e, Entry::Approval { answer: None, .. })) {
             return;
         }
         self.entries.push(Entry::Approval {
@@ -219,7 +233,30 @@ impl App {
             body: approval::describe(&ask.call, root),
             answer: None,
         });
+        self.question.show(Instant::now());
         self.scroll = 0;
+    }
+
+    /// Acts on a choice made for the shown question.
+    fn choose(&mut self, choice: Choice, root: &std::path::Path) {
+        match choice {
+            Choice::Yes => self.answer(Approval::Yes, root),
+            Choice::No => self.answer(Approval::No, root),
+            Choice::Always => self.answer(Approval::Always, root),
+            Choice::Reason => {
+                self.mode = Mode::Reason;
+                self.draft = Some(self.editor.text());
+                self.editor.clear();
+            }
+        }
+    }
+
+    /// Leaves the reason for declining: the message put aside is back in the box.
+    fn end_reason(&mut self) {
+        self.mode = Mode::Message;
+        if let Some(draft) = self.draft.take() {
+            self.editor.set(&draft);
+        }
     }
 
     /// Answers the shown question.
@@ -231,14 +268,14 @@ impl App {
             Approval::NoBecause(why) => format!("no: {why}"),
             _ => "no".to_string(),
         };
-        for e in self.entries.iter_mut().rev() {
+        for e in self.entries.iter_mut() {
             if let Entry::Approval { answer: answer @ None, .. } = e {
                 *answer = Some(said);
                 break;
             }
         }
         let _ = ask.reply.send(approval);
-        self.mode = Mode::Message;
+        self.end_reason();
         self.show_ask(root);
     }
 }
@@ -384,7 +421,8 @@ fn finish_turn(app: &mut App, chat: &mut Chat, end: Option<TurnEnd>, before: (re
     app.working = None;
     app.interrupted = false;
     app.streamed.clear();
-    app.mode = Mode::Message;
+    app.end_reason();
+    app.question.hide();
     app.context = chat.context_use();
 }
 
@@ -432,10 +470,40 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
     Ok(None)
 }
 
+/// Offers a key to the shown question first; whether it took it. Typing goes on to the message
+/// box; Esc while a reason is typed goes back to the question.
+fn question_took(app: &mut App, key: KeyEvent, modified: bool, root: &std::path::Path) -> bool {
+    if app.asks.is_empty() {
+        return false;
+    }
+    let now = Instant::now();
+    if app.mode == Mode::Reason {
+        if key.code != KeyCode::Esc || modified {
+            return false;
+        }
+        app.end_reason();
+        app.question.show(now);
+        return true;
+    }
+    if modified {
+        app.question.typed(now);
+        return false;
+    }
+    match app.question.key(key.code, now) {
+        Verdict::Pass => false,
+        Verdict::Highlighted => true,
+        Verdict::Answer(choice) => {
+            app.choose(choice, root);
+            true
+        }
+    }
+}
+
 /// Handles a terminal event.
 fn on_terminal_event(app: &mut App, event: Event, root: &std::path::Path) -> Action {
     match event {
         Event::Paste(text) => {
+            app.question.typed(Instant::now());
             app.editor.insert(&text);
             Action::Nothing
         }
@@ -447,19 +515,7 @@ fn on_terminal_event(app: &mut App, event: Event, root: &std::path::Path) -> Act
 fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
     let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
     let alt = key.modifiers.contains(KeyModifiers::ALT);
-    // A question waits: its keys first.
-    if !app.asks.is_empty() && app.mode == Mode::Message && !ctrl {
-        match key.code {
-            KeyCode::Char('y') => app.answer(Approval::Yes, root),
-            KeyCode::Char('a') => app.answer(Approval::Always, root),
-            KeyCode::Char('n') => app.answer(Approval::No, root),
-            KeyCode::Char('r') => {
-                app.mode = Mode::Reason;
-                app.editor.clear();
-            }
-            KeyCode::Esc => return Action::Interrupt,
-            _ => {}
-        }
+    if question_took(app, key, ctrl || alt, root) {
         return Action::Nothing;
     }
     if key.code != KeyCode::Char('c') || !ctrl {
@@ -488,6 +544,8 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
                 let approval =
                     if why.trim().is_empty() { Approval::No } else { Approval::NoBecause(why.trim().to_string()) };
                 app.answer(approval, root);
+            } else if !app.asks.is_empty() {
+                app.note("a question waits above: answer it with the keys listed under it; your message stays here");
             } else if app.working.is_some() {
                 app.note("a turn is running: wait for it, or press Esc to interrupt it");
             } else {

@@ -7,6 +7,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
+use super::question::Choice;
 use super::{App, Entry, Mode, markdown};
 use crate::chat::Chat;
 
@@ -34,10 +35,19 @@ pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     draw_input(f, app, input);
 }
 
+/// The state of the shown question's keys, for drawing it.
+#[derive(Clone, Copy)]
+struct Keys {
+    /// A letter would answer now.
+    armed: bool,
+    highlight: Option<Choice>,
+}
+
 fn draw_conversation(f: &mut Frame, app: &App, area: Rect) {
     let mut lines: Vec<Line<'static>> = Vec::new();
+    let keys = Keys { armed: app.question.armed(std::time::Instant::now()), highlight: app.question.highlight() };
     for entry in &app.entries {
-        entry_lines(entry, app.unfold, &mut lines);
+        entry_lines(entry, app.unfold, keys, &mut lines);
         lines.push(Line::default());
     }
     let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false });
@@ -53,7 +63,7 @@ fn styled_lines(text: &str, prefix: &str, style: Style, out: &mut Vec<Line<'stat
     }
 }
 
-fn entry_lines(entry: &Entry, unfold: bool, out: &mut Vec<Line<'static>>) {
+fn entry_lines(entry: &Entry, unfold: bool, keys: Keys, out: &mut Vec<Line<'static>>) {
     let dim = Style::new().fg(Color::DarkGray);
     match entry {
         Entry::User(text) => {
@@ -90,16 +100,43 @@ fn entry_lines(entry: &Entry, unfold: bool, out: &mut Vec<Line<'static>>) {
                 spans.extend(line.spans.iter().cloned().map(|s| s.patch_style(line.style)));
                 out.push(Line::from(spans));
             }
-            out.push(match answer {
-                None => Line::styled(
-                    "  [y] yes   [n] no   [a] always (this tool, this rule)   [r] no, with a reason".to_string(),
-                    Style::new().fg(Color::Magenta),
-                ),
-                Some(said) => Line::styled(format!("  → {said}"), dim),
-            });
+            match answer {
+                None => question_keys(keys, out),
+                Some(said) => out.push(Line::styled(format!("  → {said}"), dim)),
+            }
         }
         Entry::Note(text) => styled_lines(text, "", dim, out),
         Entry::Error(text) => styled_lines(text, "error: ", Style::new().fg(Color::Red), out),
+    }
+}
+
+/// The choices of the shown question and what the keys do.
+fn question_keys(keys: Keys, out: &mut Vec<Line<'static>>) {
+    let colour = if keys.armed { Color::Magenta } else { Color::DarkGray };
+    let mut spans = vec![Span::raw("  ")];
+    for choice in Choice::ALL {
+        let mut style = Style::new().fg(colour);
+        if keys.highlight == Some(choice) {
+            style = style.fg(Color::Magenta).add_modifier(Modifier::REVERSED | Modifier::BOLD);
+        }
+        spans.push(Span::styled(choice.label(), style));
+        spans.push(Span::raw("   "));
+    }
+    out.push(Line::from(spans));
+    let when = if keys.armed {
+        "  (these keys answer now)"
+    } else {
+        "  (typing goes to the message box; these keys answer once typing pauses)"
+    };
+    out.push(Line::styled(
+        format!("{when} · Tab / Shift-Tab highlight a choice, Enter answers with it"),
+        Style::new().fg(Color::DarkGray),
+    ));
+    if keys.highlight == Some(Choice::Always) {
+        out.push(Line::styled(
+            "  allow this tool under this rule for the rest of the session, without asking? Enter confirms · Esc cancels",
+            Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+        ));
     }
 }
 
@@ -133,9 +170,9 @@ fn status_line(app: &App, chat: &Chat) -> Line<'static> {
 
 fn draw_input(f: &mut Frame, app: &App, area: Rect) {
     let title = if app.mode == Mode::Reason {
-        " why not? (Enter sends the reason to the model) "
+        " why not? (Enter sends the reason to the model · Esc goes back to the question) "
     } else if !app.asks.is_empty() {
-        " answer the question: y / n / a / r "
+        " message · a question waits above: y yes · n no · r a reason · a + Enter always (after a pause in typing) "
     } else {
         " message · Enter sends · Alt-Enter new line · /help "
     };

@@ -297,3 +297,53 @@ fn served_runs_are_exported_as_configured_in_the_telemetry_table() {
         receiver.spans().iter().any(|s| s["name"] == "invoke_agent main" && s["service"] == "served")
     });
 }
+
+/// `recursive goal OBJECTIVE` exported to `receiver`, with `--otel-content` when `content`.
+fn exported_goal(env: &Env, receiver: &Receiver, objective: &str, content: bool) -> Vec<Value> {
+    let assess = json!({"executable": true, "reasoning": "one step", "action": {"type": "analyze", "target": "", "input": "plan"}});
+    let script = env.script("goal.json", json!([assess.to_string(), "analysis done"]));
+    let mut cmd = env.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{}", receiver.http)).args([
+        "goal",
+        objective,
+        "--mock-script",
+        s(&script),
+        "-q",
+    ]);
+    if content {
+        cmd.arg("--otel-content");
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let spans = receiver.spans();
+    assert!(spans.iter().any(|s| s["name"].as_str().unwrap().starts_with("goal ")), "a goal span: {spans:#?}");
+    std::fs::remove_file(&receiver.out).unwrap();
+    spans
+}
+
+#[test]
+fn a_goals_objective_is_exported_only_with_otel_content() {
+    let env = Env::new();
+    let receiver = Receiver::start(&env);
+    let objective = "transfer 4471 dollars to account 99";
+    let without = exported_goal(&env, &receiver, objective, false);
+    for span in &without {
+        assert!(!span.to_string().contains(objective), "the objective left without --otel-content: {span}");
+    }
+    let with = exported_goal(&env, &receiver, objective, true);
+    assert!(with.iter().any(|s| s.to_string().contains(objective)), "with --otel-content it is exported");
+}
+
+#[test]
+fn spans_lost_to_a_collector_that_never_answers_are_said() {
+    let env = Env::new();
+    // It takes connections (the kernel completes them) and never reads or answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let out = nested_run(&env, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("warning: OpenTelemetry export lost"), "the loss is said: {stderr}");
+    assert!(stderr.contains("unsent"), "{stderr}");
+    drop(silent);
+}

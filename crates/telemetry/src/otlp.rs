@@ -2,11 +2,12 @@
 //! crates' exporters. An [`OtlpSink`] is an event sink that never blocks a run: it hands each
 //! event to a thread of its own through a bounded queue (a full queue drops the event and
 //! counts it); that thread turns events into spans ([`SpanModel`]) and exports them in batches,
-//! each export bounded by a timeout. A collector that is down costs failed exports, counted,
-//! and nothing else.
+//! each export bounded by a timeout. A collector that is down or never answers costs failed
+//! exports, counted, and nothing else; whatever is lost — refused, timed out, dropped from a
+//! full queue, still unsent when the process must end — is said by [`Counts::loss`].
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,6 +77,32 @@ pub struct Counts {
     pub failed: AtomicU64,
     /// Events dropped because the queue was full.
     pub dropped: AtomicU64,
+    /// Spans made from the events (exported, failed, or still waiting to be sent).
+    pub made: AtomicU64,
+    /// Set when [`OtlpSink::shutdown`] gave up before the last spans were sent: a collector
+    /// that does not answer in time, or an export thread that ended early.
+    pub unfinished: AtomicBool,
+}
+
+impl Counts {
+    /// What was lost, in one sentence, if anything was: spans a collector refused or did not
+    /// answer for, events dropped, spans still waiting when the export had to end.
+    pub fn loss(&self) -> Option<String> {
+        let failed = self.failed.load(Ordering::Relaxed);
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        let unfinished = self.unfinished.load(Ordering::Relaxed);
+        if failed == 0 && dropped == 0 && !unfinished {
+            return None;
+        }
+        let mut parts =
+            vec![format!("{failed} span(s) the collector did not take"), format!("{dropped} event(s) dropped")];
+        if unfinished {
+            let settled = self.exported.load(Ordering::Relaxed).saturating_add(failed);
+            let waiting = self.made.load(Ordering::Relaxed).saturating_sub(settled);
+            parts.push(format!("{waiting} span(s) and the run's last events still unsent when the export had to end"));
+        }
+        Some(format!("OpenTelemetry export lost {}", parts.join(", ")))
+    }
 }
 
 enum Message {
@@ -115,11 +142,15 @@ impl OtlpSink {
     }
 
     /// Ends the spans still open, exports what is left and stops the thread, waiting at most
-    /// `limit`. Returns the counts.
+    /// `limit` (a collector that never answers is given up on then, and the spans still
+    /// waiting are counted as lost: [`Counts::loss`]). Returns the counts.
     pub fn shutdown(&self, limit: Duration) -> &Counts {
+        let deadline = Instant::now() + limit;
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
-        if self.queue.send(Message::Flush(done_tx)).is_ok() {
-            let _ = done_rx.recv_timeout(limit);
+        let flushed = self.queue_before(Message::Flush(done_tx), deadline)
+            && done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok();
+        if !flushed {
+            self.counts.unfinished.store(true, Ordering::Relaxed);
         }
         if let Ok(mut worker) = self.worker.lock()
             && worker.as_ref().is_some_and(|w| w.is_finished())
@@ -132,6 +163,21 @@ impl OtlpSink {
 }
 
 impl OtlpSink {
+    /// Queues `message`, waiting while the queue is full until `deadline`; whether it went in.
+    fn queue_before(&self, mut message: Message, deadline: Instant) -> bool {
+        loop {
+            match self.queue.try_send(message) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(TrySendError::Full(_)) => return false,
+            }
+        }
+    }
+
     /// Hands an event to the export thread, waiting while the queue is full (for exporting a
     /// finished run's events, where nothing waits on it).
     pub fn send(&self, event: &AgentEvent) {
@@ -181,7 +227,7 @@ fn export_thread(
         let message = inbox.recv_timeout(INTERVAL);
         let flush = match message {
             Ok(Message::Event(event)) => {
-                batch.extend(model.push(&event).into_iter().map(span_data));
+                made(&mut batch, model.push(&event), &counts);
                 None
             }
             Ok(Message::Flush(done)) => Some(done),
@@ -189,7 +235,7 @@ fn export_thread(
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if flush.is_some() {
-            batch.extend(model.finish().into_iter().map(span_data));
+            made(&mut batch, model.finish(), &counts);
         }
         if !batch.is_empty() && (flush.is_some() || batch.len() >= BATCH || sent_at.elapsed() >= INTERVAL) {
             for chunk in std::mem::take(&mut batch).chunks(BATCH) {
@@ -202,6 +248,12 @@ fn export_thread(
             break;
         }
     }
+}
+
+/// Adds ended spans to the batch, counted as made.
+fn made(batch: &mut Vec<SpanData>, spans: Vec<Span>, counts: &Counts) {
+    counts.made.fetch_add(spans.len() as u64, Ordering::Relaxed);
+    batch.extend(spans.into_iter().map(span_data));
 }
 
 /// The exporter for `settings`, with the `service.name` resource.

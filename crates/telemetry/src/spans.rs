@@ -79,7 +79,8 @@ pub struct Span {
 /// What the model keeps beyond structure.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Options {
-    /// Prompts, completions, inputs and code (off by default: they may hold secrets).
+    /// Prompts, completions, inputs, goals' objectives, tool outputs and code (off by default:
+    /// they may hold secrets). Without it a span carries structure, names, counts and usage only.
     pub content: bool,
 }
 
@@ -179,7 +180,7 @@ impl SpanModel {
                     attrs,
                 );
                 if *is_error {
-                    span.error = Some(clip(output));
+                    span.error = Some(if self.options.content { clip(output) } else { "the tool failed".into() });
                 }
                 ended.push(span);
             }
@@ -239,7 +240,10 @@ impl SpanModel {
                     Some(p) if self.open.contains_key(&format!("goal:{run}:{p}")) => format!("goal:{run}:{p}"),
                     _ => run_key(&run),
                 };
-                let attrs = vec![attr("recursive.goal.id", &goal_id), attr("recursive.goal", &clip(&goal))];
+                let mut attrs = vec![attr("recursive.goal.id", &goal_id)];
+                if self.options.content {
+                    attrs.push(attr("recursive.goal", &clip(&goal)));
+                }
                 self.start(&key, &run, &parent, format!("goal {goal_id}"), at, attrs);
             }
             let mut attrs = vec![];
@@ -534,4 +538,73 @@ fn to_i64(v: u64) -> i64 {
 
 fn clip(text: &str) -> String {
     recursive_core::text::clip_chars(text, CONTENT_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recursive_core::{Extension, RunIds};
+    use recursive_goal::log::GoalEventKind;
+
+    const OBJECTIVE: &str = "wire 4471 dollars to account 99";
+
+    fn event(kind: EventKind) -> AgentEvent {
+        let ids = RunIds {
+            run_id: "r1".into(),
+            parent_run_id: None,
+            root_run_id: "r1".into(),
+            depth: 0,
+            name: "goal".into(),
+        };
+        AgentEvent { timestamp: chrono::Utc::now(), ids, step: 0, kind }
+    }
+
+    fn goal_event(what: GoalEventKind, status: Option<recursive_goal::outcome::GoalStatus>) -> AgentEvent {
+        event(EventKind::Extension(Extension::new(GoalRunEvent::Goal {
+            event: what,
+            goal_id: "1".into(),
+            goal: OBJECTIVE.into(),
+            goal_depth: 0,
+            parent_goal_id: None,
+            status,
+            data: serde_json::Value::Null,
+        })))
+    }
+
+    /// Every span of a goal pursuit, as text, under `options`.
+    fn pursuit_spans(options: Options) -> String {
+        let mut model = SpanModel::new(options);
+        let mut spans = model.push(&event(EventKind::RunStarted { goal: OBJECTIVE.into() }));
+        spans.extend(model.push(&goal_event(GoalEventKind::Started, None)));
+        let done = Some(recursive_goal::outcome::GoalStatus::Completed);
+        spans.extend(model.push(&goal_event(GoalEventKind::Executed, done)));
+        spans.extend(model.finish());
+        assert!(spans.iter().any(|s| s.name == "goal 1"), "{spans:#?}");
+        format!("{spans:?}")
+    }
+
+    #[test]
+    fn a_goals_objective_is_exported_only_with_content_on() {
+        assert!(!pursuit_spans(Options { content: false }).contains(OBJECTIVE));
+        assert!(pursuit_spans(Options { content: true }).contains(OBJECTIVE));
+    }
+
+    #[test]
+    fn a_failed_tools_output_is_exported_only_with_content_on() {
+        let failed = |content: bool| {
+            let mut model = SpanModel::new(Options { content });
+            model.push(&event(EventKind::RunStarted { goal: "x".into() }));
+            let result = EventKind::ToolResult {
+                id: "c1".into(),
+                name: "read_file".into(),
+                is_error: true,
+                duration_ms: 1,
+                output: OBJECTIVE.into(),
+            };
+            let spans = model.push(&event(result));
+            spans.into_iter().find(|s| s.name == "execute_tool read_file").and_then(|s| s.error).unwrap_or_default()
+        };
+        assert!(!failed(false).contains(OBJECTIVE) && !failed(false).is_empty());
+        assert!(failed(true).contains(OBJECTIVE));
+    }
 }

@@ -92,13 +92,8 @@ pub fn telemetry_sink(args: &ProviderArgs) -> Option<Arc<dyn EventSink>> {
 /// Sends the last spans (waiting at most [`TELEMETRY_FLUSH`]) and says what was lost.
 pub fn finish_telemetry() {
     let Some(sink) = OTLP.get() else { return };
-    let counts = sink.shutdown(TELEMETRY_FLUSH);
-    let failed = counts.failed.load(std::sync::atomic::Ordering::Relaxed);
-    let dropped = counts.dropped.load(std::sync::atomic::Ordering::Relaxed);
-    if failed > 0 || dropped > 0 {
-        eprintln!(
-            "warning: OpenTelemetry export lost {failed} span(s) the collector did not take and dropped {dropped} event(s)"
-        );
+    if let Some(loss) = sink.shutdown(TELEMETRY_FLUSH).loss() {
+        eprintln!("warning: {loss}");
     }
 }
 

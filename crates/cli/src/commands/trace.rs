@@ -393,14 +393,10 @@ fn export(args: &TraceArgs, endpoint: &str) -> anyhow::Result<u8> {
         sink.send(&e);
     }
     let counts = sink.shutdown(std::time::Duration::from_secs(30));
-    let (exported, failed, dropped) = (
-        counts.exported.load(Ordering::Relaxed),
-        counts.failed.load(Ordering::Relaxed),
-        counts.dropped.load(Ordering::Relaxed),
-    );
+    let exported = counts.exported.load(Ordering::Relaxed);
     eprintln!("exported {exported} span(s) of {runs} run(s) to {endpoint}");
-    if failed > 0 || dropped > 0 {
-        eprintln!("error: {failed} span(s) were not taken by the collector, {dropped} event(s) dropped");
+    if let Some(loss) = counts.loss() {
+        eprintln!("error: {loss}");
         return Ok(crate::EXIT_ERROR);
     }
     Ok(0)

@@ -3,6 +3,9 @@
 //! `transcript.jsonl`, the conversation appended message by message as it happens), so a
 //! conversation started in one process continues in another (`run --continue`,
 //! `run --resume ID`, `chat --resume ID`) and `recursive sessions` lists them.
+//!
+//! The files of a session are opened without following links and only when they are regular
+//! files: a link planted as `lock` or `session.json` leads nowhere, a FIFO there blocks nothing.
 
 use std::path::{Path, PathBuf};
 
@@ -111,10 +114,13 @@ impl Session {
             return Err(ConfigError(format!("`{id}` is not a session id; `recursive sessions` lists them")).into());
         }
         let dir = root()?.join(id);
-        let text = std::fs::read_to_string(dir.join("session.json"))
-            .map_err(|_| ConfigError(format!("no session `{id}`; `recursive sessions` lists them")))?;
-        let meta: SessionMeta =
-            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("session `{id}` is damaged: {e}"))?;
+        let meta = match read_meta(&dir) {
+            Ok(meta) => meta,
+            Err(MetaError::Missing) => {
+                return Err(ConfigError(format!("no session `{id}`; `recursive sessions` lists them")).into());
+            }
+            Err(e) => return Err(anyhow::anyhow!("session `{id}` is damaged: {e}")),
+        };
         Ok(Session { _lock: lock(&dir, id)?, dir, meta })
     }
 
@@ -181,13 +187,77 @@ impl Session {
         self.save()
     }
 
+    /// Writes `session.json` whole: into a fresh file beside it (whatever was planted under
+    /// that name is removed, never followed), renamed over it.
     fn save(&self) -> anyhow::Result<()> {
-        let path = self.dir.join("session.json");
+        use std::io::Write;
+        let path = self.dir.join(META);
         let tmp = self.dir.join("session.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.meta)?)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .with_context(|| format!("writing {}", path.display()))
+        let bytes = serde_json::to_vec_pretty(&self.meta)?;
+        let write = || -> std::io::Result<()> {
+            match std::fs::remove_file(&tmp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            file.write_all(&bytes)?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().with_context(|| format!("writing {}", path.display()))
     }
+}
+
+/// The file saying what a session is.
+const META: &str = "session.json";
+/// Largest `session.json` read (it holds a few short fields).
+const META_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Why a session's `session.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+enum MetaError {
+    /// There is none.
+    #[error("no session.json")]
+    Missing,
+    /// It is a link, a FIFO, a directory or a device.
+    #[error("{0} is not a regular file")]
+    NotRegular(String),
+    /// It cannot be read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// It is too large or not a session's.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Opens a session's file without following a link at its place and without blocking on a
+/// FIFO there (`O_NOFOLLOW | O_NONBLOCK`), and only if it is a regular file.
+fn open_regular(path: &Path, options: &mut std::fs::OpenOptions) -> Result<std::fs::File, MetaError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = options.custom_flags(flags.bits()).open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => MetaError::Missing,
+        // A link at the place: O_NOFOLLOW refuses it with ELOOP.
+        _ if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            MetaError::NotRegular(path.display().to_string())
+        }
+        _ => MetaError::Io(e),
+    })?;
+    if !file.metadata()?.is_file() {
+        return Err(MetaError::NotRegular(path.display().to_string()));
+    }
+    Ok(file)
+}
+
+/// The `session.json` of the session in `dir`, read within [`META_MAX_BYTES`].
+fn read_meta(dir: &Path) -> Result<SessionMeta, MetaError> {
+    use std::io::Read;
+    let file = open_regular(&dir.join(META), std::fs::OpenOptions::new().read(true))?;
+    let mut bytes = Vec::new();
+    file.take(META_MAX_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > META_MAX_BYTES {
+        return Err(MetaError::Invalid(format!("{META} is larger than {META_MAX_BYTES} bytes")));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| MetaError::Invalid(e.to_string()))
 }
 
 /// Takes the session's lock (`<dir>/lock`, an advisory file lock the system releases when the
@@ -195,12 +265,8 @@ impl Session {
 /// never interleave one transcript.
 fn lock(dir: &Path, id: &str) -> anyhow::Result<std::fs::File> {
     let path = dir.join("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let file = open_regular(&path, std::fs::OpenOptions::new().create(true).truncate(false).write(true))
+        .map_err(|e| anyhow::anyhow!("cannot lock session `{id}`: opening {}: {e}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(ConfigError(format!(
@@ -211,14 +277,22 @@ fn lock(dir: &Path, id: &str) -> anyhow::Result<std::fs::File> {
     }
 }
 
-/// Every session, most recently updated first (damaged ones are skipped).
+/// Every session, most recently updated first (damaged ones are skipped, with a warning for
+/// one whose `session.json` is there but cannot be read).
 pub fn list() -> anyhow::Result<Vec<SessionMeta>> {
     let root = root()?;
     let Ok(entries) = std::fs::read_dir(&root) else { return Ok(Vec::new()) };
     let mut metas: Vec<SessionMeta> = entries
         .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("session.json")).ok())
-        .filter_map(|text| serde_json::from_str(&text).ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| match read_meta(&e.path()) {
+            Ok(meta) => Some(meta),
+            Err(MetaError::Missing) => None,
+            Err(why) => {
+                eprintln!("warning: session {} skipped: {why}", e.file_name().to_string_lossy());
+                None
+            }
+        })
         .collect();
     metas.sort_by(|a, b| b.updated.cmp(&a.updated).then(b.id.cmp(&a.id)));
     Ok(metas)

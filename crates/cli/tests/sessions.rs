@@ -380,3 +380,94 @@ fn chat_offers_the_configured_mcp_servers_tools() {
     assert!(stderr.contains("hello from chat"), "the MCP tool ran: {stderr}");
     assert!(!stderr.contains("unknown tool"), "{stderr}");
 }
+
+/// The binary with its data directory at `<env>/data`; its sessions are under
+/// `<env>/data/recursive/sessions`.
+fn in_data(env: &Env) -> std::process::Command {
+    let mut cmd = env.cmd();
+    cmd.env("XDG_DATA_HOME", env.path("data"));
+    cmd
+}
+
+/// A finished `run` session with the mock provider; its directory.
+fn mock_session(env: &Env) -> std::path::PathBuf {
+    let script = env.script("first.json", serde_json::json!(["noted"]));
+    let out =
+        in_data(env).args(["run", "remember 41", "--json", "--mock-script", common::s(&script)]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = stdout_json(&out)["session"].as_str().unwrap().to_string();
+    let dir = env.path("data/recursive/sessions").join(&id);
+    assert!(dir.join("session.json").is_file(), "{}", dir.display());
+    dir
+}
+
+/// Runs `cmd` to its end (killed after 30 s so that a hang fails the test rather than stalls it).
+fn bounded(mut cmd: std::process::Command, what: &str) -> std::process::Output {
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(30)).is_err() {
+            common::signal(pid, "KILL");
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = tx.send(());
+    assert!(out.status.code().is_some(), "{what} hung and was killed");
+    out
+}
+
+#[test]
+fn a_lock_planted_as_a_link_creates_nothing_outside_the_session() {
+    let env = Env::new();
+    let dir = mock_session(&env);
+    let target = env.path("outside-target");
+    let _ = std::fs::remove_file(dir.join("lock"));
+    std::os::unix::fs::symlink(&target, dir.join("lock")).unwrap();
+    let script = env.script("again.json", serde_json::json!(["again"]));
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let mut cmd = in_data(&env);
+    cmd.args(["run", "and now?", "--resume", &id, "--mock-script", common::s(&script)]);
+    let out = bounded(cmd, "run --resume");
+    assert_ne!(out.status.code(), Some(0), "a linked lock is refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::symlink_metadata(&target).is_err(), "the link's target was created");
+}
+
+#[test]
+fn a_fifo_planted_as_session_json_hangs_neither_sessions_nor_continue() {
+    let env = Env::new();
+    let dir = mock_session(&env);
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::remove_file(dir.join("session.json")).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(dir.join("session.json")).status().unwrap();
+    assert!(made.success());
+
+    let mut cmd = in_data(&env);
+    cmd.args(["sessions"]);
+    let listed = bounded(cmd, "sessions");
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("warning: session {id} skipped")) && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+
+    let script = env.script("again.json", serde_json::json!(["again"]));
+    let mut cmd = in_data(&env);
+    cmd.args(["run", "and now?", "--continue", "--mock-script", common::s(&script)]);
+    let continued = bounded(cmd, "run --continue");
+    assert_eq!(continued.status.code(), Some(2), "{}", String::from_utf8_lossy(&continued.stderr));
+    assert!(String::from_utf8_lossy(&continued.stderr).contains("skipped"));
+
+    let mut cmd = in_data(&env);
+    cmd.args(["run", "and now?", "--resume", &id, "--mock-script", common::s(&script)]);
+    let resumed = bounded(cmd, "run --resume");
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+}

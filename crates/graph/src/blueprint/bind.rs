@@ -1,6 +1,7 @@
 //! Bind: every capability a compiled blueprint names — models, tools, runnables (agents,
 //! RLMs, goal pursuers, graphs), sub-graphs, functions — is looked up in an allowlist. Anything not on it fails
-//! here, with its position, before any node runs; what is on it becomes a runnable [`Graph`].
+//! here, with its position, before any node runs; so does a limit above the allowlist's cap. What is
+//! on it becomes a runnable [`Graph`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use recursive_core::{ChatOptions, ChatProvider, Runnable, RunnableKind, ToolInvo
 use crate::blueprint::compile::{channels, compile};
 use crate::blueprint::diag::{Diagnostic, Diagnostics};
 use crate::blueprint::format::{At, Blueprint, Kind, NodeDecl, PauseAt};
+use crate::blueprint::limits;
 use crate::graph::{Graph, Guard, RecursionPolicy};
 use crate::kinds::{AskNode, ModelNode, RunnableNode, SubgraphNode, ToolNode};
 use crate::node::Node;
@@ -32,6 +34,7 @@ pub struct Allowlist {
     runnables: BTreeMap<(RunnableKind, String), Arc<dyn Runnable>>,
     graphs: BTreeMap<String, Source>,
     functions: BTreeMap<String, Arc<dyn Node>>,
+    cap: Option<RecursionPolicy>,
 }
 
 impl std::fmt::Debug for Allowlist {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for Allowlist {
             .field("runnables", &self.runnables.keys().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>())
             .field("tools", &self.tools.as_ref().map(|t| &t.1))
             .field("graphs", &self.graphs.keys().collect::<Vec<_>>())
+            .field("cap", &self.cap)
             .finish_non_exhaustive()
     }
 }
@@ -99,6 +103,18 @@ impl Allowlist {
     pub fn function(mut self, name: impl Into<String>, node: Arc<dyn Node>) -> Self {
         self.functions.insert(name.into(), node);
         self
+    }
+
+    /// Caps the limits of every blueprint bound here (sub-graphs too): a declared limit above
+    /// the cap is refused, a limit left out is lowered to it.
+    pub fn limits(mut self, cap: RecursionPolicy) -> Self {
+        self.cap = Some(cap);
+        self
+    }
+
+    /// The cap on the limits, if any.
+    pub fn cap(&self) -> Option<&RecursionPolicy> {
+        self.cap.as_ref()
     }
 
     /// The allowed sub-graph blueprints that `source` reaches, directly or through other
@@ -166,6 +182,10 @@ fn bind(bp: &Blueprint, source: &Source, allow: &Allowlist, stack: &mut Vec<Stri
             None => builder,
         };
     }
+    match limits::policy(bp.limits.as_ref().map(At::get), allow.cap.as_ref()) {
+        Ok(policy) => builder = builder.policy(policy),
+        Err(problems) => problems.into_iter().for_each(|p| d.push(p)),
+    }
     d.into_result()?;
     for edge in &bp.edges {
         for to in edge.to.get().each() {
@@ -177,13 +197,6 @@ fn bind(bp: &Blueprint, source: &Source, allow: &Allowlist, stack: &mut Vec<Stri
             builder = builder.guarded(edge.from.get().clone(), to.clone(), guard);
         }
     }
-    let limits = bp.limits.as_ref().map(|l| l.get().clone()).unwrap_or_default();
-    let defaults = RecursionPolicy::default();
-    builder = builder.policy(RecursionPolicy {
-        max_supersteps: limits.max_supersteps.unwrap_or(defaults.max_supersteps),
-        max_visits: limits.max_visits.unwrap_or(defaults.max_visits),
-        max_depth: limits.max_depth.unwrap_or(defaults.max_depth),
-    });
     builder.build().map_err(|e| {
         let mut d = Diagnostics::new(&source.origin, &source.text);
         d.push(Diagnostic::new(e.message, bp.name.span()));

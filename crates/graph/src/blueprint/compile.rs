@@ -77,12 +77,11 @@ impl Checker<'_> {
 
     fn check_limits(&mut self) {
         let Some(limits) = &self.bp.limits else { return };
-        let l = limits.get();
-        for (name, v) in
-            [("max_supersteps", l.max_supersteps), ("max_visits", l.max_visits), ("max_depth", l.max_depth)]
-        {
-            if v == Some(0) {
-                self.err(format!("`{name}` must be at least 1"), limits.span());
+        for (name, v) in limits.get().each() {
+            if let Some(v) = v
+                && *v.get() == 0
+            {
+                self.err(format!("`{name}` must be at least 1"), v.span());
             }
         }
     }

@@ -70,18 +70,30 @@ pub struct Blueprint {
 }
 
 /// The recursion policy's limits (each optional; defaults: 100 supersteps, 25 visits, depth 8).
+/// Whoever binds the blueprint may cap them (see [`crate::blueprint::limits`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Most supersteps of one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_supersteps: Option<u32>,
+    pub max_supersteps: Option<At<u32>>,
     /// Most runs of one node in one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_visits: Option<u32>,
+    pub max_visits: Option<At<u32>>,
     /// Deepest run-tree level a node may run at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_depth: Option<u32>,
+    pub max_depth: Option<At<u32>>,
+}
+
+impl Limits {
+    /// Each limit by its key, as declared.
+    pub fn each(&self) -> [(&'static str, Option<&At<u32>>); 3] {
+        [
+            ("max_supersteps", self.max_supersteps.as_ref()),
+            ("max_visits", self.max_visits.as_ref()),
+            ("max_depth", self.max_depth.as_ref()),
+        ]
+    }
 }
 
 /// A channel: a type name, or a table.

@@ -3,6 +3,7 @@
 
 mod chat;
 mod commands;
+mod flags;
 mod output;
 mod secrets;
 mod sessions;
@@ -70,7 +71,7 @@ pub struct ProviderArgs {
     #[arg(long)]
     pub base_url: Option<String>,
     /// Per-request timeout in seconds.
-    #[arg(long)]
+    #[arg(long, value_name = "SECS", value_parser = flags::secs)]
     pub request_timeout: Option<f64>,
     /// Record every model call to this cassette file.
     #[arg(long, value_name = "PATH")]
@@ -151,6 +152,7 @@ fn main() -> ExitCode {
         return recursive_rlm::worker::serve();
     }
     secrets::hide();
+    output::end_quietly_on_broken_pipe();
     run()
 }
 

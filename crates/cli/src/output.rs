@@ -101,3 +101,49 @@ pub fn run_json(r: &RunResult, error: Option<&str>) -> Value {
         "run_id": r.run_id,
     })
 }
+
+/// Makes a closed stdout or stderr (`recursive run … | head`) end the process quietly with
+/// status 0, whatever the command and whichever thread was printing: `print!` and `eprint!`
+/// panic on a broken pipe (the program ignores SIGPIPE, so that pipes to its child processes
+/// cannot kill it); this hook turns exactly that panic into a quiet exit, and leaves every
+/// other panic to the default hook.
+pub fn end_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if is_broken_pipe_print(info.payload()) {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether a panic's payload is the standard library's "failed printing to stdout/stderr"
+/// with a broken pipe as its cause.
+fn is_broken_pipe_print(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
+        (Some(text), _) => text.as_str(),
+        (None, Some(text)) => text,
+        (None, None) => return false,
+    };
+    let broken = std::io::Error::from_raw_os_error(nix::errno::Errno::EPIPE as i32).to_string();
+    ["stdout", "stderr"]
+        .iter()
+        .any(|stream| message.strip_prefix(&format!("failed printing to {stream}: ")) == Some(broken.as_str()))
+}
+
+#[cfg(test)]
+mod broken_pipe_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_print_to_a_broken_pipe_is_a_quiet_end() {
+        let broken = std::io::Error::from_raw_os_error(nix::errno::Errno::EPIPE as i32);
+        let quiet = format!("failed printing to stdout: {broken}");
+        assert!(is_broken_pipe_print(&quiet));
+        assert!(is_broken_pipe_print(&format!("failed printing to stderr: {broken}")));
+        let full = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32);
+        assert!(!is_broken_pipe_print(&format!("failed printing to stdout: {full}")));
+        assert!(!is_broken_pipe_print(&"index out of bounds"));
+        assert!(!is_broken_pipe_print(&format!("write to child: {broken}")));
+    }
+}

@@ -381,3 +381,121 @@ fn a_host_out_of_memory_is_the_hosts_error_not_the_workers() {
     assert!(stderr.contains("cannot read") && stderr.contains("out of memory"), "{stderr}");
     assert!(!stderr.contains("monty worker"), "{stderr}");
 }
+
+/// A blueprint whose one node writes `pwned.txt` with the `write_file` tool.
+const WRITING_GRAPH: &str = r#"name = "w"
+[state]
+input = "string"
+output = "string"
+
+[[nodes]]
+name = "write"
+tool = "write_file"
+args = { path = "pwned.txt", content = "{input}" }
+output = "output"
+
+[[edges]]
+from = "START"
+to = "write"
+"#;
+
+/// `recursive repl --tool TOOL --yes` running a script that starts the writing graph.
+fn repl_graph_run(env: &Env, tool: &str) -> std::process::Output {
+    use std::io::Write;
+    std::fs::write(env.path("w.toml"), WRITING_GRAPH).unwrap();
+    let code =
+        "try:\n    graph_run('w.toml', input='x')\n    print('RAN')\nexcept Exception as e:\n    print('REFUSED', e)\n";
+    let mut child = env
+        .cmd()
+        .args(["repl", "--provider", "mock", "--tool", tool, "--yes", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_graph_run_from_the_repl_may_use_only_the_repls_tools() {
+    let env = Env::new();
+    let out = repl_graph_run(&env, "read_file");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("REFUSED"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("write_file"), "the refusal names the tool: {stdout}");
+    assert!(!env.path("pwned.txt").exists(), "the graph wrote with a tool the repl was not given");
+
+    // Given the tool, the same graph runs.
+    let out = repl_graph_run(&env, "write_file");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("RAN"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(env.path("pwned.txt").exists());
+}
+
+/// Runs `args` with stdout or stderr (`stream`) closed by its reader before anything is written.
+fn with_closed(env: &Env, args: &[&str], stream: &str) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child =
+        env.cmd().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    match stream {
+        "stdout" => drop(child.stdout.take()),
+        _ => drop(child.stderr.take()),
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly_with_status_0() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["a long answer ".repeat(20000)]));
+    let m = s(&script);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "x", "--mock-script", m, "--json"], "stdout"),
+        (vec!["run", "x", "--mock-script", m], "stdout"),
+        (vec!["run", "x", "--mock-script", m, "--json"], "stderr"),
+        (vec!["sessions", "--json"], "stdout"),
+        (vec!["graph", "--help"], "stdout"),
+    ];
+    for (args, stream) in cases {
+        let out = with_closed(&env, &args, stream);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?} with {stream} closed: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn numbers_out_of_their_real_range_are_usage_errors_naming_the_flag() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["done"]));
+    let m = s(&script);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["serve", "--shutdown-grace", "18446744073709551615"], "--shutdown-grace"),
+        (vec!["serve", "--max-concurrent-runs", "18446744073709551615"], "--max-concurrent-runs"),
+        (vec!["serve", "--max-body-mib", "0"], "--max-body-mib"),
+        (vec!["serve", "--client-asks", "18446744073709551615"], "--client-asks"),
+        (vec!["serve", "--keep", "999999999999999999d"], "--keep"),
+        (vec!["worker", "--store", "postgres://nobody@127.0.0.1:9/x", "--lease-ttl", "1e17"], "--lease-ttl"),
+        (vec!["worker", "--store", "postgres://nobody@127.0.0.1:9/x", "--poll", "NaN"], "--poll"),
+        (vec!["worker", "--store", "postgres://nobody@127.0.0.1:9/x", "--concurrency", "0"], "--concurrency"),
+        (vec!["mcp", "--max-concurrent-runs", "0"], "--max-concurrent-runs"),
+        (vec!["run", "x", "--mock-script", m, "--timeout", "1e17"], "--timeout"),
+        (vec!["run", "x", "--mock-script", m, "--request-timeout", "1e17"], "--request-timeout"),
+        (vec!["run", "x", "--mock-script", m, "--temperature", "NaN"], "--temperature"),
+        (
+            vec!["rlm", "x", "--input", "notes.txt", "--mock-script", m, "--snippet-timeout", "1e17"],
+            "--snippet-timeout",
+        ),
+        (vec!["goal", "x", "--mock-script", m, "--max-depth", "4294967295"], "--max-depth"),
+        (vec!["goal", "x", "--mock-script", m, "--result-chars", "18446744073709551615"], "--result-chars"),
+        (vec!["graph", "jobs", "--store", "postgres://nobody@127.0.0.1:9/x", "--limit", "0"], "--limit"),
+    ];
+    for (args, flag) in cases {
+        let out = env.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: the error names {flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

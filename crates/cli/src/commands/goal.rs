@@ -28,19 +28,19 @@ pub struct GoalArgs {
     #[command(flatten)]
     pub provider: ProviderArgs,
     /// Deepest goal level (default 15).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::goal_depth)]
     pub max_depth: Option<u32>,
     /// Wall clock for the whole pursuit, in seconds (default 3600).
-    #[arg(long = "timeout", alias = "max-time", value_name = "SECS")]
+    #[arg(long = "timeout", alias = "max-time", value_name = "SECS", value_parser = crate::flags::secs)]
     pub max_time: Option<f64>,
     /// USD budget for the whole pursuit (default 10; refused when the model's price is unknown).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::usd)]
     pub max_cost: Option<f64>,
     /// Most goals in the tree (default 100).
     #[arg(long)]
     pub max_goals: Option<usize>,
     /// Similarity above which a goal counts as a repeat of one on its stack (0..1; default 0.9).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::fraction)]
     pub similarity_threshold: Option<f64>,
     /// OpenAI-compatible embeddings endpoint (base URL ending in `/v1`) for semantic cycle
     /// detection; the key is read from `OPENAI_API_KEY`.
@@ -55,18 +55,18 @@ pub struct GoalArgs {
     pub log: Option<PathBuf>,
     /// Characters a prompt may have; evidence and results are shortened, visibly, to fit
     /// (default 24000).
-    #[arg(long, value_name = "CHARS")]
+    #[arg(long, value_name = "CHARS", value_parser = crate::flags::chars)]
     pub prompt_chars: Option<usize>,
     /// Characters a goal's result may have; longer action outputs are digested by the model
     /// (default 2000).
-    #[arg(long, value_name = "CHARS")]
+    #[arg(long, value_name = "CHARS", value_parser = crate::flags::chars)]
     pub result_chars: Option<usize>,
     /// Most sub-goals one decomposition may have (default 8).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::flags::concurrency)]
     pub max_subgoals: Option<usize>,
     /// Sub-goals run at most this many at once; the achieved check runs after each batch
     /// (default 4).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::flags::concurrency)]
     pub layer_concurrency: Option<usize>,
     /// How many more times the model is asked after an unusable JSON reply (default 1).
     #[arg(long, value_name = "N")]

@@ -150,7 +150,7 @@ pub struct JobsArgs {
     #[arg(long)]
     pub status: Option<String>,
     /// At most this many jobs.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = crate::flags::rows)]
     pub limit: i64,
     #[command(flatten)]
     pub store: StoreArgs,
@@ -206,7 +206,12 @@ pub struct RunArgs {
     #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
     /// With --enqueue: how many attempts the job may use before it fails for good.
-    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    #[arg(
+        long,
+        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        requires = "enqueue",
+        value_parser = crate::flags::attempts
+    )]
     pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,
@@ -236,7 +241,12 @@ pub struct ResumeArgs {
     #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
     /// With --enqueue: how many attempts the job may use before it fails for good.
-    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, requires = "enqueue")]
+    #[arg(
+        long,
+        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        requires = "enqueue",
+        value_parser = crate::flags::attempts
+    )]
     pub max_attempts: i32,
     #[command(flatten)]
     pub run: ExecArgs,

@@ -278,13 +278,13 @@ pub struct SandboxArgs {
 pub struct BudgetArgs {
     /// Wall-clock limit of the whole run tree, in seconds (a snippet or tool still running
     /// then is stopped; exit 10).
-    #[arg(long, alias = "max-time", value_name = "SECS")]
+    #[arg(long, alias = "max-time", value_name = "SECS", value_parser = crate::flags::secs)]
     pub timeout: Option<f64>,
     /// Token budget of the whole run tree.
     #[arg(long)]
     pub max_tokens: Option<u64>,
     /// USD budget of the whole run tree (refused when the model's price is unknown).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::usd)]
     pub max_cost: Option<f64>,
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use recursive_core::{AgentEvent, EventKind, EventSink, FinishReason, RunScope};
+use recursive_core::{AgentEvent, EventKind, EventSink, FinishReason, RunScope, ToolRegistry};
 use recursive_harness::{FileLoader, Harness, RlmOptions, load_inputs};
 use recursive_rlm::{RlmEvent, RlmSession, SnippetErrorKind, SnippetOutcome};
 use rustyline::error::ReadlineError;
@@ -40,7 +40,7 @@ pub struct ReplArgs {
     #[arg(long)]
     pub max_llm_calls: Option<u32>,
     /// Wall-clock limit of each cell, in seconds (default 3600).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::flags::secs)]
     pub snippet_timeout: Option<f64>,
     /// A tool the session may call (built-in or from a configured MCP server), through the
     /// permission rules. Repeatable. By default every built-in tool is offered.
@@ -105,7 +105,9 @@ pub async fn execute(args: ReplArgs) -> anyhow::Result<u8> {
 }
 
 /// The harness with the session's tools: the named ones, else every built-in tool (`run_shell`
-/// only when the shell sandbox allows it).
+/// only when the shell sandbox allows it). Named tools bound everything the session starts: the
+/// built-in tools of the harness are narrowed to them, so a graph run from a file (`graph_run`),
+/// the default agent and the goal pursuer may use only those.
 async fn build_harness(args: &ReplArgs) -> anyhow::Result<Arc<Harness>> {
     let approver = args.approval.approver();
     let max_steps = recursive_core::RunLimits::default().max_steps;
@@ -131,8 +133,21 @@ async fn build_harness(args: &ReplArgs) -> anyhow::Result<Arc<Harness>> {
         None => probe.setup.builtin.names().into_iter().filter(|n| n != "run_shell" || shell_ok).collect(),
     };
     let mut harness = probe;
+    if !args.tools.is_empty() {
+        harness.setup.builtin = only(&harness.setup.builtin, &tools);
+        harness.setup.read_only = only(&harness.setup.read_only, &tools);
+    }
     harness.rlm_options = args.options(Some(tools));
     Ok(Arc::new(harness))
+}
+
+/// The tools of `registry` that are `named` (names it does not have are left out).
+fn only(registry: &ToolRegistry, named: &[String]) -> ToolRegistry {
+    let mut out = ToolRegistry::new();
+    for tool in named.iter().filter_map(|name| registry.get(name)) {
+        out.register(tool.clone());
+    }
+    out
 }
 
 /// Reads cells at the prompt until end of input (Ctrl-D) or `exit`.

@@ -54,7 +54,7 @@ pub struct RlmArgs {
     pub sandbox: super::SandboxArgs,
     /// Wall-clock limit for each snippet, in seconds (default 60); past it the snippet gets a
     /// `TimeoutError` and the run goes on.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::flags::secs)]
     pub snippet_timeout: Option<f64>,
     /// Write the trajectory as JSONL to this file as the run goes: every reply, code block,
     /// observation, sub-call (with the heads of its prompt and answer) and submit.
@@ -77,7 +77,7 @@ pub struct RlmArgs {
     /// Sub-model calls in flight at once over the whole RLM tree (default 64: a batch of 50 goes
     /// out in one wave; lower it for a provider that caps requests in flight — BENCHMARKS.md has
     /// the sweep).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::flags::concurrency)]
     pub concurrency: Option<usize>,
     /// Print one JSON object on stdout and nothing else there.
     #[arg(long)]

@@ -59,8 +59,8 @@ pub struct RunArgs {
     pub plan: bool,
     #[command(flatten)]
     pub runnables: super::RunnableArgs,
-    /// Temperature of model calls.
-    #[arg(long)]
+    /// Temperature of model calls (0 to 2).
+    #[arg(long, value_parser = crate::flags::temperature)]
     pub temperature: Option<f32>,
     /// Cap on tokens generated per model call.
     #[arg(long)]

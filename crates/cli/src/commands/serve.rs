@@ -27,13 +27,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "VAR", default_value = "RECURSIVE_SERVE_TOKEN")]
     pub token_env: String,
     /// Runs at once; more wait in a queue.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::flags::concurrency)]
     pub max_concurrent_runs: usize,
     /// Runs that may wait for a slot; beyond it requests get 429 with Retry-After.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::flags::queued)]
     pub max_queued_runs: usize,
     /// Largest request body, in MiB.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::flags::body_mib)]
     pub max_body_mib: usize,
     /// Most model turns of an agent run.
     #[arg(long, default_value_t = 32)]
@@ -43,7 +43,7 @@ pub struct ServeArgs {
     pub workspace: Option<PathBuf>,
     /// Seconds a shutdown (SIGTERM, SIGINT) gives cancelled runs to write their final events;
     /// a second later the server exits, closing streams whose readers stopped reading.
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = crate::flags::whole_secs)]
     pub shutdown_grace: u64,
     /// A host name requests may name in `Host` besides the loopback names and the listening
     /// address (repeatable); other names are refused with 403 (DNS rebinding). Off loopback with
@@ -76,12 +76,18 @@ pub struct ServeArgs {
     pub queue: String,
     /// How many attempts a queued run may use (a worker that dies mid-run costs one); then it
     /// ends failed.
-    #[arg(long, default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS, value_name = "N", requires = "enqueue")]
+    #[arg(
+        long,
+        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        value_name = "N",
+        requires = "enqueue",
+        value_parser = crate::flags::attempts
+    )]
     pub max_attempts: i32,
     /// Let clients answer permission asks: a tool call that would ask sends an `ask` event on its
     /// run's stream and waits up to SECS for `POST /v1/runs/{id}/asks/{ask}`; no answer denies.
     /// Without it, asks are denied at once with how to allow the tool.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::flags::whole_secs)]
     pub client_asks: Option<u64>,
     /// Offer a named runnable (agent, RLM, goal or graph, as for `run --agent`): NAME=FILE,
     /// repeatable. Each is a model of the OpenAI-compatible endpoint, a runnable of the runs API
@@ -128,7 +134,7 @@ pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Runs at once; more wait in a queue.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::flags::concurrency)]
     pub max_concurrent_runs: usize,
     /// Most model turns of an agent run.
     #[arg(long, default_value_t = 32)]
@@ -162,9 +168,6 @@ fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
 /// `recursive mcp`: the MCP server on stdin/stdout until the client closes them, or until
 /// SIGINT or SIGTERM (which cancel the runs and exit 0).
 pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
-    if args.max_concurrent_runs == 0 {
-        return Err(ConfigError("--max-concurrent-runs must be at least 1".into()).into());
-    }
     let approver = Arc::new(recursive_tools::ServerApprover);
     let (runner, _) =
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
@@ -178,6 +181,9 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     }
     Ok(0)
 }
+
+/// The longest age `--keep` takes.
+const KEEP_MAX_SECS: u64 = 1000 * 365 * 86_400;
 
 /// The retention `--keep` gives: a count, an age (`s`, `m`, `h`, `d`), or both, comma-separated.
 fn keep(spec: Option<&str>) -> Result<recursive_serve::Retention, ConfigError> {
@@ -193,13 +199,17 @@ fn keep(spec: Option<&str>) -> Result<recursive_serve::Retention, ConfigError> {
         }
         let (number, unit) = part.split_at(part.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| bad(part))?);
         let n: u64 = number.parse().map_err(|_| bad(part))?;
-        let seconds = match unit {
-            "s" => n,
-            "m" => n * 60,
-            "h" => n * 3600,
-            "d" => n * 86_400,
+        let unit = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
             _ => return Err(bad(part)),
         };
+        let seconds = n
+            .checked_mul(unit)
+            .filter(|s| *s <= KEEP_MAX_SECS)
+            .ok_or_else(|| ConfigError(format!("--keep {spec}: `{part}` is longer than 1000 years")))?;
         retention.age = Some(std::time::Duration::from_secs(seconds));
     }
     Ok(retention)
@@ -208,9 +218,6 @@ fn keep(spec: Option<&str>) -> Result<recursive_serve::Retention, ConfigError> {
 /// Runs the command: serves until SIGINT or SIGTERM, then cancels the runs and lets their
 /// final events out.
 pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
-    if args.max_concurrent_runs == 0 || args.max_body_mib == 0 {
-        return Err(ConfigError("--max-concurrent-runs and --max-body-mib must be at least 1".into()).into());
-    }
     keep(args.keep.as_deref())?;
     let address = match &args.store {
         Some(address) => address.clone(),

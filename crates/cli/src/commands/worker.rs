@@ -32,22 +32,22 @@ pub struct WorkerArgs {
     #[arg(long, default_value = DEFAULT_QUEUE)]
     pub queue: String,
     /// Jobs run at once by this process.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = crate::flags::concurrency)]
     pub concurrency: usize,
     /// How long a job's lease (and its thread's) lasts without a heartbeat: a killed worker's
     /// job is taken over after this long. Heartbeats go every third of it.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub lease_ttl: f64,
+    #[arg(long, default_value = "30", value_name = "SECS", value_parser = crate::flags::lease_ttl)]
+    pub lease_ttl: Duration,
     /// How long to wait before asking again when no job is ready.
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
-    pub poll: f64,
+    #[arg(long, default_value = "1", value_name = "SECS", value_parser = crate::flags::duration)]
+    pub poll: Duration,
     /// The wait after a job's first failed attempt, doubled per attempt (at most 10 minutes).
-    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
-    pub backoff: f64,
+    #[arg(long, default_value = "2", value_name = "SECS", value_parser = crate::flags::duration)]
+    pub backoff: Duration,
     /// On SIGTERM or Ctrl-C, how long running jobs may take to finish before they are
     /// cancelled at their checkpoint and put back for another worker.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub drain_timeout: f64,
+    #[arg(long, default_value = "30", value_name = "SECS", value_parser = crate::flags::duration)]
+    pub drain_timeout: Duration,
     /// Most model turns of an agent run (a served run's agent, an agent a graph runs).
     #[arg(long, default_value_t = recursive_core::RunLimits::default().max_steps, value_name = "N")]
     pub max_steps: u32,
@@ -71,7 +71,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
-    let options = options(&args)?;
+    let options = options(&args);
     let approver = super::ApprovalArgs { yes: args.yes, no_ask: !args.yes }.approver();
     let harness = super::harness(
         &args.provider,
@@ -120,28 +120,20 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The worker's options from the flags, each number checked; its name is unique (host, pid
-/// and a UUIDv7).
-fn options(args: &WorkerArgs) -> anyhow::Result<WorkerOptions> {
-    let secs = |flag: &str, v: f64| super::seconds(flag, v);
-    if args.concurrency == 0 {
-        return Err(ConfigError("--concurrency: at least 1".into()).into());
-    }
-    let lease_ttl = secs("--lease-ttl", args.lease_ttl)?;
-    if lease_ttl < Duration::from_millis(300) {
-        return Err(ConfigError("--lease-ttl: at least 0.3 seconds".into()).into());
-    }
+/// The worker's options from the flags (their numbers checked as they were parsed:
+/// [`crate::flags`]); its name is unique (host, pid and a UUIDv7).
+fn options(args: &WorkerArgs) -> WorkerOptions {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host = if host.trim().is_empty() { "localhost" } else { host.trim() };
-    Ok(WorkerOptions {
+    WorkerOptions {
         name: format!("{host}/{}/{}", std::process::id(), uuid::Uuid::now_v7()),
         queue: args.queue.clone(),
         concurrency: args.concurrency,
-        lease_ttl,
-        poll: secs("--poll", args.poll)?,
-        backoff: secs("--backoff", args.backoff)?,
-        drain_timeout: secs("--drain-timeout", args.drain_timeout)?,
-    })
+        lease_ttl: args.lease_ttl,
+        poll: args.poll,
+        backoff: args.backoff,
+        drain_timeout: args.drain_timeout,
+    }
 }
 
 /// Binds a thread's pinned blueprint as `graph resume` does: against the harness and the

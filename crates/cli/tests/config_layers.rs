@@ -79,11 +79,11 @@ fn widening_keys_of_an_untrusted_project_are_left_out_and_named() {
     let (out, _) = write_attempt(&env, env.dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     for left_out in [
-        "[tools] memory_path outside the project",
-        "[tools.shell] max_processes above 1024",
-        "[tools.shell] max_file_size_mb above 4096",
-        "[rlm] instructions outside the project",
-        "[rlm] memory_limit_mib unlimited",
+        "[tools] memory_path (a path outside the project)",
+        "[tools.shell] max_processes = 50000 (above 1024)",
+        "[tools.shell] max_file_size_mb = 100000000 (above 4096)",
+        "[rlm] instructions (a path outside the project)",
+        "[rlm] memory_limit_mib = 0 (no limit; above 512)",
     ] {
         assert!(stderr.contains(left_out), "{left_out} not left out: {stderr}");
     }

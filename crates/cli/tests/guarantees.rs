@@ -30,7 +30,8 @@ fn collector() -> (String, Arc<AtomicUsize>) {
             stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
             let mut buf = [0u8; 65536];
             let _ = stream.read(&mut buf);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n");
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n");
         }
     });
     (url, hits)
@@ -75,7 +76,8 @@ fn an_untrusted_project_file_exports_nothing_reprices_nothing_and_names_what_it_
     let out = run(false);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    for named in ["[telemetry] endpoint", "[telemetry] content", "[pricing]", "[limits] max_depth", "[tools] blueprints"]
+    for named in
+        ["[telemetry] endpoint", "[telemetry] content", "[pricing]", "[limits] max_depth", "[tools] blueprints"]
     {
         assert!(stderr.contains(named), "the warning names {named}: {stderr}");
     }
@@ -122,7 +124,8 @@ fn rlm_code_naming_an_unpriced_model_is_refused_with_a_clear_error_before_the_ca
     let env = Env::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let first = "```python\nr = llm_query('the priced question', model='their-new-model')\nprint('got', r)\n```";
-    let server = rt.block_on(ModelServer::start_with([Reply::text(first), Reply::text("```python\nsubmit('ok')\n```")]));
+    let server =
+        rt.block_on(ModelServer::start_with([Reply::text(first), Reply::text("```python\nsubmit('ok')\n```")]));
     let out = env
         .cmd()
         .env("OPENAI_API_KEY", "sk-test")

@@ -251,10 +251,15 @@ fn judge(
 ) -> Option<toml::Value> {
     let refused = match class {
         KeyClass::Neutral => None,
-        KeyClass::Loosening { why } => Some(format!("{here} ({why})")),
+        KeyClass::Loosening { why } => match value.as_table().map(|t| t.keys().cloned().collect::<Vec<_>>()) {
+            Some(names) if !names.is_empty() => Some(format!("{here} {} ({why})", names.join(", "))),
+            _ => Some(format!("{here} ({why})")),
+        },
         KeyClass::Cap { builtin, zero_is_unlimited } => {
             let limit = in_force.and_then(number).or(*builtin).or_else(|| default.and_then(|d| d.as_f64()));
-            above_cap(&value, limit, *zero_is_unlimited).map(|limit| format!("{here} = {value} (above {limit})"))
+            let unlimited = if *zero_is_unlimited && number(&value) == Some(0.0) { "no limit; " } else { "" };
+            above_cap(&value, limit, *zero_is_unlimited)
+                .map(|limit| format!("{here} = {value} ({unlimited}above {limit})"))
         }
         KeyClass::Scale { loosest_first, builtin } => {
             let current =
@@ -301,7 +306,8 @@ fn rules(value: toml::Value, tightening: &[String], here: &str, left_out: &mut V
         if tightening.contains(&action) {
             kept.push(rule);
         } else {
-            left_out.push(format!("{here} #{} (action `{action}`)", index + 1));
+            // One entry of `[permissions] rules` is "[permissions] rule #2".
+            left_out.push(format!("{} #{} (action `{action}`)", here.strip_suffix('s').unwrap_or(here), index + 1));
         }
     }
     toml::Value::Array(kept)
@@ -532,7 +538,7 @@ mod tests {
         "#;
         let user = "[[permissions.rules]]\ntool = \"web_fetch\"\naction = \"deny\"";
         let (merged, left_out) = untrusted(&format!("[permissions]\n{user}"), project);
-        assert_eq!(left_out, vec!["[permissions] rules #1 (action `allow`)".to_string()]);
+        assert_eq!(left_out, vec!["[permissions] rule #1 (action `allow`)".to_string()]);
         let rules = at(&merged, "permissions.rules").and_then(|r| r.as_array()).unwrap();
         let tools: Vec<_> = rules.iter().filter_map(|r| r.get("tool")?.as_str()).collect();
         assert_eq!(tools, ["web_fetch", "write_file"], "the user's rules stay, the project's ask is added");

@@ -111,11 +111,13 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         None => {
             if let Some(model) = &harness.provider.unpriced {
                 eprintln!(
-                    "warning: the price of model `{model}` is unknown, so the pursuit's default $10 budget cannot \
-                     hold; add [pricing.\"{model}\"] to recursive.toml"
+                    "warning: the price of model `{model}` is unknown, so the pursuit runs without its default $10 \
+                     budget (its time and goal caps still apply); add [pricing.\"{model}\"] to recursive.toml"
                 );
+                f64::INFINITY
+            } else {
+                recursive_goal::Constraints::default().max_cost_usd
             }
-            recursive_goal::Constraints::default().max_cost_usd
         }
     };
     let goal_config = goal_config(&args, max_cost, harness.provider.model())?;

@@ -163,7 +163,7 @@ pub struct ProviderSettings {
     pub headers: BTreeMap<String, String>,
     /// Append every interaction to this cassette.
     #[serde(default)]
-    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
+    #[schemars(extend("x-trust" = KeyClass::loosening("every prompt and answer would be written there")))]
     pub record: Option<PathBuf>,
     /// Answer from this cassette instead of calling a model (implies kind `replay`).
     #[serde(default)]

@@ -9,7 +9,7 @@
 //! resumed like any other.
 //!
 //! Saving meets the path rules `write_file` meets (the permission gate's path rules, for this
-//! tool and for `write_file`), never follows a link (see [`save`]), and keeps a different
+//! tool and for `write_file`), never follows a link (see its `save` module), and keeps a different
 //! blueprint of the same name unless the model asks to replace it.
 
 mod save;
@@ -70,7 +70,7 @@ pub struct BlueprintTool {
     /// The blueprint saved last.
     saved: std::sync::Mutex<Option<PathBuf>>,
     /// The workspace's graph store, opened at the first run.
-    store: tokio::sync::OnceCell<Arc<dyn recursive_graph::Checkpointer>>,
+    store: tokio::sync::OnceCell<Arc<dyn recursive_store::Checkpointer>>,
 }
 
 /// The arguments of one call.
@@ -203,14 +203,14 @@ impl BlueprintTool {
         Ok((path, saved))
     }
 
-    async fn store(&self) -> Result<Arc<dyn recursive_graph::Checkpointer>, ToolError> {
+    async fn store(&self) -> Result<Arc<dyn recursive_store::Checkpointer>, ToolError> {
         let store = self
             .store
             .get_or_try_init(|| async {
                 let path = self
                     .state_path("graphs.db")
-                    .map_err(|e| recursive_graph::checkpoint::StoreError::Backend(e.to_string()))?;
-                recursive_graph::checkpoint::open(&path.display().to_string()).await
+                    .map_err(|e| recursive_store::StoreError::Backend(e.to_string()))?;
+                recursive_store::open(&path.display().to_string()).await
             })
             .await
             .map_err(|e| ToolError::failed(format!("the graph store: {e}")))?;

@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recursive_core::RunScope;
-use recursive_graph::queue::{DEFAULT_QUEUE, JobQueue, KIND_GRAPH, NewJob};
-use recursive_graph::{
-    Channel, Checkpointer, END, Graph, Lease, PostgresCheckpointer, START, Start, Thread, ThreadInfo, ValueType, func,
-};
+use recursive_graph::{Channel, END, Graph, START, Start, Thread, ValueType, func};
+use recursive_store::queue::{DEFAULT_QUEUE, JobQueue, KIND_GRAPH, NewJob};
+use recursive_store::{Checkpointer, Lease, PostgresCheckpointer, ThreadInfo};
 use recursive_testkit::postgres::TestSchema;
 use recursive_testkit::{ModelServer, Reply};
 use serde_json::json;

@@ -434,9 +434,9 @@ fn one_corrupt_thread_record_is_named_and_the_others_are_listed() {
     let store = env.path("graphs.db");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let sqlite = recursive_graph::SqliteCheckpointer::open(&store).unwrap();
+        let sqlite = recursive_store::SqliteCheckpointer::open(&store).unwrap();
         for thread in ["first", "broken", "last"] {
-            let info = recursive_graph::ThreadInfo {
+            let info = recursive_store::ThreadInfo {
                 thread: thread.into(),
                 graph: "survey".into(),
                 blueprint: None,
@@ -444,7 +444,7 @@ fn one_corrupt_thread_record_is_named_and_the_others_are_listed() {
                 subgraphs: None,
                 created_at: chrono::Utc::now(),
             };
-            recursive_graph::Checkpointer::put_thread(&sqlite, &info).await.unwrap();
+            recursive_store::Checkpointer::put_thread(&sqlite, &info).await.unwrap();
         }
     });
     let raw = rusqlite::Connection::open(&store).unwrap();

@@ -1,37 +1,41 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Superstep overhead per node, against the ideal of calling the node functions directly:
-//! a chain of function nodes run by the executor with the in-memory and the SQLite
-//! checkpointer; and a 1,000-node fan-out (one superstep of 1,000 concurrent nodes, then a
-//! join) with its wall time. Peak memory of the fan-out is printed by
+//! chains of 100 and 1,000 function nodes run by the executor with the in-memory and the
+//! SQLite checkpointer (a superstep's cost must not grow with the thread's length: the
+//! per-node time of the long chain against the short one's is the figure); and a 1,000-node
+//! fan-out (one superstep of 1,000 concurrent nodes, then a join) with its wall time. Peak
+//! memory of the fan-out is printed by
 //! `cargo bench -p recursive-graph --bench supersteps -- fanout-memory`.
 
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use recursive_core::RunScope;
-use recursive_graph::{
-    Channel, Checkpointer, END, Graph, MemoryCheckpointer, START, SqliteCheckpointer, Start, State, Thread, Update,
-    ValueType, func,
-};
+use recursive_graph::{Channel, END, Graph, RecursionPolicy, START, Start, State, Thread, Update, ValueType, func};
+use recursive_store::{Checkpointer, MemoryCheckpointer, SqliteCheckpointer};
 use serde_json::{Value, json};
 
-const CHAIN: usize = 20;
+/// The chain lengths compared.
+const CHAINS: [usize; 2] = [100, 1000];
 
 fn bump(s: &State) -> Update {
     let n = s.get("n").and_then(Value::as_i64).unwrap_or(0);
     json!({ "n": n + 1 }).as_object().cloned().unwrap_or_default()
 }
 
-fn chain() -> Graph {
+fn chain(length: usize) -> Graph {
     let mut b = Graph::builder("chain").channel("n", Channel::last(ValueType::Integer));
-    for i in 0..CHAIN {
+    // A policy that lets the whole chain run.
+    let limit = u32::try_from(length + 10).unwrap();
+    b = b.policy(RecursionPolicy { max_supersteps: limit, ..RecursionPolicy::default() });
+    for i in 0..length {
         b = b.node(format!("n{i}"), func(|s| Ok(bump(s))));
     }
     b = b.edge(START, "n0");
-    for i in 1..CHAIN {
+    for i in 1..length {
         b = b.edge(format!("n{}", i - 1), format!("n{i}"));
     }
-    b.edge(format!("n{}", CHAIN - 1), END).build().unwrap()
+    b.edge(format!("n{}", length - 1), END).build().unwrap()
 }
 
 fn fanout(width: usize) -> Graph {
@@ -52,35 +56,38 @@ fn run(rt: &tokio::runtime::Runtime, graph: &Graph, store: Arc<dyn Checkpointer>
 
 fn supersteps(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let graph = chain();
-    let mut g = c.benchmark_group("chain-20");
-    g.bench_function("direct-calls", |b| {
-        b.iter(|| {
-            let mut s = State::new();
-            for _ in 0..CHAIN {
-                let u = bump(&s);
-                s.extend(u);
-            }
-            s
-        })
-    });
-    g.bench_function("memory-store", |b| {
-        b.iter_batched(
-            || Arc::new(MemoryCheckpointer::new()) as Arc<dyn Checkpointer>,
-            |store| run(&rt, &graph, store, "t"),
-            BatchSize::SmallInput,
-        )
-    });
     let dir = tempfile::tempdir().unwrap();
     let sqlite: Arc<dyn Checkpointer> = Arc::new(SqliteCheckpointer::open(dir.path().join("bench.db")).unwrap());
     let mut i = 0u64;
-    g.bench_function("sqlite-store", |b| {
-        b.iter(|| {
-            i += 1;
-            run(&rt, &graph, sqlite.clone(), &format!("t{i}"))
-        })
-    });
-    g.finish();
+    for length in CHAINS {
+        let graph = chain(length);
+        let mut g = c.benchmark_group(format!("chain-{length}"));
+        g.sample_size(10).throughput(Throughput::Elements(length as u64));
+        g.bench_function("direct-calls", |b| {
+            b.iter(|| {
+                let mut s = State::new();
+                for _ in 0..length {
+                    let u = bump(&s);
+                    s.extend(u);
+                }
+                s
+            })
+        });
+        g.bench_function("memory-store", |b| {
+            b.iter_batched(
+                || Arc::new(MemoryCheckpointer::new()) as Arc<dyn Checkpointer>,
+                |store| run(&rt, &graph, store, "t"),
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_function("sqlite-store", |b| {
+            b.iter(|| {
+                i += 1;
+                run(&rt, &graph, sqlite.clone(), &format!("t{i}"))
+            })
+        });
+        g.finish();
+    }
 
     let wide = fanout(1000);
     let mut g = c.benchmark_group("fanout-1000");

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use chrono::Utc;
 use futures::future::join_all;
 use recursive_core::{Extension, FinishReason, RunScope};
+use recursive_store::checkpoint::{Checkpoint, Checkpointer, Pause, PendingWrite, Source, StoreError, When, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::checkpoint::{Checkpoint, Checkpointer, Pause, PendingWrite, Source, StoreError, When, Write};
 use crate::events::GraphEvent;
 use crate::events::NodeOutcome;
 use crate::graph::{Graph, START};
@@ -603,7 +603,7 @@ fn asked_again(w: PendingWrite) -> Option<PendingWrite> {
 async fn legacy_ns(thread: &Thread, name: &str, cp: &Checkpoint) -> Result<Option<String>, GraphError> {
     let sep = if thread.ns.is_empty() { "" } else { "/" };
     let ns = format!("{}{sep}{name}:{}", thread.ns, cp.step);
-    for slot in [ns.clone(), format!("{ns}{}", crate::slot::RUN_SUFFIX)] {
+    for slot in [ns.clone(), format!("{ns}{}", crate::node::RUN_SUFFIX)] {
         let latest = thread.store.latest(&thread.id, &slot).await?;
         if latest.is_some_and(|l| l.created_at >= cp.created_at) {
             return Ok(Some(ns));

@@ -103,8 +103,7 @@ impl Node for RunnableNode {
             input.data.insert(name.clone(), ctx.state.get(name).cloned().unwrap_or(Value::Null));
         }
         // A runnable that can resume (an RLM) keeps checkpoints for this invocation of the node.
-        input.checkpoint =
-            Some(recursive_core::CheckpointHandle(Arc::new(crate::slot::StoreSlot::nested(&ctx.nested))));
+        input.checkpoint = Some(recursive_core::CheckpointHandle(Arc::new(ctx.nested.run_slot())));
         let outcome = self.runnable.run(input, ctx.scope).await;
         settle(outcome.finish_reason.clone(), outcome.is_success(), || {
             outcome.report(self.runnable.name(), self.runnable.kind())

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{FinishReason, RunScope};
+use recursive_store::checkpoint::Checkpointer;
+use recursive_store::slot::StoreSlot;
 use serde_json::Value;
 
-use crate::checkpoint::Checkpointer;
 use crate::exec::Finish;
 use crate::state::{State, Update};
 
@@ -31,6 +32,17 @@ pub struct Nested {
     /// The step is a raise of the limits: a nested run found in the namespace continues with
     /// its limits counted afresh too.
     pub raise: bool,
+}
+
+/// What a node's run slot adds to the node's nested namespace.
+pub(crate) const RUN_SUFFIX: &str = "#run";
+
+impl Nested {
+    /// The checkpoint slot of a run made by this invocation of the node (an RLM's): its
+    /// namespace in the graph's thread, so a node killed mid-run resumes.
+    pub fn run_slot(&self) -> StoreSlot {
+        StoreSlot::in_thread(self.store.clone(), &self.thread, &format!("{}{RUN_SUFFIX}", self.ns))
+    }
 }
 
 /// What a node is given.

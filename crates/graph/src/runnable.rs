@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{Outcome, RunInput, RunScope, Runnable, RunnableKind};
+use recursive_store::checkpoint::{Checkpointer, MemoryCheckpointer, ThreadInfo};
 use serde_json::Value;
 
-use crate::checkpoint::{Checkpointer, MemoryCheckpointer};
 use crate::exec::{Finish, Start, Thread};
 use crate::graph::Graph;
 
@@ -99,7 +99,7 @@ impl Runnable for GraphRunnable {
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
         let thread = Thread::new(self.store.clone(), self.thread_of(scope));
         if let Some(source) = &self.source {
-            let info = crate::checkpoint::ThreadInfo {
+            let info = ThreadInfo {
                 thread: thread.id.clone(),
                 graph: self.graph.name().to_string(),
                 blueprint: Some(source.text.clone()),

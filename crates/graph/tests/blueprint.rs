@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use recursive_core::{ChatOptions, MockProvider, MockReply, RunScope};
 use recursive_graph::blueprint::{self, Allowlist, Source};
-use recursive_graph::{Finish, MemoryCheckpointer, Start, Thread};
+use recursive_graph::{Finish, Start, Thread};
+use recursive_store::MemoryCheckpointer;
 use serde_json::json;
 
 const REVIEW: &str = r#"

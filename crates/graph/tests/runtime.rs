@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use recursive_core::{Budget, BudgetLimits, ChatOptions, FinishReason, MemorySink, MockProvider, MockReply, RunScope};
 use recursive_graph::kinds::{AskNode, ModelNode, SubgraphNode};
 use recursive_graph::{
-    Channel, Checkpointer, END, Finish, Graph, GraphError, GraphEvent, Guard, MemoryCheckpointer, Node, Op,
-    RecursionPolicy, START, SqliteCheckpointer, Start, Template, Test, Thread, Update, ValueType, func,
+    Channel, END, Finish, Graph, GraphError, GraphEvent, Guard, Node, Op, RecursionPolicy, START, Start, Template,
+    Test, Thread, Update, ValueType, func,
 };
+use recursive_store::{Checkpointer, MemoryCheckpointer, SqliteCheckpointer};
 use serde_json::{Value, json};
 
 fn update(v: Value) -> Update {
@@ -110,7 +111,7 @@ async fn new_input_on_an_unfinished_thread_is_refused() {
     let thread = Thread::new(store, "t");
     let out = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap();
     assert!(
-        matches!(out.finish, Finish::Interrupted(ref i) if i.when == recursive_graph::When::Ask && i.path == ["ask"])
+        matches!(out.finish, Finish::Interrupted(ref i) if i.when == recursive_store::When::Ask && i.path == ["ask"])
     );
     let err = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap_err();
     assert!(matches!(err, GraphError::Unfinished(_)), "{err}");
@@ -202,14 +203,14 @@ async fn pauses_before_and_after_named_nodes_wait_for_resume() {
     let thread = Thread::new(store, "t");
     let out = g.run(Start::Input(json!({})), &thread, &RunScope::detached("g")).await.unwrap();
     assert!(
-        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_graph::When::After && i.path == ["a"]),
+        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_store::When::After && i.path == ["a"]),
         "{:?}",
         out.finish
     );
     assert_eq!(out.state["log"], json!(["a"]));
     let out = g.run(Start::Resume(None), &thread, &RunScope::detached("g")).await.unwrap();
     assert!(
-        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_graph::When::Before && i.path == ["c"]),
+        matches!(&out.finish, Finish::Interrupted(i) if i.when == recursive_store::When::Before && i.path == ["c"]),
         "{:?}",
         out.finish
     );
@@ -575,9 +576,9 @@ async fn a_sub_graph_run_stored_under_the_old_namespace_form_is_continued() {
         let old = Thread { store: store.clone(), id: "t".into(), ns: "sub:1".into() };
         let inner = child_graph(inner_runs.clone());
         inner.run(Start::Input(json!({"text": "tides"})), &old, &RunScope::detached("g")).await.unwrap();
-        let asked = recursive_graph::PendingWrite {
+        let asked = recursive_store::PendingWrite {
             node: "sub".into(),
-            write: recursive_graph::Write::Interrupt { payload: json!({"question": "OK: TIDES?"}) },
+            write: recursive_store::Write::Interrupt { payload: json!({"question": "OK: TIDES?"}) },
             asked_at: None,
         };
         store.put_write("t", &out.checkpoint, &asked).await.unwrap();

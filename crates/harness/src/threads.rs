@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
-use recursive_graph::{
-    Checkpointer, GraphError, GraphOutcome, Lease, LeaseError, Start, StoreError, Thread, ThreadInfo,
-};
+use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
+use recursive_store::{Checkpointer, Lease, LeaseError, StoreError, ThreadInfo};
 
 use crate::{Harness, sibling_graphs};
 

@@ -479,8 +479,8 @@ async fn checkpoint_cost() {
 
             let dir = tempfile::tempdir().unwrap();
             let db = dir.path().join("graphs.db");
-            let store = recursive_graph::checkpoint::open(db.to_str().unwrap()).await.unwrap();
-            let inner = Arc::new(recursive_graph::StoreSlot::standalone(store, &format!("bench-{run}"), "rlm"));
+            let store = recursive_store::checkpoint::open(db.to_str().unwrap()).await.unwrap();
+            let inner = Arc::new(recursive_store::StoreSlot::standalone(store, &format!("bench-{run}"), "rlm"));
             let timed = Arc::new(TimedSlot { inner, saves: Default::default() });
             let slot: Arc<dyn recursive_core::CheckpointSlot> = timed.clone();
             let durable = rlm.clone().with_durable(recursive_rlm::Durable {

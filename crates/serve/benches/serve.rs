@@ -148,7 +148,7 @@ fn db_bytes(path: &std::path::Path) -> u64 {
 async fn stored_runs(client: &reqwest::Client, n: usize) {
     let dir = std::env::temp_dir().join(format!("serve-bench-{}", std::process::id()));
     let path = dir.join("runs.db");
-    let archive = recursive_graph::open_archive(&path.display().to_string()).await.unwrap_or_else(|_| unreachable!());
+    let archive = recursive_store::open_archive(&path.display().to_string()).await.unwrap_or_else(|_| unreachable!());
     let config = ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!()),
         archive: Some(archive),

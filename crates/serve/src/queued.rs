@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recursive_core::FinishReason;
-use recursive_graph::queue::{CANCELLED, Job, JobQueue, JobRow, KIND_RUN, NewJob};
-use recursive_graph::worker::{Attempt, JobHandler};
+use recursive_store::queue::{CANCELLED, Job, JobQueue, JobRow, KIND_RUN, NewJob};
+use recursive_store::worker::{Attempt, JobHandler};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -82,7 +82,7 @@ impl RunQueue {
 /// under a record of the run's id in a store over the same archive.
 pub struct RunJobs {
     runner: Arc<dyn Runner>,
-    archive: Arc<dyn recursive_graph::RunArchive>,
+    archive: Arc<dyn recursive_store::RunArchive>,
     queue: JobQueue,
     observer: Option<Arc<dyn recursive_core::EventSink>>,
 }
@@ -95,7 +95,7 @@ impl RunJobs {
     /// cancelled run was cancelled by a client; every event also goes to `observer`.
     pub fn new(
         runner: Arc<dyn Runner>,
-        archive: Arc<dyn recursive_graph::RunArchive>,
+        archive: Arc<dyn recursive_store::RunArchive>,
         queue: JobQueue,
         observer: Option<Arc<dyn recursive_core::EventSink>>,
     ) -> Self {

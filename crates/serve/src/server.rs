@@ -51,7 +51,7 @@ pub struct ServeConfig {
     /// Browser origins allowed to call the server (CORS); none by default.
     pub cors_origins: Vec<String>,
     /// Where runs are kept past their flight (`None`: in memory only).
-    pub archive: Option<Arc<dyn recursive_graph::RunArchive>>,
+    pub archive: Option<Arc<dyn recursive_store::RunArchive>>,
     /// How many finished runs to keep, and for how long.
     pub retention: crate::store::Retention,
     /// Where permission asks of runs wait for their clients' answers (`None`: the server
@@ -140,7 +140,7 @@ impl Server {
             runner,
             store: Arc::new(match &config.archive {
                 Some(archive) => RunStore::new(archive.clone(), config.retention),
-                None => RunStore::new(Arc::new(recursive_graph::MemoryArchive::default()), config.retention),
+                None => RunStore::new(Arc::new(recursive_store::MemoryArchive::default()), config.retention),
             }),
             continuations: Default::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recursive_core::FinishReason;
-use recursive_graph::queue::{JobQueue, KIND_RUN};
-use recursive_graph::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, RunWrite, StoreError};
+use recursive_store::queue::{JobQueue, KIND_RUN};
+use recursive_store::{ArchivedRun, MemoryArchive, RunArchive, RunQuery, RunWrite, StoreError};
 use tokio::sync::Notify;
 
 use crate::runs::{PAGE, RunFilter, RunKind, RunOutput, RunRecord, RunStatus, RunView, unix_ms};
@@ -34,9 +34,9 @@ impl Retention {
         self.count.is_none() && self.age.is_none()
     }
 
-    fn at(&self, now_ms: i64) -> recursive_graph::Retention {
+    fn at(&self, now_ms: i64) -> recursive_store::Retention {
         let age_ms = |a: Duration| i64::try_from(a.as_millis()).unwrap_or(i64::MAX);
-        recursive_graph::Retention { count: self.count, before_ms: self.age.map(|a| now_ms.saturating_sub(age_ms(a))) }
+        recursive_store::Retention { count: self.count, before_ms: self.age.map(|a| now_ms.saturating_sub(age_ms(a))) }
     }
 }
 

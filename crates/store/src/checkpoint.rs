@@ -12,9 +12,24 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::state::{State, Update};
+/// A graph's state as stored: channel name → value (the graph engine folds it; the store only
+/// keeps it).
+pub type State = Map<String, Value>;
+
+/// A node's update as stored: channel name → value.
+pub type Update = Map<String, Value>;
+
+/// A blueprint's text and where it came from (pinned in a thread's record so a resume binds
+/// this text, never the file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlueprintSource {
+    /// A path or a name, for diagnostics.
+    pub origin: String,
+    /// The text.
+    pub text: String,
+}
 
 /// Where a checkpoint came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,7 +177,7 @@ pub struct ThreadInfo {
     /// the thread starts so a resume binds these, never the files. `None` in threads stored
     /// before sub-graphs were pinned: their sub-graphs are looked up next to `origin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subgraphs: Option<BTreeMap<String, crate::blueprint::Source>>,
+    pub subgraphs: Option<BTreeMap<String, BlueprintSource>>,
     /// When the thread was created.
     pub created_at: DateTime<Utc>,
 }
@@ -385,104 +400,4 @@ pub async fn open(address: &str) -> Result<std::sync::Arc<dyn Checkpointer>, Sto
         .await
         .map_err(|e| StoreError::Backend(format!("opening the SQLite store: {e}")))??;
     Ok(std::sync::Arc::new(store))
-}
-
-/// The contract every store keeps, run against a fresh store of each kind by its tests.
-#[cfg(test)]
-pub(crate) mod contract {
-    use super::*;
-    use serde_json::json;
-
-    pub(crate) fn checkpoint(thread: &str, ns: &str, step: u64, parent: Option<&str>) -> Checkpoint {
-        Checkpoint {
-            id: Checkpoint::new_id(),
-            thread: thread.into(),
-            ns: ns.into(),
-            parent: parent.map(String::from),
-            step,
-            state: json!({"n": step}).as_object().cloned().unwrap_or_default(),
-            next: vec!["a".into()],
-            visits: BTreeMap::from([("a".to_string(), step as u32)]),
-            base_step: 0,
-            pause: None,
-            source: Source::Step,
-            created_at: Utc::now(),
-        }
-    }
-
-    pub(crate) async fn keeps_the_contract(store: &dyn Checkpointer, thread: &str) {
-        let info = ThreadInfo {
-            thread: thread.into(),
-            graph: "g".into(),
-            blueprint: Some("name = \"g\"".into()),
-            origin: None,
-            subgraphs: Some(BTreeMap::from([(
-                "sub".to_string(),
-                crate::blueprint::Source { origin: "sub.toml".into(), text: "name = \"sub\"".into() },
-            )])),
-            created_at: Utc::now(),
-        };
-        store.put_thread(&info).await.unwrap();
-        assert_eq!(store.thread(thread).await.unwrap().unwrap(), info);
-        assert!(store.threads().await.unwrap().iter().any(|t| t.as_ref().is_ok_and(|t| t.thread == thread)));
-
-        assert!(store.latest(thread, "").await.unwrap().is_none());
-        let c0 = checkpoint(thread, "", 0, None);
-        let c1 = checkpoint(thread, "", 1, Some(&c0.id));
-        let sub = checkpoint(thread, "inner:1", 0, None);
-        store.put(&c0).await.unwrap();
-        store.put(&c1).await.unwrap();
-        store.put(&sub).await.unwrap();
-        assert_eq!(store.latest(thread, "").await.unwrap().unwrap(), c1);
-        assert_eq!(store.latest(thread, "inner:1").await.unwrap().unwrap(), sub);
-        assert_eq!(store.get(thread, &c0.id).await.unwrap().unwrap(), c0);
-        let ids: Vec<_> = store.list(thread, "").await.unwrap().into_iter().map(|c| c.id).collect();
-        assert_eq!(ids, [c1.id.clone(), c0.id.clone()]);
-
-        let w = |node: &str, n: i64| PendingWrite {
-            node: node.into(),
-            write: Write::Update { update: json!({"n": n}).as_object().cloned().unwrap_or_default() },
-            asked_at: (n == 2).then(|| "inner".to_string()),
-        };
-        store.put_write(thread, &c1.id, &w("a", 1)).await.unwrap();
-        store.put_write(thread, &c1.id, &w("b", 2)).await.unwrap();
-        store.put_write(thread, &c1.id, &w("a", 3)).await.unwrap();
-        let mut writes = store.writes(thread, &c1.id).await.unwrap();
-        writes.sort_by(|x, y| x.node.cmp(&y.node));
-        assert_eq!(writes, [w("a", 3), w("b", 2)]);
-        assert!(store.writes(thread, &c0.id).await.unwrap().is_empty());
-
-        let c2 = checkpoint(thread, "", 2, Some(&c1.id));
-        store.put(&c2).await.unwrap();
-        store.prune(thread, "", &c1.id).await.unwrap();
-        let ids: Vec<_> = store.list(thread, "").await.unwrap().into_iter().map(|c| c.id).collect();
-        assert_eq!(ids, [c2.id.clone(), c1.id.clone()], "only what came before `keep` goes");
-        assert_eq!(store.latest(thread, "inner:1").await.unwrap().unwrap(), sub, "other namespaces stay");
-        holds_leases(store, thread).await;
-    }
-
-    /// One holder at a time; renewal by the holder; release; an expired lease taken over.
-    async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
-        use std::time::Duration;
-        let long = Duration::from_secs(60);
-        assert_eq!(store.take_lease(thread, "one", long).await.unwrap(), None);
-        assert_eq!(store.take_lease(thread, "two", long).await.unwrap().as_deref(), Some("one"));
-        assert_eq!(store.take_lease(thread, "one", long).await.unwrap(), None, "the holder renews");
-        store.release_lease(thread, "two").await.unwrap();
-        assert_eq!(store.take_lease(thread, "two", long).await.unwrap().as_deref(), Some("one"), "not two's to give");
-        store.release_lease(thread, "one").await.unwrap();
-        assert_eq!(store.take_lease(thread, "two", Duration::from_millis(50)).await.unwrap(), None);
-        tokio::time::sleep(Duration::from_millis(120)).await;
-        assert_eq!(store.take_lease(thread, "three", long).await.unwrap(), None, "an expired lease is taken over");
-        store.release_lease(thread, "three").await.unwrap();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[tokio::test]
-    async fn the_memory_store_keeps_the_contract() {
-        let store = super::MemoryCheckpointer::new();
-        super::contract::keeps_the_contract(&store, "t1").await;
-    }
 }

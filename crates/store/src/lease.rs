@@ -266,7 +266,20 @@ mod tests {
         let _stalled = std::mem::ManuallyDrop::new(stale);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let successor = Lease::take(store.clone(), "t", false).await.unwrap();
-        let checkpoint = crate::checkpoint::contract::checkpoint("t", "", 0, None);
+        let checkpoint = Checkpoint {
+            id: Checkpoint::new_id(),
+            thread: "t".into(),
+            ns: String::new(),
+            parent: None,
+            step: 0,
+            state: Default::default(),
+            next: Vec::new(),
+            visits: Default::default(),
+            base_step: 0,
+            pause: None,
+            source: crate::checkpoint::Source::Step,
+            created_at: chrono::Utc::now(),
+        };
         let refused = stale_store.put(&checkpoint).await.err().unwrap();
         assert!(matches!(refused, StoreError::LeaseLost { .. }), "{refused}");
         assert!(store.latest("t", "").await.unwrap().is_none(), "nothing was written");

@@ -256,16 +256,6 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_postgres_store_keeps_the_contract_across_connections() {
-        let Some(url) = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL") else { return };
-        let thread = format!("contract-{}", Checkpoint::new_id());
-        let store = PostgresCheckpointer::connect(&url).await.unwrap();
-        crate::checkpoint::contract::keeps_the_contract(&store, &thread).await;
-        let other = PostgresCheckpointer::connect(&url).await.unwrap();
-        assert_eq!(other.latest(&thread, "").await.unwrap(), store.latest(&thread, "").await.unwrap());
-    }
-
-    #[tokio::test]
     async fn a_wrong_password_is_a_clear_error() {
         let Some(url) = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL") else { return };
         let bad = url.replacen(":recursive@", ":wrong@", 1);

@@ -1,7 +1,8 @@
-//! Checkpoint slots in the graph store for runs that can resume (RLMs): a slot is a thread and
-//! a namespace whose latest checkpoint holds the run's state under the channel `run`. A
-//! stand-alone run gets a thread of its own (graph `rlm`); a graph node's run gets a namespace
-//! of its node and superstep in the graph's thread, so a node killed mid-run resumes.
+//! Checkpoint slots in the store for runs that can resume (RLMs): a slot is a thread and a
+//! namespace whose latest checkpoint holds the run's state under the channel `run`. A
+//! stand-alone run gets a thread of its own (recorded as graph `rlm`); a graph node's run gets
+//! a namespace in the graph's thread (the graph engine names it), so a node killed mid-run
+//! resumes.
 
 use std::sync::Arc;
 
@@ -10,9 +11,6 @@ use recursive_core::CheckpointSlot;
 use serde_json::Value;
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Source, ThreadInfo};
-
-/// What a node's run slot adds to the node's nested namespace.
-pub(crate) const RUN_SUFFIX: &str = "#run";
 
 /// A slot in a store.
 pub struct StoreSlot {
@@ -32,15 +30,9 @@ impl StoreSlot {
         Self { store, thread: key.into(), ns: kind.into(), standalone: Some(kind.into()), last: Default::default() }
     }
 
-    /// The slot of a run made by a node: its invocation's namespace in the graph's thread.
-    pub fn nested(nested: &crate::node::Nested) -> Self {
-        Self {
-            store: nested.store.clone(),
-            thread: nested.thread.clone(),
-            ns: format!("{}{RUN_SUFFIX}", nested.ns),
-            standalone: None,
-            last: Default::default(),
-        }
+    /// The slot at namespace `ns` of an existing `thread` (a run made by a graph's node).
+    pub fn in_thread(store: Arc<dyn Checkpointer>, thread: &str, ns: &str) -> Self {
+        Self { store, thread: thread.into(), ns: ns.into(), standalone: None, last: Default::default() }
     }
 }
 
@@ -82,7 +74,7 @@ impl CheckpointSlot for StoreSlot {
             Some(last) => Some(last),
             None => self.first_parent().await?,
         };
-        let mut state = crate::state::State::new();
+        let mut state = crate::checkpoint::State::new();
         state.insert("run".into(), value.clone());
         let record = Checkpoint {
             id: Checkpoint::new_id(),
@@ -133,13 +125,6 @@ mod tests {
         assert_eq!(store.latest("r1", "rlm").await.unwrap().unwrap().step, 2, "a new slot continues the chain");
         assert_eq!(store.list("r1", "rlm").await.unwrap().len(), 1, "only the latest checkpoint is kept");
         assert_eq!(store.thread("r1").await.unwrap().unwrap().graph, "rlm");
-        let nested = crate::node::Nested {
-            store: store.clone(),
-            thread: "r1".into(),
-            ns: "n:1".into(),
-            resume_from: None,
-            raise: false,
-        };
-        assert_eq!(StoreSlot::nested(&nested).load().await.unwrap(), None);
+        assert_eq!(StoreSlot::in_thread(store.clone(), "r1", "n:1#run").load().await.unwrap(), None);
     }
 }

@@ -266,18 +266,6 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_sqlite_store_keeps_the_contract_and_survives_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".recursive/graphs.db");
-        let store = SqliteCheckpointer::open(&path).unwrap();
-        crate::checkpoint::contract::keeps_the_contract(&store, "t1").await;
-        let latest = store.latest("t1", "").await.unwrap().unwrap();
-        drop(store);
-        let reopened = SqliteCheckpointer::open(&path).unwrap();
-        assert_eq!(reopened.latest("t1", "").await.unwrap().unwrap(), latest);
-    }
-
-    #[tokio::test]
     async fn a_corrupt_thread_record_is_listed_as_unreadable_and_hides_no_other() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("graphs.db");

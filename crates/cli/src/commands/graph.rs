@@ -11,12 +11,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use recursive_graph::blueprint::{self, Allowlist, Source};
-use recursive_graph::queue::{JobQueue, QueueError};
-use recursive_graph::worker::{EnqueueError, enqueue_graph, enqueue_resume};
-use recursive_graph::{
-    Checkpointer, Finish, GraphError, GraphOutcome, PostgresCheckpointer, Schema, Start, ThreadInfo,
-};
+use recursive_graph::jobs::{EnqueueError, enqueue_graph, enqueue_resume};
+use recursive_graph::{Finish, GraphError, GraphOutcome, Schema, Start};
 use recursive_harness::{Harness, RlmOptions, SubGraphs, ThreadError, ThreadRun};
+use recursive_store::queue::{JobQueue, QueueError};
+use recursive_store::{Checkpointer, PostgresCheckpointer, ThreadInfo};
 use serde_json::{Value, json};
 
 use crate::ConfigError;
@@ -203,12 +202,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub enqueue: bool,
     /// With --enqueue: the queue.
-    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    #[arg(long, default_value = recursive_store::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
     /// With --enqueue: how many attempts the job may use before it fails for good.
     #[arg(
         long,
-        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        default_value_t = recursive_store::queue::DEFAULT_MAX_ATTEMPTS,
         requires = "enqueue",
         value_parser = crate::flags::attempts
     )]
@@ -238,12 +237,12 @@ pub struct ResumeArgs {
     #[arg(long, conflicts_with_all = ["checkpoint", "raise_limits"])]
     pub enqueue: bool,
     /// With --enqueue: the queue.
-    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    #[arg(long, default_value = recursive_store::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
     /// With --enqueue: how many attempts the job may use before it fails for good.
     #[arg(
         long,
-        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        default_value_t = recursive_store::queue::DEFAULT_MAX_ATTEMPTS,
         requires = "enqueue",
         value_parser = crate::flags::attempts
     )]
@@ -432,7 +431,7 @@ pub(crate) fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> 
 
 async fn open_store(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<Arc<dyn Checkpointer>> {
     let address = store_address(args, workspace)?;
-    recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))
+    recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn store_address(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<String> {
@@ -609,7 +608,7 @@ async fn execute_graph(
     match harness.run_thread(store, run, &scope).await {
         Ok(o) => report(&o, args.store.json),
         Err(ThreadError::Bind(e)) => Err(ConfigError(e).into()),
-        Err(ThreadError::Lease(e @ recursive_graph::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),
+        Err(ThreadError::Lease(e @ recursive_store::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),
         Err(ThreadError::Lease(e)) => Err(e.into()),
         Err(ThreadError::Store(e)) => Err(e.into()),
         Err(ThreadError::Graph(GraphError::Input(e))) => Err(ConfigError(format!("input: {e}")).into()),
@@ -651,7 +650,7 @@ fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
     match &o.finish {
         Finish::Done => eprintln!("thread {}: done after {} supersteps", o.thread, o.step),
         Finish::Interrupted(i) => {
-            let hint = if i.when == recursive_graph::When::Ask { " --value JSON" } else { "" };
+            let hint = if i.when == recursive_store::When::Ask { " --value JSON" } else { "" };
             eprintln!(
                 "thread {}: waiting {} {}: {}\ncontinue it with: recursive graph resume --thread {}{hint}",
                 o.thread,
@@ -755,7 +754,7 @@ async fn threads(args: StoreArgs) -> anyhow::Result<u8> {
     let list = store.threads().await?;
     // As `ls` does: every readable thread is listed; an unreadable record is named on stderr
     // and makes the exit status 1.
-    let unreadable: Vec<&recursive_graph::Unreadable> = list.iter().filter_map(|t| t.as_ref().err()).collect();
+    let unreadable: Vec<&recursive_store::Unreadable> = list.iter().filter_map(|t| t.as_ref().err()).collect();
     for u in &unreadable {
         eprintln!("error: thread {}: its record in the store is unreadable: {}", u.thread, u.error);
     }
@@ -803,7 +802,7 @@ async fn jobs(args: JobsArgs) -> anyhow::Result<u8> {
 }
 
 /// Where a thread stands: done, waiting (a question or a pause), at a step, or empty.
-async fn thread_status(store: &dyn Checkpointer, thread: &str) -> Result<String, recursive_graph::StoreError> {
+async fn thread_status(store: &dyn Checkpointer, thread: &str) -> Result<String, recursive_store::StoreError> {
     Ok(match store.latest(thread, "").await? {
         Some(c) if c.is_done() => "done".to_string(),
         Some(c)
@@ -812,7 +811,7 @@ async fn thread_status(store: &dyn Checkpointer, thread: &str) -> Result<String,
                     .writes(thread, &c.id)
                     .await?
                     .iter()
-                    .any(|w| matches!(w.write, recursive_graph::Write::Interrupt { .. })) =>
+                    .any(|w| matches!(w.write, recursive_store::Write::Interrupt { .. })) =>
         {
             "waiting".to_string()
         }

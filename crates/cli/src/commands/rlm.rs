@@ -270,7 +270,7 @@ struct DurableArgs {
 
 /// The durable run, the invocation recorded with a resumed one, and the lease this process holds
 /// on the run (one runner per run: a second `--resume` of a run in progress is refused).
-type DurableRun = (recursive_rlm::Durable, Option<serde_json::Value>, recursive_graph::Lease);
+type DurableRun = (recursive_rlm::Durable, Option<serde_json::Value>, recursive_store::Lease);
 
 async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
     if args.off {
@@ -280,15 +280,15 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
         Some(s) => s.clone(),
         None => super::graph::default_store(args.workspace.as_deref())?,
     };
-    let checkpointer = recursive_graph::checkpoint::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let checkpointer = recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let shown = super::graph::shown_address(&address);
     let key = match &args.resume {
         Some(key) => key.clone(),
         None => format!("rlm-{}", recursive_core::run::new_run_id()),
     };
-    let lease = match recursive_graph::Lease::take(checkpointer, &key, false).await {
+    let lease = match recursive_store::Lease::take(checkpointer, &key, false).await {
         Ok(lease) => lease,
-        Err(recursive_graph::LeaseError::Held { holder, .. }) => {
+        Err(recursive_store::LeaseError::Held { holder, .. }) => {
             return Err(ConfigError(format!(
                 "run `{key}` is being run by another process ({holder}); wait for it to end"
             ))
@@ -296,7 +296,7 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
         }
         Err(e) => return Err(anyhow::anyhow!("{e}")),
     };
-    let slot = recursive_graph::StoreSlot::standalone(lease.store(), &key, "rlm");
+    let slot = recursive_store::StoreSlot::standalone(lease.store(), &key, "rlm");
     let durable =
         recursive_rlm::Durable { slot: std::sync::Arc::new(slot), meta: json!({"store": shown}), strict: true };
     let meta = match &args.resume {

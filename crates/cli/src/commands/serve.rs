@@ -72,13 +72,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub enqueue: bool,
     /// The queue `--enqueue` puts runs in (workers claim from their `--queue`).
-    #[arg(long, default_value = recursive_graph::queue::DEFAULT_QUEUE, requires = "enqueue")]
+    #[arg(long, default_value = recursive_store::queue::DEFAULT_QUEUE, requires = "enqueue")]
     pub queue: String,
     /// How many attempts a queued run may use (a worker that dies mid-run costs one); then it
     /// ends failed.
     #[arg(
         long,
-        default_value_t = recursive_graph::queue::DEFAULT_MAX_ATTEMPTS,
+        default_value_t = recursive_store::queue::DEFAULT_MAX_ATTEMPTS,
         value_name = "N",
         requires = "enqueue",
         value_parser = crate::flags::attempts
@@ -234,14 +234,13 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     };
     let (runner, archive) = tokio::join!(
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
-        recursive_graph::open_archive(&address)
+        recursive_store::open_archive(&address)
     );
     let ((runner, harness), archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
     let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
         Some(dir) => {
-            let store = recursive_graph::checkpoint::open(&address)
-                .await
-                .map_err(|e| anyhow::anyhow!("the graph store ({shown}): {e}"))?;
+            let store =
+                recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("the graph store ({shown}): {e}"))?;
             Some(Arc::new(super::served_graphs::ServedGraphs::load(harness, store, dir)?))
         }
         None => None,
@@ -300,9 +299,9 @@ async fn run_queue(address: &str, args: &ServeArgs) -> anyhow::Result<Option<rec
         .into());
     }
     let shown = super::graph::shown_address(address);
-    let failed = |e: recursive_graph::StoreError| anyhow::anyhow!("the job queue ({shown}): {e}");
-    let store = recursive_graph::PostgresCheckpointer::connect(address).await.map_err(failed)?;
-    let queue = recursive_graph::queue::JobQueue::open(&store).await.map_err(failed)?;
+    let failed = |e: recursive_store::StoreError| anyhow::anyhow!("the job queue ({shown}): {e}");
+    let store = recursive_store::PostgresCheckpointer::connect(address).await.map_err(failed)?;
+    let queue = recursive_store::queue::JobQueue::open(&store).await.map_err(failed)?;
     Ok(Some(recursive_serve::queued::RunQueue {
         queue,
         enqueue: args.enqueue,

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use recursive_core::RunScope;
 use recursive_graph::blueprint::{self, Source};
-use recursive_graph::{Checkpointer, Finish, GraphOutcome, Schema, Start, ThreadInfo, Write};
+use recursive_graph::{Finish, GraphOutcome, Schema, Start};
 use recursive_harness::{Harness, SubGraphs, ThreadError};
 use recursive_serve::RunOutput;
 use recursive_serve::threads::{ForkRequest, GraphHost, GraphInfo, HostError, ThreadRunRequest, ThreadView};
+use recursive_store::{Checkpointer, ThreadInfo, Write};
 use serde_json::{Value, json};
 
 use crate::ConfigError;

@@ -12,11 +12,12 @@ use std::time::Duration;
 use clap::Args;
 use recursive_core::{Budget, RunScope};
 use recursive_graph::blueprint::{self, Source};
-use recursive_graph::queue::{DEFAULT_QUEUE, JobQueue};
-use recursive_graph::worker::{GraphJobs, JobHandlers, LoadGraph, MakeScope, Worker, WorkerEvent, WorkerOptions};
-use recursive_graph::{Checkpointer, PostgresCheckpointer};
+use recursive_graph::jobs::{GraphJobs, LoadGraph, MakeScope};
 use recursive_harness::{Harness, RlmOptions};
 use recursive_serve::queued::RunJobs;
+use recursive_store::queue::{DEFAULT_QUEUE, JobQueue};
+use recursive_store::worker::{JobHandlers, Worker, WorkerEvent, WorkerOptions};
+use recursive_store::{Checkpointer, PostgresCheckpointer};
 use tokio_util::sync::CancellationToken;
 
 use super::graph::{BindArgs, shown_address, stored};
@@ -89,7 +90,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     let runner = Arc::new(super::serve::served_by(&harness)?);
     let pg = PostgresCheckpointer::connect(&args.store).await?;
     let queue = JobQueue::open(&pg).await?;
-    let archive = recursive_graph::open_archive(&args.store).await?;
+    let archive = recursive_store::open_archive(&args.store).await?;
     let runs = RunJobs::new(runner, archive, queue.clone(), super::telemetry_sink(&args.provider));
     let store: Arc<dyn Checkpointer> = Arc::new(pg);
     let sink = template.sink().clone();
@@ -150,12 +151,12 @@ fn loader(harness: Arc<Harness>, bind: BindArgs) -> LoadGraph {
 }
 
 /// One line on stderr per claim and per finished attempt (none with `-q`); store errors always.
-fn watcher(quiet: bool) -> recursive_graph::worker::Watcher {
+fn watcher(quiet: bool) -> recursive_store::worker::Watcher {
     Arc::new(move |event| match event {
         WorkerEvent::StoreError(e) => eprintln!("worker: {e} (trying again)"),
         _ if quiet => {}
         WorkerEvent::Claimed { id, kind, target, attempt } => {
-            let what = if kind == recursive_graph::queue::KIND_GRAPH { "thread" } else { kind.as_str() };
+            let what = if kind == recursive_store::queue::KIND_GRAPH { "thread" } else { kind.as_str() };
             eprintln!("job {id}: {what} {target}, attempt {attempt}")
         }
         WorkerEvent::Finished { id, status, detail } => eprintln!("job {id}: {status} ({detail})"),

@@ -17,14 +17,8 @@ use crate::kinds::{AskNode, ModelNode, RunnableNode, SubgraphNode, ToolNode};
 use crate::node::Node;
 use crate::template::Template;
 
-/// A blueprint's text and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Source {
-    /// A path or a name, for diagnostics.
-    pub origin: String,
-    /// The text.
-    pub text: String,
-}
+/// A blueprint's text and where it came from (the store pins it in a thread's record).
+pub use recursive_store::BlueprintSource as Source;
 
 /// What a blueprint may use, by name. Nothing else can be reached from a blueprint.
 #[derive(Default, Clone)]

@@ -39,9 +39,9 @@
 //!
 //! How files are written: a patch is applied hunk by hunk (a failure leaves earlier hunks applied and the error
 //! lists them); `Add File` and `Move to` overwrite an existing destination and create missing parent
-//! directories; updated files always end with a newline; as codex does, the lines a chunk writes (its
-//! context and added lines) and a final line that had no newline take the file's first line ending (LF or
-//! CRLF; LF for a file without one), while every line outside the chunks keeps its own;
+//! directories; updated files always end with a newline; as codex does, the lines a chunk adds and a final
+//! line that had no newline take the file's first line ending (LF, CRLF or a bare CR; LF for a file without
+//! one), while every untouched line — a chunk's context lines included — keeps its own;
 //! a UTF-8 byte-order mark is kept. Files must be UTF-8.
 //!
 //! Paths are mapped to real paths by a resolver supplied by the caller (e.g. a workspace sandbox that refuses

@@ -242,8 +242,8 @@ pub(super) fn update_text(original: &str, chunks: &[Chunk]) -> Result<String, (S
     Ok(result)
 }
 
-/// Emits the lines of one replacement: its context lines (the file's text) and added lines, all with the
-/// preferred ending, as codex writes a replaced region; lines outside every chunk keep their own endings.
+/// Emits the lines of one replacement: its context lines as the file has them (text and ending: an untouched
+/// line keeps its ending, as codex does) and its added lines with the preferred ending.
 fn emit_chunk<'a>(
     lines: &[FileLine<'a>],
     r: &Replacement<'a>,
@@ -254,7 +254,7 @@ fn emit_chunk<'a>(
     for change in &r.chunk.lines {
         match change {
             ChangeLine::Context(_) => {
-                out.push((lines[k].text, Some(preferred)));
+                out.push((lines[k].text, lines[k].ending));
                 k += 1;
             }
             ChangeLine::Remove(_) => k += 1,

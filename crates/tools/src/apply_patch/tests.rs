@@ -536,6 +536,14 @@ fn a_bare_cr_is_a_line_ending_too() {
 }
 
 #[test]
+fn a_context_line_ending_in_a_bare_cr_keeps_it() {
+    // codex's mixed-line-ending scenario: only the new line takes the file's ending (CRLF).
+    let dir = dir_with(&[("a.txt", b"one\r\ntwo\rthree\nfour\r\n")]);
+    apply(&dir, "*** Update File: a.txt\n@@\n two\n-three\n+THREE\n four\n").unwrap();
+    assert_eq!(read(&dir, "a.txt"), "one\r\ntwo\rTHREE\r\nfour\r\n");
+}
+
+#[test]
 fn crlf_line_endings_are_preserved() {
     let dir = dir_with(&[("a.txt", b"one\r\ntwo\r\nthree\r\n")]);
     apply(&dir, "*** Update File: a.txt\n one\n-two\n+TWO\n+extra\n@@\n+appended\n").unwrap();
@@ -552,10 +560,10 @@ fn crlf_file_without_final_newline_gets_a_crlf_one() {
 #[test]
 fn mixed_line_endings_outside_the_patched_region_are_kept() {
     let dir = dir_with(&[("a.txt", b"top\nkeep\r\na\r\nb\nc\r\nd\ne\r\nlast\n")]);
-    // The file's first ending (LF) is its style: the patched region (context and new lines) is written
-    // with it, as codex does; lines outside it keep their own endings.
+    // The file's first ending (LF) is its style: new lines are written with it, as codex does; every
+    // untouched line, the chunk's context lines included, keeps its own ending.
     apply(&dir, "*** Update File: a.txt\n a\n-b\n+B\n c\n+c2\n d\n").unwrap();
-    assert_eq!(read(&dir, "a.txt"), "top\nkeep\r\na\nB\nc\nc2\nd\ne\r\nlast\n");
+    assert_eq!(read(&dir, "a.txt"), "top\nkeep\r\na\r\nB\nc\r\nc2\nd\ne\r\nlast\n");
 }
 
 #[test]

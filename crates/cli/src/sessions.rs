@@ -137,13 +137,18 @@ impl Session {
     /// process continuing it builds its own: today's date, its `--system`/`--append-system`). A
     /// session that ended during tool calls (killed, the terminal closed) is repaired: each call
     /// still awaiting its result gets one saying it was interrupted, also written to the
-    /// transcript, so the conversation can go on.
+    /// transcript, so the conversation can go on. A last line a kill cut short is skipped with a
+    /// warning naming it (and cut off the file); a damaged line before it is an error.
     pub fn history(&self) -> anyhow::Result<Vec<Message>> {
         if !self.meta.transcript.exists() {
             return Ok(Vec::new());
         }
-        let transcript = TranscriptLog::read(&self.meta.transcript)
+        let recovered = TranscriptLog::recover(&self.meta.transcript)
             .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
+        if let Some(cut) = &recovered.cut {
+            eprintln!("warning: session {}: {cut}", self.meta.id);
+        }
+        let transcript = recovered.transcript;
         let pending: Vec<String> = transcript.pending_calls().map(str::to_string).collect();
         let mut messages = transcript.into_messages();
         messages.retain(|m| m.role != recursive_core::Role::System);

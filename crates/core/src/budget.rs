@@ -12,6 +12,11 @@
 //! cap by at most one call (the one that started alone), not by all of them. A token cap
 //! reached while calls are in flight lets those calls finish; the model-call cap is never
 //! overshot.
+//!
+//! A node may carry a [`SpendLedger`] (a durable run's record of spend): every model call made
+//! under it writes its hold there before the request goes out and settles it after (see
+//! [`crate::spend`]), and a resumed run starts the node from the ledger's total
+//! ([`Budget::restore`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::Usage;
 use crate::run::FinishReason;
+use crate::spend::{SpendLedger, SpendRecord, SpendTotal};
 
 /// Limits of one budget node. `None` means "no limit of its own" (the parent's still apply).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -73,6 +79,8 @@ pub struct Budget {
     held_micro_usd: AtomicU64,
     /// Woken whenever a hold anywhere in the tree is released.
     released: Arc<tokio::sync::Notify>,
+    /// Where calls under this node record their spend ahead (a durable run's ledger).
+    ledger: Option<Arc<dyn SpendLedger>>,
     parent: Option<Arc<Budget>>,
 }
 
@@ -121,6 +129,7 @@ impl Budget {
             calls: AtomicU64::new(0),
             held_micro_usd: AtomicU64::new(0),
             released: Arc::new(tokio::sync::Notify::new()),
+            ledger: None,
             parent: None,
         }
     }
@@ -139,6 +148,54 @@ impl Budget {
         child.released = self.released.clone();
         child.parent = Some(self.clone());
         Arc::new(child)
+    }
+
+    /// A child node (as [`Budget::child`]) whose model calls, and those of every node under
+    /// it, record their spend in `ledger` ahead of each call.
+    pub fn child_with_ledger(self: &Arc<Self>, limits: BudgetLimits, ledger: Arc<dyn SpendLedger>) -> Arc<Budget> {
+        let mut child = Budget::new(limits);
+        child.deadline = earliest(child.deadline, self.deadline);
+        child.released = self.released.clone();
+        child.ledger = Some(ledger);
+        child.parent = Some(self.clone());
+        Arc::new(child)
+    }
+
+    /// Writes a call's hold to every ledger of this node and its ancestors, before the call is
+    /// made; the first write that fails is returned (the call must not be made).
+    pub fn write_hold(&self, call: &str, estimate_usd: f64) -> std::io::Result<()> {
+        let record = SpendRecord::hold(call, estimate_usd);
+        self.ledgers().try_for_each(|l| l.record(&record))
+    }
+
+    /// Writes a call's settlement to every ledger of this node and its ancestors; every ledger
+    /// is tried, the first failure returned.
+    pub fn write_settle(&self, call: &str, usage: &Usage, cost_usd: f64) -> std::io::Result<()> {
+        let record = SpendRecord::settle(call, cost_usd, *usage);
+        let mut first = Ok(());
+        for ledger in self.ledgers() {
+            let written = ledger.record(&record);
+            if first.is_ok() {
+                first = written;
+            }
+        }
+        first
+    }
+
+    /// Whether a ledger records the spend of calls under this node.
+    pub fn has_ledger(&self) -> bool {
+        self.ledgers().next().is_some()
+    }
+
+    fn ledgers(&self) -> impl Iterator<Item = &Arc<dyn SpendLedger>> {
+        self.chain().filter_map(|b| b.ledger.as_ref())
+    }
+
+    /// Starts this node from what a ledger says earlier processes spent: its settled usage
+    /// and cost, plus the holds of calls that never settled, counted at their hold (recorded
+    /// here and at every ancestor, like spending).
+    pub fn restore(&self, spent: &SpendTotal) {
+        self.record(&spent.usage, Some(spent.usd()));
     }
 
     /// This node's own limits.
@@ -375,6 +432,31 @@ mod tests {
         drop(lone);
         child.record(&usage(1), Some(0.06));
         assert_eq!(child.hold_cost(0.01).err(), Some(HoldRefused::Stop(FinishReason::CostBudgetExceeded)));
+    }
+
+    #[test]
+    fn holds_and_settlements_reach_every_ledger_above_the_call() {
+        let outer = Arc::new(crate::spend::MemorySpendLedger::default());
+        let inner = Arc::new(crate::spend::MemorySpendLedger::default());
+        let root = Arc::new(Budget::unlimited()).child_with_ledger(BudgetLimits::default(), outer.clone());
+        let leaf = root.child_with_ledger(BudgetLimits::default(), inner.clone()).child(BudgetLimits::default());
+        leaf.write_hold("c1", 0.25).unwrap();
+        leaf.write_settle("c1", &usage(7), 0.125).unwrap();
+        for ledger in [&outer, &inner] {
+            assert_eq!(ledger.records(), [SpendRecord::hold("c1", 0.25), SpendRecord::settle("c1", 0.125, usage(7))]);
+        }
+        assert!(!Budget::unlimited().has_ledger());
+    }
+
+    #[test]
+    fn a_restored_node_counts_settled_spend_and_unsettled_holds_against_its_caps() {
+        let records =
+            [SpendRecord::hold("a", 0.2), SpendRecord::settle("a", 0.1, usage(30)), SpendRecord::hold("b", 0.3)];
+        let root = Arc::new(Budget::new(BudgetLimits { max_cost_usd: Some(0.4), ..Default::default() }));
+        root.restore(&SpendTotal::of(&records));
+        assert!((root.cost_used() - 0.4).abs() < 1e-9, "{}", root.cost_used());
+        assert_eq!(root.tokens_used(), 30);
+        assert_eq!(root.exhausted(), Some(FinishReason::CostBudgetExceeded));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod run;
 pub mod runnable;
 pub mod runtime;
 pub mod serde_secs;
+pub mod spend;
 pub mod subagent;
 pub mod text;
 pub mod tool;
@@ -37,7 +38,7 @@ pub use event::{
     ModelCallInfo, NullSink, RunIds, StderrSink,
 };
 pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
-pub use jsonl::{JsonlFile, JsonlReadError, read_jsonl};
+pub use jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, read_jsonl, read_jsonl_records};
 pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{
@@ -50,9 +51,10 @@ pub use runnable::{
     run_as, run_child, runnable_spec,
 };
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, LateTools, RunError, RunLimits, RunResult};
+pub use spend::{JsonlSpendLedger, MemorySpendLedger, SpendLedger, SpendRecord, SpendTotal};
 pub use subagent::{SubAgent, SubAgentSession, agent_outcome};
 pub use tool::{
     GateVerdict, PathScreen, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool,
     call_arguments, path_arguments, schema_for, typed,
 };
-pub use transcript::{Transcript, TranscriptError, TranscriptLog};
+pub use transcript::{Recovered, Transcript, TranscriptError, TranscriptLog};

@@ -1,7 +1,8 @@
 //! The run tree: a [`RunScope`] is one node (ids, depth, name) that shares its tree's event
 //! sink and cancellation token, spends from its node of the budget tree, and rolls usage and
 //! cost up to every ancestor. [`RunScope::call_model`] is the one guarded model call every path
-//! of the tree makes.
+//! of the tree makes — it writes each call's cost hold to the budget tree's spend ledgers
+//! before the request goes out ([`crate::spend`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -333,6 +334,19 @@ impl RunScope {
         self
     }
 
+    /// This node with a budget level whose model calls (this node's and every descendant's)
+    /// record their spend in `ledger` ahead of each call (same ids): for a durable host.
+    pub fn with_ledger(mut self, ledger: Arc<dyn crate::spend::SpendLedger>) -> Self {
+        self.budget = self.budget.child_with_ledger(BudgetLimits::default(), ledger);
+        self
+    }
+
+    /// Starts this node from what earlier processes of a durable run spent (a ledger's total):
+    /// recorded into the budget tree and into the totals of this node and every ancestor.
+    pub fn restore_spend(&self, spent: &crate::spend::SpendTotal) {
+        self.record_usage(&spent.usage, Some(spent.usd()));
+    }
+
     /// The next step number of this node (1, 2, …), for a node whose model and tool calls are
     /// not numbered by a loop of its own (a goal's phases, a graph's nodes).
     pub fn next_step(&self) -> u32 {
@@ -416,6 +430,10 @@ impl RunScope {
     /// (with [`ModelCall::stream_text`]) text deltas become events. After it: usage and cost are
     /// recorded at every level and a `Usage` event is emitted. A provider fault emits an
     /// `Error` event and is returned.
+    ///
+    /// Under a budget node with a spend ledger ([`crate::spend`]), the call's cost hold is
+    /// written there before the request is sent (a hold that cannot be written stops the call)
+    /// and settled after, so its spend survives a kill of the process.
     pub async fn call_model(
         &self,
         provider: &dyn ChatProvider,
@@ -436,11 +454,64 @@ impl RunScope {
         if !call.reserved {
             self.budget.reserve_calls(1).map_err(ModelCallError::Stopped)?;
         }
-        // Held until the call's real cost is recorded (the end of this function).
-        let _held = match price {
-            CallPrice::Estimate(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
+        let estimate = match price {
+            CallPrice::Estimate(estimate) => Some(estimate),
             _ => None,
         };
+        // Held until the call's real cost is recorded (the end of this function).
+        let _held = match estimate {
+            Some(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
+            None => None,
+        };
+        let written = self.write_hold(call.step, estimate.unwrap_or(0.0))?;
+        let result = self.send(provider, request, call).await;
+        if let Some(id) = written {
+            self.write_settle(call.step, &id, &result);
+        }
+        result
+    }
+
+    /// Writes the hold of a call about to be sent to the ledgers of the budget tree (none: no
+    /// record, `None`). A hold that cannot be written keeps the call from being sent, since
+    /// its spend would not survive a kill.
+    fn write_hold(&self, step: u32, estimate: f64) -> Result<Option<String>, ModelCallError> {
+        if !self.budget.has_ledger() {
+            return Ok(None);
+        }
+        let id = new_run_id();
+        match self.budget.write_hold(&id, estimate) {
+            Ok(()) => Ok(Some(id)),
+            Err(e) => {
+                let refused = ProviderError::Invalid(format!(
+                    "the spend ledger could not record this model call's cost hold, so the call was not sent: {e}"
+                ));
+                self.emit(step, EventKind::Error { message: refused.to_string() });
+                Err(ModelCallError::Provider(refused))
+            }
+        }
+    }
+
+    /// Settles a call's hold in the ledgers: its cost as the budget counted it (0 for a call that
+    /// failed or was cut off). A settlement that cannot be written leaves the hold counted.
+    fn write_settle(&self, step: u32, id: &str, result: &Result<ChatResponse, ModelCallError>) {
+        let (usage, cost) = match result {
+            Ok(r) => (r.usage, r.cost_usd.unwrap_or(0.0)),
+            Err(_) => (Usage::default(), 0.0),
+        };
+        if let Err(e) = self.budget.write_settle(id, &usage, cost) {
+            let message = format!("the spend ledger could not settle a model call (its hold stays counted): {e}");
+            self.emit(step, EventKind::Error { message });
+        }
+    }
+
+    /// Sends a call the budget granted: streams it under cancellation and the deadlines, and
+    /// records its usage and cost.
+    async fn send(
+        &self,
+        provider: &dyn ChatProvider,
+        request: ChatRequest,
+        call: ModelCall,
+    ) -> Result<ChatResponse, ModelCallError> {
         let step = call.step;
         let started = std::time::Instant::now();
         let request_model = request.options.model.clone();
@@ -751,6 +822,109 @@ mod tests {
         let response = root.call_model(&provider, unpriced_request(), ModelCall::at(1)).await.unwrap();
         assert_eq!(response.message.content, "answer");
         assert_eq!(mock.requests().len(), 1);
+    }
+
+    /// A priced API answering from a mock, or never (`hang`), that notes what the ledger held
+    /// at the moment each request went out.
+    struct Ledgered {
+        mock: crate::mock::MockProvider,
+        ledger: Arc<crate::spend::MemorySpendLedger>,
+        seen_at_send: Mutex<Vec<Vec<crate::spend::SpendRecord>>>,
+        sent: tokio::sync::Notify,
+        hang: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl ChatProvider for Ledgered {
+        fn name(&self) -> &str {
+            "ledgered"
+        }
+
+        fn price(&self, _request: &ChatRequest) -> CallPrice {
+            CallPrice::Estimate(0.05)
+        }
+
+        async fn stream(&self, request: ChatRequest) -> Result<crate::provider::ChatStream, ProviderError> {
+            self.seen_at_send.lock().unwrap().push(self.ledger.records());
+            self.sent.notify_one();
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            self.mock.stream(request).await
+        }
+    }
+
+    fn ledgered(hang: bool) -> (Arc<Ledgered>, RunScope) {
+        let ledger = Arc::new(crate::spend::MemorySpendLedger::default());
+        let reply = crate::mock::MockReply::Response(ChatResponse {
+            message: crate::message::Message::assistant("answer"),
+            stop_reason: crate::provider::StopReason::EndTurn,
+            usage: Usage { input_tokens: 100, output_tokens: 20, ..Default::default() },
+            cost_usd: Some(0.02),
+            model: "m".into(),
+        });
+        let provider = Arc::new(Ledgered {
+            mock: crate::mock::MockProvider::new([reply]),
+            ledger: ledger.clone(),
+            seen_at_send: Mutex::default(),
+            sent: tokio::sync::Notify::new(),
+            hang,
+        });
+        let scope = RunScope::detached("m").with_ledger(ledger);
+        (provider, scope)
+    }
+
+    #[tokio::test]
+    async fn a_calls_hold_is_written_before_the_request_is_sent_and_settled_after() {
+        use crate::spend::SpendRecord;
+        let (provider, scope) = ledgered(false);
+        let child = scope.child("c").unwrap();
+        child.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await.unwrap();
+        let seen = provider.seen_at_send.lock().unwrap().clone();
+        let [SpendRecord::Hold { call, usd, .. }] = seen[0].as_slice() else { panic!("{seen:?}") };
+        assert_eq!(*usd, 0.05, "the estimate is held");
+        let records = provider.ledger.records();
+        assert_eq!(records.len(), 2, "{records:?}");
+        let SpendRecord::Settle { call: settled, usd, usage, .. } = &records[1] else { panic!("{records:?}") };
+        assert_eq!((settled, *usd, usage.total()), (call, 0.02, 120));
+        assert_eq!(provider.ledger.total().unsettled_calls, 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_never_answers_leaves_its_hold_counted_and_a_restore_sums_it() {
+        let (provider, scope) = ledgered(true);
+        let calling = {
+            let (provider, scope) = (provider.clone(), scope.clone());
+            tokio::spawn(async move { scope.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await })
+        };
+        provider.sent.notified().await;
+        // The process ends here (a kill): the call never returns, nothing settles it.
+        calling.abort();
+        let _ = calling.await;
+        let total = provider.ledger.total();
+        assert_eq!((total.settled_calls, total.unsettled_calls, total.usd()), (0, 1, 0.05));
+
+        let limits = BudgetLimits { max_cost_usd: Some(0.06), ..Default::default() };
+        let resumed = RunScope::root("m", Arc::new(NullSink), Arc::new(Budget::new(limits)));
+        resumed.restore_spend(&total);
+        assert_eq!((resumed.budget().cost_used(), resumed.cost_usd()), (0.05, 0.05));
+        assert!(resumed.budget().hold_cost(0.05).is_ok(), "a lone call may still start under the cap");
+    }
+
+    #[tokio::test]
+    async fn a_hold_that_cannot_be_written_keeps_the_call_from_being_sent() {
+        #[derive(Debug)]
+        struct Broken;
+        impl crate::spend::SpendLedger for Broken {
+            fn record(&self, _: &crate::spend::SpendRecord) -> std::io::Result<()> {
+                Err(std::io::Error::other("disk full"))
+            }
+        }
+        let (provider, _) = ledgered(false);
+        let scope = RunScope::detached("m").with_ledger(Arc::new(Broken));
+        let err = scope.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await.unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
+        assert!(provider.seen_at_send.lock().unwrap().is_empty(), "nothing was sent");
     }
 
     #[test]

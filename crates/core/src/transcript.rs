@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::jsonl::{JsonlFile, JsonlReadError, read_jsonl};
+use crate::jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, read_jsonl_records};
 use crate::message::{Message, Role};
 
 /// A violation of the transcript's pairing contract.
@@ -167,18 +167,49 @@ impl TranscriptLog {
     }
 
     /// Reads a transcript log back, checking the pairing contract; the conversation is the one
-    /// after the last compaction recorded in it.
+    /// after the last compaction recorded in it. Every line must be whole (a reader that goes
+    /// on from the log uses [`TranscriptLog::recover`]).
     pub fn read(path: impl AsRef<Path>) -> Result<Transcript, TranscriptReadError> {
-        let mut t = Transcript::new();
-        for (line, entry) in read_jsonl::<LogLine>(path)? {
-            let pairing = |e| TranscriptReadError::Pairing { line, source: e };
-            match entry {
-                LogLine::Compacted(c) => t = Transcript::from_messages(c.compacted).map_err(pairing)?,
-                LogLine::Message(m) => t.push(m).map_err(pairing)?,
-            }
+        let (transcript, end) = read_lines(path.as_ref())?;
+        match end.cut {
+            Some(cut) => Err(TranscriptReadError::Read(JsonlReadError::Cut(cut))),
+            None => Ok(transcript),
         }
-        Ok(t)
     }
+
+    /// Reads a transcript log back to go on from it (a resumed session): as
+    /// [`TranscriptLog::read`], except that a last line cut short by a kill is skipped, cut off
+    /// the file (so the next message is appended after whole lines) and returned for the
+    /// caller to report. A damaged line before the last is still an error.
+    pub fn recover(path: impl AsRef<Path>) -> Result<Recovered, TranscriptReadError> {
+        let path = path.as_ref();
+        let (transcript, end) = read_lines(path)?;
+        end.repair(path)?;
+        Ok(Recovered { transcript, cut: end.cut })
+    }
+}
+
+/// A transcript read back to go on from ([`TranscriptLog::recover`]).
+#[derive(Debug)]
+pub struct Recovered {
+    /// The conversation.
+    pub transcript: Transcript,
+    /// The last line, when a kill cut it short: skipped and cut off the file.
+    pub cut: Option<CutRecord>,
+}
+
+/// The conversation of a log, and how the file ends (its cut last line, if any).
+fn read_lines(path: &Path) -> Result<(Transcript, JsonlRecords<()>), TranscriptReadError> {
+    let mut read = read_jsonl_records::<LogLine>(path)?;
+    let mut t = Transcript::new();
+    for (line, entry) in std::mem::take(&mut read.records) {
+        let pairing = |e| TranscriptReadError::Pairing { line, source: e };
+        match entry {
+            LogLine::Compacted(c) => t = Transcript::from_messages(c.compacted).map_err(pairing)?,
+            LogLine::Message(m) => t.push(m).map_err(pairing)?,
+        }
+    }
+    Ok((t, JsonlRecords { records: Vec::new(), cut: read.cut, unterminated: read.unterminated }))
 }
 
 /// The line recording a compaction: the whole conversation as it continues.
@@ -203,6 +234,9 @@ pub enum TranscriptReadError {
     /// The file could not be read, or a line is not a message.
     #[error(transparent)]
     Read(#[from] JsonlReadError),
+    /// The file could not be repaired.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// A line breaks the pairing contract.
     #[error("line {line}: {source}")]
     Pairing {
@@ -275,6 +309,36 @@ mod tests {
         assert_eq!(contents, ["s", "[summary] new", "new answer"]);
         let raw = std::fs::read_to_string(&path).unwrap();
         assert!(raw.contains("old answer"), "the full history stays on disk");
+    }
+
+    #[test]
+    fn a_log_whose_last_line_a_kill_cut_is_recovered_with_the_cut_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut log = TranscriptLog::open(&path).unwrap();
+        log.append(&Message::user("go")).unwrap();
+        log.append(&Message::assistant("done")).unwrap();
+        let whole = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{whole}{{\"role\":\"user\",\"content\":\"and th")).unwrap();
+        assert!(TranscriptLog::read(&path).is_err(), "reading every line whole refuses it");
+
+        let recovered = TranscriptLog::recover(&path).unwrap();
+        assert_eq!(recovered.transcript.len(), 2);
+        let cut = recovered.cut.unwrap();
+        assert_eq!(cut.line, 3);
+        assert!(cut.to_string().contains("and th"), "the warning says what was dropped: {cut}");
+        TranscriptLog::open(&path).unwrap().append(&Message::user("next")).unwrap();
+        assert_eq!(TranscriptLog::read(&path).unwrap().len(), 3, "the next message follows whole lines");
+    }
+
+    #[test]
+    fn a_damaged_line_before_the_last_is_still_an_error_with_its_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let user = serde_json::to_string(&Message::user("go")).unwrap();
+        std::fs::write(&path, format!("{user}\n{{\"role\":\"us\n{user}\n")).unwrap();
+        let err = TranscriptLog::recover(&path).unwrap_err().to_string();
+        assert!(err.starts_with("line 2:"), "{err}");
     }
 
     #[test]

@@ -26,9 +26,10 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use recursive_core::spend::ledger_path_beside;
 use recursive_core::{
-    BudgetLimits, ChatProvider, ChatRequest, EventKind, Extension, FinishReason, Message, ModelCall, ModelCallError,
-    ResponseFormat, RunScope, ToolInvoker,
+    BudgetLimits, ChatProvider, ChatRequest, EventKind, Extension, FinishReason, JsonlSpendLedger, Message, ModelCall,
+    ModelCallError, ResponseFormat, RunScope, SpendLedger, SpendTotal, ToolInvoker,
 };
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -77,6 +78,8 @@ pub struct GoalPursuer {
     /// The budget of each pursuit under way, by its root goal id (for the running totals every
     /// logged event carries).
     spending: Mutex<HashMap<String, Arc<recursive_core::Budget>>>,
+    /// Where the pursuit's model calls write their spend ahead (beside the log file).
+    ledger: Option<Arc<dyn SpendLedger>>,
     pub(crate) name: String,
     pub(crate) description: Option<String>,
 }
@@ -161,6 +164,7 @@ impl GoalPursuer {
             pursuits: AtomicU64::new(0),
             embeddings: Mutex::new(HashMap::new()),
             spending: Mutex::new(HashMap::new()),
+            ledger: None,
             name: "goal".into(),
             description: None,
         }
@@ -181,9 +185,13 @@ impl GoalPursuer {
         self
     }
 
-    /// Also appends the execution log to this JSONL file (one flushed line per event).
+    /// Also appends the execution log to this JSONL file (one flushed line per event), and
+    /// every model call's spend, written ahead of the call, to the spend ledger beside it
+    /// (`<log>.spend.jsonl`), so a resumed pursuit knows what every earlier attempt spent.
     pub fn with_log(mut self, path: impl AsRef<Path>) -> Result<Self, GoalError> {
+        let path = path.as_ref();
         self.log = Arc::new(ExecutionLog::create(path)?);
+        self.ledger = Some(Arc::new(JsonlSpendLedger::open(ledger_path_beside(path))?));
         Ok(self)
     }
 
@@ -292,22 +300,24 @@ impl GoalPursuer {
             wall_clock: Some(c.max_time),
             ..Default::default()
         };
+        let mut pursuit_scope = scope.clone().with_budget(limits);
+        if let Some(ledger) = &self.ledger {
+            pursuit_scope = pursuit_scope.with_ledger(ledger.clone());
+        }
+        // What earlier attempts spent counts against the same caps.
+        let earlier = resume.as_ref().map(|log| log.earlier_spend(&id)).unwrap_or_default();
+        if !earlier.is_empty() {
+            pursuit_scope.restore_spend(&earlier);
+        }
+        let finished_before = resume.as_ref().is_some_and(|log| log.finished(&id, objective).is_some());
         let pursuit = Pursuit {
             objective: objective.to_string(),
             started: Instant::now(),
-            scope: scope.clone().with_budget(limits),
+            scope: pursuit_scope,
             goal_count: AtomicUsize::new(0),
             resume,
             solved: Mutex::new(Vec::new()),
         };
-        // What earlier attempts spent counts against the same caps.
-        if let Some(log) = &pursuit.resume {
-            let (tokens, cost) = log.spent(&id);
-            if tokens > 0 || cost > 0.0 {
-                let usage = recursive_core::Usage { input_tokens: tokens, ..Default::default() };
-                pursuit.scope.record_usage(&usage, Some(cost));
-            }
-        }
         if let Ok(mut spending) = self.spending.lock() {
             spending.insert(id.clone(), pursuit.scope.budget().clone());
         }
@@ -320,10 +330,11 @@ impl GoalPursuer {
             evidence: Vec::new(),
             depth: 0,
         };
-        let outcome = self.pursue_node(&pursuit, node, &pursuit.scope).await;
+        let mut outcome = self.pursue_node(&pursuit, node, &pursuit.scope).await;
         if let Ok(mut spending) = self.spending.lock() {
             spending.remove(&outcome.goal_id);
         }
+        with_earlier_spend(&mut outcome, &earlier, finished_before);
         outcome
     }
 
@@ -924,6 +935,19 @@ fn same_numbers(a: &str, b: &str) -> bool {
 
 pub(crate) fn clip(text: &str) -> String {
     recursive_core::text::clip_chars(text, 4000)
+}
+
+/// The pursuit's outcome counting what its earlier attempts spent (the totals a resumed pursuit
+/// reports are those of every attempt): added to this attempt's, or — when the pursuit had
+/// already finished and nothing ran — all of it.
+fn with_earlier_spend(outcome: &mut GoalOutcome, earlier: &SpendTotal, finished_before: bool) {
+    if finished_before {
+        outcome.usage = earlier.usage;
+        outcome.cost_usd = earlier.usd();
+    } else {
+        outcome.usage.add(&earlier.usage);
+        outcome.cost_usd += earlier.usd();
+    }
 }
 
 #[cfg(test)]

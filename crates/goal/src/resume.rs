@@ -1,13 +1,19 @@
 //! Resuming a pursuit from its execution log. The log is written one flushed line per event,
 //! so it survives a crash (even `kill -9`) intact up to the last event — at worst with a torn
-//! final line, which is cut off. From it a resumed pursuit takes the objective and the goal
-//! ids, the outcome of every goal that finished (restored with its sub-tree, no model call),
-//! and the assessment and plans of goals that were under way (reused, so finished sub-goals
-//! still fit their parent's plan). Goals that failed or were cut short are pursued anew.
+//! final line, which is skipped, named ([`ResumeLog::cuts`]) and cut off. From it a resumed
+//! pursuit takes the objective and the goal ids, the outcome of every goal that finished
+//! (restored with its sub-tree, no model call), and the assessment and plans of goals that were
+//! under way (reused, so finished sub-goals still fit their parent's plan). Goals that failed
+//! or were cut short are pursued anew.
+//!
+//! What earlier attempts spent comes from the spend ledger beside the log
+//! ([`recursive_core::spend`], `<log>.spend.jsonl`): every model call's hold, written before
+//! the call, and its settlement — so calls in flight at a kill count too, at their hold.
 
-use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use recursive_core::jsonl::{CutRecord, JsonlReadError, read_jsonl_records};
+use recursive_core::spend::{SpendTotal, ledger_path_beside, read_ledger};
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -27,7 +33,10 @@ pub(crate) const PURSUIT_COST: &str = "pursuit_cost_usd";
 pub struct ResumeLog {
     path: PathBuf,
     events: Vec<GoalEvent>,
-    torn: bool,
+    /// Last records cut short by a kill (the log's, the ledger's), skipped.
+    cuts: Vec<CutRecord>,
+    /// What the spend ledger beside the log says earlier attempts spent.
+    ledger: SpendTotal,
 }
 
 /// A log that cannot be resumed from.
@@ -42,8 +51,8 @@ pub enum ResumeError {
         /// Why.
         source: std::io::Error,
     },
-    /// A line other than the last is not a goal event.
-    #[error("{path}:{line}: not a goal log event: {message}")]
+    /// A line other than the last is not a record of the log (or of its spend ledger).
+    #[error("{path}:{line}: not a goal log record: {message}")]
     Corrupt {
         /// The log.
         path: PathBuf,
@@ -55,55 +64,50 @@ pub enum ResumeError {
 }
 
 impl ResumeLog {
-    /// Reads a log. A torn last line (a write cut short by a crash) is cut off the file, so the
-    /// resumed pursuit appends after whole lines; any other unreadable line is an error.
+    /// Reads a log and the spend ledger beside it. A torn last line (a write cut short by a
+    /// kill) is skipped and cut off the file, so the resumed pursuit appends after whole lines;
+    /// any other unreadable line is an error with its number.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ResumeError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| ResumeError::Io { path: path.clone(), source };
-        let text = std::fs::read_to_string(&path).map_err(io)?;
-        let mut events = Vec::new();
-        let mut good_bytes = 0usize;
-        let lines: Vec<&str> = text.split_inclusive('\n').collect();
-        let mut torn = false;
-        for (i, line) in lines.iter().enumerate() {
-            if line.trim().is_empty() {
-                good_bytes += line.len();
-                continue;
-            }
-            match serde_json::from_str::<GoalEvent>(line) {
-                Ok(e) => {
-                    events.push(e);
-                    good_bytes += line.len();
-                }
-                Err(_) if i + 1 == lines.len() => torn = true,
-                Err(e) => return Err(ResumeError::Corrupt { path, line: i + 1, message: e.to_string() }),
-            }
-        }
-        let unterminated = !torn && !text.is_empty() && !text.ends_with('\n');
-        if torn || unterminated {
-            let mut file = OpenOptions::new().write(true).open(&path).map_err(io)?;
-            file.set_len(good_bytes as u64).map_err(io)?;
-            if unterminated {
-                file.seek(SeekFrom::End(0)).map_err(io)?;
-                file.write_all(b"\n").map_err(io)?;
-            }
-        }
-        Ok(Self { path, events, torn })
+        let read = read_jsonl_records::<GoalEvent>(&path).map_err(|e| read_error(&path, e))?;
+        read.repair(&path).map_err(|source| ResumeError::Io { path: path.clone(), source })?;
+        let ledger_path = ledger_path_beside(&path);
+        let ledger = read_ledger(&ledger_path).map_err(|e| read_error(&ledger_path, e))?;
+        let cuts = read.cut.into_iter().chain(ledger.cut).collect();
+        Ok(Self { path, events: read.records.into_iter().map(|(_, e)| e).collect(), cuts, ledger: ledger.total })
     }
 
     /// A log from events already in memory (e.g. [`crate::ExecutionLog::events`]).
     pub fn from_events(path: impl Into<PathBuf>, events: Vec<GoalEvent>) -> Self {
-        Self { path: path.into(), events, torn: false }
+        Self { path: path.into(), events, cuts: Vec::new(), ledger: SpendTotal::default() }
+    }
+
+    /// Whether a torn last line was cut off (the log's or its ledger's).
+    pub fn was_torn(&self) -> bool {
+        !self.cuts.is_empty()
+    }
+
+    /// The torn last lines skipped (the log's, its ledger's): each names its file, its line
+    /// and what was dropped, for a warning.
+    pub fn cuts(&self) -> &[CutRecord] {
+        &self.cuts
+    }
+
+    /// What the earlier attempts of the pursuit of root goal `root` spent, that a resumed one
+    /// starts from: the spend ledger's total (settled calls, and calls in flight at a kill at
+    /// their hold); for a log written before the ledger, the running totals its events carry.
+    pub fn earlier_spend(&self, root: &str) -> SpendTotal {
+        let (tokens, cost) = self.spent(root);
+        if cost > self.ledger.usd() || (self.ledger.is_empty() && tokens > 0) {
+            let usage = recursive_core::Usage { input_tokens: tokens, ..Default::default() };
+            return SpendTotal { settled_usd: cost, usage, settled_calls: 1, ..Default::default() };
+        }
+        self.ledger.clone()
     }
 
     /// The log's path.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Whether a torn last line was cut off.
-    pub fn was_torn(&self) -> bool {
-        self.torn
     }
 
     /// The objective's goal id and text: the root goal the log started last (a log appended to
@@ -117,7 +121,8 @@ impl ResumeLog {
     }
 
     /// What the pursuit of root goal `root` had spent by its last logged event, over every
-    /// attempt the log holds: tokens and USD (each event carries the pursuit's running totals).
+    /// attempt the log holds: tokens and USD (each event carries the pursuit's running totals;
+    /// calls after the last event are not in them — [`ResumeLog::earlier_spend`] counts those).
     pub fn spent(&self, root: &str) -> (u64, f64) {
         let nested = format!("{root}.");
         self.events.iter().filter(|e| e.goal_id == root || e.goal_id.starts_with(&nested)).fold(
@@ -228,6 +233,15 @@ impl ResumeLog {
     }
 }
 
+/// A read failure of the log or its ledger, said with the file and the line.
+fn read_error(path: &Path, e: JsonlReadError) -> ResumeError {
+    match e {
+        JsonlReadError::Io(source) => ResumeError::Io { path: path.to_path_buf(), source },
+        JsonlReadError::Json { line, message } => ResumeError::Corrupt { path: path.to_path_buf(), line, message },
+        other => ResumeError::Io { path: path.to_path_buf(), source: std::io::Error::other(other.to_string()) },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +299,6 @@ mod tests {
         let ok = event("1", "objective", GoalEventKind::Started, None, json!({}));
         std::fs::write(&path, format!("{ok}not json\n{ok}")).unwrap();
         let err = ResumeLog::open(&path).unwrap_err().to_string();
-        assert!(err.contains(":2: not a goal log event"), "{err}");
+        assert!(err.contains(":2: not a goal log record"), "{err}");
     }
 }

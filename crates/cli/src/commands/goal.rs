@@ -143,13 +143,16 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
     pursuer = pursuer.with_log(&log_path)?;
+    for cut in resume.iter().flat_map(ResumeLog::cuts) {
+        eprintln!("warning: {cut}");
+    }
     if !args.provider.quiet {
         match &resume {
             Some(r) => eprintln!(
-                "resuming from {} ({} goal(s) finished before{})",
+                "resuming from {} ({} goal(s) finished before, ${:.4} spent before)",
                 log_path.display(),
                 r.finished_count(),
-                if r.was_torn() { "; a torn last line was cut off" } else { "" }
+                r.objective().map(|(id, _)| r.earlier_spend(&id).usd()).unwrap_or_default()
             ),
             None => eprintln!("goal log: {}", log_path.display()),
         }

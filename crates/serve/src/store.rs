@@ -333,7 +333,8 @@ impl RunStore {
 
 /// An archived run's record as the API shows it.
 fn view_of(archived: &ArchivedRun) -> Result<RunView, String> {
-    serde_json::from_str(&archived.body).map_err(|e| format!("the stored run `{}` is unreadable: {e}", archived.id))
+    recursive_store::format::decode(&archived.body)
+        .map_err(|e| format!("the stored run `{}` is unreadable: {e}", archived.id))
 }
 
 /// A run's view as the archive keeps it.
@@ -344,7 +345,7 @@ fn archived_of(view: &RunView, created_ms: i64) -> Result<ArchivedRun, String> {
         kind: view.kind.as_str().to_string(),
         status: status.as_str().unwrap_or_default().to_string(),
         created_ms,
-        body: serde_json::to_string(view).map_err(|e| e.to_string())?,
+        body: recursive_store::format::encode(view).map_err(|e| e.to_string())?,
     })
 }
 

@@ -104,7 +104,8 @@ pub struct Checkpoint {
     pub state: State,
     /// The nodes the next superstep runs (empty: the run is done).
     pub next: Vec<String>,
-    /// How often each node has run on this branch.
+    /// How often each node has run on this branch: the nodes that may still run (the graph
+    /// engine drops a node no later step can reach, so this does not grow with the thread).
     pub visits: BTreeMap<String, u32>,
     /// The step the run's `max_supersteps` counts from (the step of its input, fork or raise).
     #[serde(default)]
@@ -192,6 +193,17 @@ pub enum StoreError {
     /// A stored record does not parse.
     #[error("checkpoint store: a stored record is unreadable: {0}")]
     Corrupt(String),
+    /// A stored record was written in a format newer than this build reads.
+    #[error(
+        "checkpoint store: a stored record has format version {found}, newer than this build reads (up to \
+         {supported}): it was written by a newer recursive"
+    )]
+    NewerFormat {
+        /// The record's version.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
     /// The store's address is not understood.
     #[error("checkpoint store: {0}")]
     Address(String),
@@ -229,7 +241,7 @@ pub struct Unreadable {
 
 /// Parses a listed thread's stored record.
 pub(crate) fn listed(thread: String, body: &str) -> Listed {
-    serde_json::from_str(body).map_err(|e| Unreadable { thread, error: e.to_string() })
+    crate::format::decode(body).map_err(|e| Unreadable { thread, error: e.to_string() })
 }
 
 /// Where checkpoints, pending writes and threads are kept.

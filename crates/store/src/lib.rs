@@ -7,6 +7,7 @@
 
 pub mod archive;
 pub mod checkpoint;
+pub mod format;
 pub mod lease;
 pub mod postgres;
 pub mod queue;
@@ -19,6 +20,7 @@ pub use checkpoint::{
     BlueprintSource, Checkpoint, Checkpointer, Listed, MemoryCheckpointer, Pause, PendingWrite, Source, StoreError,
     ThreadInfo, Unreadable, When, Write, open,
 };
+pub use format::FORMAT;
 pub use lease::{LEASE_TTL, Lease, LeaseError};
 pub use postgres::PostgresCheckpointer;
 pub use slot::StoreSlot;

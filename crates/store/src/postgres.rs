@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls};
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo, listed};
+use crate::format::{decode, encode};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS graph_threads (
@@ -114,7 +115,7 @@ impl PostgresCheckpointer {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<T>, StoreError> {
         let rows = timed(self.client.query(sql, params)).await?;
-        rows.iter().map(|r| Ok(serde_json::from_str(&r.try_get::<_, String>(0).map_err(backend)?)?)).collect()
+        rows.iter().map(|r| decode(&r.try_get::<_, String>(0).map_err(backend)?)).collect()
     }
 }
 
@@ -134,7 +135,7 @@ pub(crate) async fn timed<T>(
 #[async_trait]
 impl Checkpointer for PostgresCheckpointer {
     async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
-        let body = serde_json::to_string(info)?;
+        let body = encode(info)?;
         timed(self.client.execute(
             "INSERT INTO graph_threads (thread, body) VALUES ($1, $2)
                  ON CONFLICT (thread) DO UPDATE SET body = excluded.body",
@@ -158,7 +159,7 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-        let body = serde_json::to_string(checkpoint)?;
+        let body = encode(checkpoint)?;
         timed(self.client.execute(
             "INSERT INTO graph_checkpoints (thread, ns, id, body) VALUES ($1, $2, $3, $4)",
             &[&checkpoint.thread, &checkpoint.ns, &checkpoint.id, &body],
@@ -178,7 +179,7 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
-        let body = serde_json::to_string(write)?;
+        let body = encode(write)?;
         timed(self.client.execute(
             "INSERT INTO graph_writes (thread, checkpoint, node, body) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (thread, checkpoint, node) DO UPDATE SET body = excluded.body",

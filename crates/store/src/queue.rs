@@ -11,6 +11,10 @@
 //! claimer stopped heartbeating (killed, lost machine) is put back by [`JobQueue::reap`] once
 //! its lease expired; its next claimer resumes the thread from its last checkpoint. The server's
 //! clock decides every expiry, so workers whose clocks differ agree.
+//!
+//! A job row carries the format version of its payload (`format`, [`crate::FORMAT`]; 0 for jobs
+//! queued before jobs were versioned, whose payloads have the same shape): a worker claims only
+//! jobs of a format it reads, so a job queued by a newer build waits for a newer worker.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,13 +44,18 @@ CREATE TABLE IF NOT EXISTS recursive_jobs (
     outcome TEXT,
     error TEXT,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    finished_at TIMESTAMPTZ
+    finished_at TIMESTAMPTZ,
+    format INTEGER NOT NULL DEFAULT 0
 );
+ALTER TABLE recursive_jobs ADD COLUMN IF NOT EXISTS format INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS recursive_jobs_ready ON recursive_jobs (queue, not_before, id) WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS recursive_jobs_claimed ON recursive_jobs (expires) WHERE status = 'running';
 CREATE UNIQUE INDEX IF NOT EXISTS recursive_jobs_open ON recursive_jobs (kind, target)
     WHERE status IN ('queued', 'running');
 ";
+
+/// [`crate::FORMAT`] as the `format` column holds it.
+const FORMAT_COLUMN: i32 = crate::format::FORMAT as i32;
 
 /// An arbitrary, fixed key for the advisory lock that serialises creating the job table.
 const SCHEMA_LOCK: i64 = 0x7265_6375_726a_6f62;
@@ -188,10 +197,11 @@ impl JobQueue {
     pub async fn enqueue(&self, job: &NewJob) -> Result<i64, QueueError> {
         let payload = serde_json::to_string(&job.payload).map_err(StoreError::from)?;
         let inserted = timed(self.client.query_opt(
-            "INSERT INTO recursive_jobs (queue, kind, target, payload, max_attempts) VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO recursive_jobs (queue, kind, target, payload, max_attempts, format)
+                 VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (kind, target) WHERE status IN ('queued', 'running') DO NOTHING
                  RETURNING id",
-            &[&job.queue, &job.kind, &job.target, &payload, &job.max_attempts.max(1)],
+            &[&job.queue, &job.kind, &job.target, &payload, &job.max_attempts.max(1), &FORMAT_COLUMN],
         ))
         .await?;
         match inserted {
@@ -252,12 +262,13 @@ impl JobQueue {
                      expires = now() + make_interval(secs => $4::float8 / 1000.0)
                  FROM (SELECT id FROM recursive_jobs
                        WHERE queue = $1 AND status = 'queued' AND not_before <= now() AND kind = ANY($2)
+                             AND format <= $5
                        ORDER BY not_before, id
                        LIMIT 1
                        FOR UPDATE SKIP LOCKED) ready
                  WHERE j.id = ready.id
                  RETURNING j.id, j.kind, j.target, j.payload, j.attempts, j.max_attempts",
-            &[&queue, &kinds, &worker, &millis(ttl)],
+            &[&queue, &kinds, &worker, &millis(ttl), &FORMAT_COLUMN],
         ))
         .await?;
         let Some(row) = row else { return Ok(None) };

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo, listed};
+use crate::format::{decode, encode};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS graph_threads (
@@ -81,13 +82,13 @@ impl SqliteCheckpointer {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: String) -> Result<T, StoreError> {
-    Ok(serde_json::from_str(&body)?)
+    decode(&body)
 }
 
 #[async_trait]
 impl Checkpointer for SqliteCheckpointer {
     async fn put_thread(&self, info: &ThreadInfo) -> Result<(), StoreError> {
-        let (thread, body) = (info.thread.clone(), serde_json::to_string(info)?);
+        let (thread, body) = (info.thread.clone(), encode(info)?);
         self.with(move |c| {
             c.execute(
                 "INSERT INTO graph_threads (thread, body) VALUES (?1, ?2)
@@ -123,7 +124,7 @@ impl Checkpointer for SqliteCheckpointer {
 
     async fn put(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
         let (thread, ns, id) = (checkpoint.thread.clone(), checkpoint.ns.clone(), checkpoint.id.clone());
-        let body = serde_json::to_string(checkpoint)?;
+        let body = encode(checkpoint)?;
         self.with(move |c| {
             c.execute(
                 "INSERT INTO graph_checkpoints (thread, ns, id, body) VALUES (?1, ?2, ?3, ?4)",
@@ -151,7 +152,7 @@ impl Checkpointer for SqliteCheckpointer {
 
     async fn put_write(&self, thread: &str, checkpoint: &str, write: &PendingWrite) -> Result<(), StoreError> {
         let (thread, checkpoint, node) = (thread.to_string(), checkpoint.to_string(), write.node.clone());
-        let body = serde_json::to_string(write)?;
+        let body = encode(write)?;
         self.with(move |c| {
             c.execute(
                 "INSERT INTO graph_writes (thread, checkpoint, node, body) VALUES (?1, ?2, ?3, ?4)

@@ -126,3 +126,20 @@ async fn a_thread_has_at_most_one_open_job() {
     q.enqueue(&job("t", 3)).await.unwrap();
     schema.drop_all().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_job_of_a_newer_format_waits_for_a_worker_that_reads_it_and_an_unversioned_one_is_claimed() {
+    let Some(schema) = schema("queue_format").await else { return };
+    let (_store, q) = queue(&schema.url).await;
+    let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let id = q.enqueue(&job("t", 3)).await.unwrap();
+    let format: i32 = client.query_one("SELECT format FROM recursive_jobs WHERE id = $1", &[&id]).await.unwrap().get(0);
+    assert_eq!(format, recursive_store::FORMAT as i32, "a job records the format of its payload");
+    client.execute("UPDATE recursive_jobs SET format = $2 WHERE id = $1", &[&id, &(format + 1)]).await.unwrap();
+    assert!(q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().is_none(), "left for a newer worker");
+    client.execute("UPDATE recursive_jobs SET format = 0 WHERE id = $1", &[&id]).await.unwrap();
+    let claimed = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
+    assert_eq!((claimed.id, claimed.payload), (id, json!({})), "a job queued before versions reads as it is");
+    schema.drop_all().await.unwrap();
+}

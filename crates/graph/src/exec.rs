@@ -460,17 +460,37 @@ impl Graph {
             *visits.entry(node.clone()).or_insert(0) += 1;
         }
         let next = self.route(&cp.next, &state);
-        let mut new = branch(cp, Source::Step, state);
-        new.step = cp.step + 1;
-        new.pause = self.pause(&cp.next, &next);
-        new.next = next;
-        new.visits = visits;
+        let new = Checkpoint {
+            id: Checkpoint::new_id(),
+            thread: cp.thread.clone(),
+            ns: cp.ns.clone(),
+            parent: Some(cp.id.clone()),
+            step: cp.step + 1,
+            state,
+            visits: self.live_visits(visits, &next),
+            pause: self.pause(&cp.next, &next),
+            next,
+            base_step: cp.base_step,
+            source: Source::Step,
+            created_at: Utc::now(),
+        };
         thread.store.put(&new).await?;
         scope.emit(
             new.step as u32,
             event(GraphEvent::GraphCheckpoint { checkpoint: new.id.clone(), step: new.step, next: new.next.clone() }),
         );
         Ok(new)
+    }
+
+    /// The visit counts a checkpoint before `next` keeps: those of nodes that may still run. A
+    /// node ranked below every node of `next` cannot be reached again in this run (see
+    /// [`crate::index`]), so a long chain's checkpoints do not carry every node it passed.
+    fn live_visits(&self, mut visits: BTreeMap<String, u32>, next: &[String]) -> BTreeMap<String, u32> {
+        let Some(floor) = next.iter().filter_map(|n| self.index.rank(n)).min() else {
+            return BTreeMap::new();
+        };
+        visits.retain(|node, _| self.index.rank(node).is_some_and(|rank| rank >= floor));
+        visits
     }
 
     /// The pause of a checkpoint after `ran`, before `next`.
@@ -636,12 +656,17 @@ fn finished(node: &str, ran: &Ran) -> GraphEvent {
 fn branch(from: &Checkpoint, source: Source, state: State) -> Checkpoint {
     Checkpoint {
         id: Checkpoint::new_id(),
+        thread: from.thread.clone(),
+        ns: from.ns.clone(),
         parent: Some(from.id.clone()),
+        step: from.step,
         state,
-        source,
+        next: from.next.clone(),
+        visits: from.visits.clone(),
+        base_step: from.base_step,
         pause: None,
+        source,
         created_at: Utc::now(),
-        ..from.clone()
     }
 }
 

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::index::Index;
 use crate::node::Node;
 use crate::state::{Channel, Schema, State, ValueType};
 
@@ -187,6 +188,8 @@ pub struct Graph {
     pub(crate) interrupt_before: BTreeSet<String>,
     pub(crate) interrupt_after: BTreeSet<String>,
     pub(crate) policy: RecursionPolicy,
+    /// Lookups computed when it is built.
+    pub(crate) index: Index,
 }
 
 impl std::fmt::Debug for Graph {
@@ -211,6 +214,7 @@ impl Graph {
                 interrupt_before: BTreeSet::new(),
                 interrupt_after: BTreeSet::new(),
                 policy: RecursionPolicy::default(),
+                index: Index::default(),
             },
         }
     }
@@ -236,11 +240,11 @@ impl Graph {
     }
 
     pub(crate) fn node(&self, name: &str) -> Option<&Arc<dyn Node>> {
-        self.nodes.iter().find(|(n, _)| n == name).map(|(_, node)| node)
+        self.index.position(name).and_then(|p| self.nodes.get(p)).map(|(_, node)| node)
     }
 
     fn position(&self, name: &str) -> usize {
-        self.nodes.iter().position(|(n, _)| n == name).unwrap_or(usize::MAX)
+        self.index.position(name).unwrap_or(usize::MAX)
     }
 
     /// Sorts node names into declaration order.
@@ -254,7 +258,7 @@ impl Graph {
     pub(crate) fn route(&self, sources: &[String], state: &State) -> Vec<String> {
         let mut next = Vec::new();
         for source in sources {
-            let out: Vec<&Edge> = self.edges.iter().filter(|e| &e.from == source).collect();
+            let out: Vec<&Edge> = self.index.outgoing(source).iter().filter_map(|&i| self.edges.get(i)).collect();
             let mut guarded_taken = false;
             for edge in &out {
                 let taken = match &edge.guard {
@@ -331,7 +335,7 @@ impl GraphBuilder {
     /// Checks that every edge and interrupt names a node, nodes are unique, something starts,
     /// and every reducer fits its channel.
     pub fn build(self) -> Result<Graph, BuildError> {
-        let g = self.graph;
+        let mut g = self.graph;
         let fail = |message: String| BuildError { graph: g.name.clone(), message };
         let mut seen = BTreeSet::new();
         for (name, _) in &g.nodes {
@@ -358,6 +362,7 @@ impl GraphBuilder {
         for (name, channel) in g.schema.channels() {
             channel.check().map_err(|e| fail(format!("channel `{name}`: {e}")))?;
         }
+        g.index = Index::new(g.nodes.iter().map(|(n, _)| n.as_str()), &g.edges);
         Ok(g)
     }
 }

@@ -11,6 +11,7 @@ pub mod blueprint;
 pub mod events;
 pub mod exec;
 pub mod graph;
+mod index;
 pub mod jobs;
 pub mod kinds;
 pub mod node;

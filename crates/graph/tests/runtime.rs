@@ -658,3 +658,61 @@ async fn time_travel_reaches_a_question_two_sub_graphs_deep() {
         assert_eq!(inner_runs.load(Ordering::SeqCst), 1, "`summarize` had finished: it did not run again");
     }
 }
+
+/// START → a → b → c ⇄ loop (until n reaches 3) → END: each node adds one to `n`.
+fn chain_into_a_loop() -> Graph {
+    let inc = || func(|s| Ok(update(json!({"n": s["n"].as_i64().unwrap_or(0) + 1}))));
+    Graph::builder("g")
+        .channel("n", Channel::last(ValueType::Integer))
+        .node("a", inc())
+        .node("b", inc())
+        .node("c", inc())
+        .node("again", inc())
+        .edge(START, "a")
+        .edge("a", "b")
+        .edge("b", "c")
+        .edge_when("c", "again", Test { channel: "n".into(), op: Op::Lt(6.0) })
+        .guarded("c", END, Guard::Otherwise)
+        .edge("again", "c")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_checkpoint_keeps_the_visits_of_nodes_that_may_still_run_only() {
+    let store: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+    let out = chain_into_a_loop()
+        .run(Start::Input(json!({})), &Thread::new(store.clone(), "t"), &RunScope::detached("g"))
+        .await
+        .unwrap();
+    assert_eq!((out.finish, out.state["n"].clone()), (Finish::Done, json!(7)));
+    let history = store.list("t", "").await.unwrap();
+    let visits = |next: &str| history.iter().find(|c| c.next == [next]).unwrap().visits.clone();
+    assert_eq!(visits("b"), BTreeMap::new(), "`a` can never run again");
+    let in_loop = BTreeMap::from([("c".to_string(), 2), ("again".to_string(), 2)]);
+    assert_eq!(visits("c"), in_loop, "the loop's nodes keep their counts (the newest checkpoint before `c`)");
+    assert!(history[0].visits.is_empty(), "a finished run keeps none");
+}
+
+#[tokio::test]
+async fn a_node_reached_again_by_a_longer_path_still_meets_its_visit_limit() {
+    // START → a → join and START → b → x → join: `join` runs in step 2 and again in step 3.
+    let g = Graph::builder("g")
+        .channel("log", Channel::append())
+        .node("a", func(|_| Ok(update(json!({"log": "a"})))))
+        .node("b", func(|_| Ok(update(json!({"log": "b"})))))
+        .node("x", func(|_| Ok(update(json!({"log": "x"})))))
+        .node("join", func(|_| Ok(update(json!({"log": "join"})))))
+        .edge(START, "a")
+        .edge(START, "b")
+        .edge("a", "join")
+        .edge("b", "x")
+        .edge("x", "join")
+        .edge("join", END)
+        .policy(RecursionPolicy { max_visits: 1, ..RecursionPolicy::default() })
+        .build()
+        .unwrap();
+    let store: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+    let out = g.run(Start::Input(json!({})), &Thread::new(store, "t"), &RunScope::detached("g")).await.unwrap();
+    assert_eq!(out.finish, Finish::VisitLimit { node: "join".into(), max: 1 });
+}

@@ -58,6 +58,8 @@ struct Priced {
     inner: MockProvider,
     calls: AtomicUsize,
     cancel_after: Option<(usize, CancellationToken)>,
+    /// The call (from 1) that never answers, as if the process died while it was in flight.
+    hang_at: Option<usize>,
 }
 
 #[async_trait]
@@ -78,12 +80,15 @@ impl ChatProvider for Priced {
         {
             token.cancel();
         }
+        if self.hang_at == Some(n) {
+            std::future::pending::<()>().await;
+        }
         self.inner.stream(request).await
     }
 }
 
 fn priced(n: usize, cancel_after: Option<(usize, CancellationToken)>) -> Arc<Priced> {
-    Arc::new(Priced { inner: world(n), calls: AtomicUsize::new(0), cancel_after })
+    Arc::new(Priced { inner: world(n), calls: AtomicUsize::new(0), cancel_after, hang_at: None })
 }
 
 fn pursuer(provider: Arc<Priced>, config: GoalConfig) -> GoalPursuer {
@@ -131,4 +136,47 @@ async fn a_pursuit_killed_and_resumed_twice_spends_no_more_than_its_cap_in_total
     assert!(spent <= 0.012 + PER_CALL + 1e-9, "three attempts spent {spent} of a 0.012 cap ({calls} calls)");
     let (_, logged) = ResumeLog::open(&log).unwrap().spent("1");
     assert!((logged - spent).abs() < PER_CALL * 2.0 + 1e-9, "the log knows what was spent: {logged} vs {spent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pursuit_that_died_with_calls_in_flight_resumes_counting_them_at_their_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("goal.jsonl");
+    let mut config = GoalConfig { layer_concurrency: 1, ..Default::default() };
+    config.constraints.max_cost_usd = 0.012;
+    let mut answered = 0;
+    for hang_at in [4, 3] {
+        let provider = Arc::new(Priced { hang_at: Some(hang_at), ..Arc::into_inner(priced(20, None)).unwrap() });
+        let scope = RunScope::root("t", Arc::new(NullSink), Arc::new(Budget::unlimited()));
+        let pursuer = pursuer(provider.clone(), config.clone()).with_log(&log).unwrap();
+        let resume = (answered > 0).then(|| ResumeLog::open(&log).unwrap());
+        let attempt = tokio::spawn(async move {
+            match resume {
+                Some(log) => pursuer.resume(log, &scope).await,
+                None => pursuer.pursue("R", &scope).await,
+            }
+        });
+        while provider.calls.load(Ordering::SeqCst) < hang_at {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The process dies: the call in flight never returns, nothing after it is written.
+        attempt.abort();
+        let _ = attempt.await;
+        answered += hang_at - 1;
+    }
+    let provider = priced(20, None);
+    let scope = RunScope::root("t", Arc::new(NullSink), Arc::new(Budget::unlimited()));
+    let last = pursuer(provider.clone(), config).with_log(&log).unwrap();
+    let outcome = last.resume(ResumeLog::open(&log).unwrap(), &scope).await.unwrap();
+    answered += provider.calls.load(Ordering::SeqCst);
+
+    let in_flight = 2.0 * PER_CALL;
+    let reported = outcome.cost_usd;
+    let paid = answered as f64 * PER_CALL;
+    assert!(
+        (reported - (paid + in_flight)).abs() < 1e-9,
+        "reported {reported}: {answered} calls answered, 2 in flight"
+    );
+    assert!(reported <= 0.012 + PER_CALL + 1e-9, "all attempts spent {reported} of a 0.012 cap");
+    assert!(reported >= 0.012 - PER_CALL, "the cap was used: {reported}");
 }

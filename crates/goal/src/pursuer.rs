@@ -306,9 +306,7 @@ impl GoalPursuer {
         }
         // What earlier attempts spent counts against the same caps.
         let earlier = resume.as_ref().map(|log| log.earlier_spend(&id)).unwrap_or_default();
-        if !earlier.is_empty() {
-            pursuit_scope.restore_spend(&earlier);
-        }
+        pursuit_scope.restore_spend(&earlier);
         let finished_before = resume.as_ref().is_some_and(|log| log.finished(&id, objective).is_some());
         let pursuit = Pursuit {
             objective: objective.to_string(),

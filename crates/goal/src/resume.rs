@@ -95,14 +95,14 @@ impl ResumeLog {
 
     /// What the earlier attempts of the pursuit of root goal `root` spent, that a resumed one
     /// starts from: the spend ledger's total (settled calls, and calls in flight at a kill at
-    /// their hold); for a log written before the ledger, the running totals its events carry.
+    /// their hold) — or the running totals the log's events carry where they say more (a log
+    /// begun before the ledger was kept).
     pub fn earlier_spend(&self, root: &str) -> SpendTotal {
         let (tokens, cost) = self.spent(root);
-        if cost > self.ledger.usd() || (self.ledger.is_empty() && tokens > 0) {
-            let usage = recursive_core::Usage { input_tokens: tokens, ..Default::default() };
-            return SpendTotal { settled_usd: cost, usage, settled_calls: 1, ..Default::default() };
-        }
-        self.ledger.clone()
+        let mut total = self.ledger.clone();
+        total.settled_usd += (cost - total.usd()).max(0.0);
+        total.usage.input_tokens += tokens.saturating_sub(total.usage.total());
+        total
     }
 
     /// The log's path.
@@ -290,6 +290,22 @@ mod tests {
         assert!(log.finished("1.1", "another goal").is_none(), "an id with another goal is not restored");
         assert!(log.finished("1.2", "read b").is_none(), "an unfinished goal is pursued again");
         assert_eq!(log.finished_count(), 1);
+    }
+
+    #[test]
+    fn earlier_spend_is_the_ledgers_total_or_the_events_running_totals_where_they_say_more() {
+        use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.jsonl");
+        let logged = json!({ PURSUIT_TOKENS: 100, PURSUIT_COST: 0.25 });
+        std::fs::write(&path, event("1", "objective", GoalEventKind::Started, None, logged)).unwrap();
+        let before_the_ledger = ResumeLog::open(&path).unwrap().earlier_spend("1");
+        assert_eq!((before_the_ledger.usd(), before_the_ledger.usage.total()), (0.25, 100));
+
+        let ledger = JsonlSpendLedger::open(dir.path().join("g.spend.jsonl")).unwrap();
+        ledger.record(&SpendRecord::hold("a", 0.5)).unwrap();
+        let with_a_call_in_flight = ResumeLog::open(&path).unwrap().earlier_spend("1");
+        assert_eq!(with_a_call_in_flight.usd(), 0.5, "the hold of the call in flight counts");
     }
 
     #[test]

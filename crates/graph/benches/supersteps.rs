@@ -5,7 +5,9 @@
 //! per-node time of the long chain against the short one's is the figure); and a 1,000-node
 //! fan-out (one superstep of 1,000 concurrent nodes, then a join) with its wall time. Peak
 //! memory of the fan-out is printed by
-//! `cargo bench -p recursive-graph --bench supersteps -- fanout-memory`.
+//! `cargo bench -p recursive-graph --bench supersteps -- fanout-memory`, and the per-node ratio
+//! of the two chains, measured in alternation so that both meet the same load of the machine, by
+//! `cargo bench -p recursive-graph --bench supersteps -- chain-ratio`.
 
 use std::sync::Arc;
 
@@ -136,5 +138,45 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-criterion_group!(benches, supersteps, fanout_memory);
+/// The per-node time of the 1,000-node chain against the 100-node chain's, on each store: the
+/// two are run in alternation (ten short runs, then one long one, 15 rounds) and the medians of
+/// their per-node times compared, so a load that comes and goes weighs on both alike.
+fn chain_ratio(_c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite: Arc<dyn Checkpointer> = Arc::new(SqliteCheckpointer::open(dir.path().join("ratio.db")).unwrap());
+    let (short, long) = (chain(CHAINS[0]), chain(CHAINS[1]));
+    let mut thread = 0u64;
+    for name in ["memory", "sqlite"] {
+        let mut per_node = [Vec::new(), Vec::new()];
+        for _ in 0..15 {
+            for (k, graph, times) in [(0, &short, 10), (1, &long, 1)] {
+                for _ in 0..times {
+                    thread += 1;
+                    let store = match name {
+                        "memory" => Arc::new(MemoryCheckpointer::new()) as Arc<dyn Checkpointer>,
+                        _ => sqlite.clone(),
+                    };
+                    let started = std::time::Instant::now();
+                    run(&rt, graph, store, &format!("r{thread}"));
+                    per_node[k].push(started.elapsed().as_secs_f64() * 1e6 / CHAINS[k] as f64);
+                }
+            }
+        }
+        let [a, b] = per_node.map(median);
+        println!(
+            "chain-ratio {name}: {} nodes {a:.1} µs/node, {} nodes {b:.1} µs/node, ratio {:.2}",
+            CHAINS[0],
+            CHAINS[1],
+            b / a
+        );
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+criterion_group!(benches, supersteps, fanout_memory, chain_ratio);
 criterion_main!(benches);

@@ -72,6 +72,7 @@ impl Asks {
             response_format: over.response_format.clone().or_else(|| base.response_format.clone()),
             reasoning_effort: over.reasoning_effort.clone().or_else(|| base.reasoning_effort.clone()),
             tool_choice: over.tool_choice.clone().or_else(|| base.tool_choice.clone()),
+            prompt_cache_key: over.prompt_cache_key.clone().or_else(|| base.prompt_cache_key.clone()),
         }
     }
 }

@@ -30,15 +30,21 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
-/// A block of a model's reasoning (Anthropic's extended thinking), kept in the transcript so it
-/// can be sent back with the turn it belongs to, as the API requires during tool use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A block of a model's reasoning (Anthropic's extended thinking, an OpenAI Responses reasoning
+/// item), kept in the transcript so it can be sent back with the turn it belongs to, as the API
+/// requires during tool use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reasoning {
-    /// The text of the reasoning; for a redacted block, its opaque data.
+    /// The text of the reasoning (a Responses item: its summary); for a redacted block, its
+    /// opaque data.
     pub text: String,
-    /// The provider's signature over it (empty for a redacted block).
+    /// The provider's signature over it (empty for a redacted block); for a Responses reasoning
+    /// item, its `encrypted_content`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub signature: String,
+    /// The provider's id of the item (OpenAI Responses: `rs_…`); empty for Anthropic thinking.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
     /// Whether the provider redacted it (its `text` is then opaque data).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub redacted: bool,

@@ -73,6 +73,10 @@ pub struct ChatOptions {
     /// Whether and which tool the model must call (sent only with tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// A key that routes calls sharing a prompt prefix to the same provider cache (OpenAI's
+    /// `prompt_cache_key`), e.g. one per run tree; providers without one ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
 }
 
 /// One completion request.

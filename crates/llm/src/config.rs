@@ -1,8 +1,8 @@
 //! Building a provider from settings (the `[provider]` table of `recursive.toml`, or flags),
 //! and picking one from the environment when nothing is configured.
 //!
-//! [`build_provider`] wires the layers: the base provider (OpenAI-compatible, Anthropic,
-//! Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
+//! [`build_provider`] wires the layers: the base provider (OpenAI-compatible, OpenAI Responses,
+//! Anthropic, Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
 //! pricing — so a cassette holds what the caller saw after retries, and costs are computed
 //! from current prices even on replay.
 
@@ -23,6 +23,7 @@ use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
 use crate::openai::{self, OpenAiConfig, OpenAiProvider};
 use crate::pricing::{PriceTable, PricedProvider};
 use crate::replay::{RecordingProvider, ReplayProvider};
+use crate::responses::{self, ResponsesConfig, ResponsesProvider};
 use crate::retry::{RetryPolicy, RetryProvider};
 
 /// Default model of Ollama.
@@ -39,6 +40,9 @@ pub enum ProviderKind {
     /// OpenAI Chat Completions or any compatible server (set `base_url`).
     #[serde(rename = "openai", alias = "open_ai", alias = "openai-compatible")]
     OpenAi,
+    /// OpenAI's Responses API (reasoning items carried across the turns of the tool loop).
+    #[serde(rename = "openai-responses", alias = "openai_responses", alias = "responses")]
+    OpenAiResponses,
     /// Anthropic Messages API.
     Anthropic,
     /// A local Ollama server through its OpenAI-compatible endpoint.
@@ -51,13 +55,20 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// Every kind, for help texts.
-    pub const ALL: [ProviderKind; 5] =
-        [ProviderKind::OpenAi, ProviderKind::Anthropic, ProviderKind::Ollama, ProviderKind::Mock, ProviderKind::Replay];
+    pub const ALL: [ProviderKind; 6] = [
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+        ProviderKind::Anthropic,
+        ProviderKind::Ollama,
+        ProviderKind::Mock,
+        ProviderKind::Replay,
+    ];
 
     /// The name used in settings and on the command line.
     pub fn as_str(&self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
+            ProviderKind::OpenAiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Ollama => "ollama",
             ProviderKind::Mock => "mock",
@@ -69,6 +80,7 @@ impl ProviderKind {
     pub fn default_model(&self) -> &'static str {
         match self {
             ProviderKind::OpenAi => openai::DEFAULT_MODEL,
+            ProviderKind::OpenAiResponses => responses::DEFAULT_MODEL,
             ProviderKind::Anthropic => anthropic::DEFAULT_MODEL,
             ProviderKind::Ollama => OLLAMA_DEFAULT_MODEL,
             ProviderKind::Mock => "mock",
@@ -89,6 +101,7 @@ impl FromStr for ProviderKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "openai" | "open_ai" | "openai-compatible" => Ok(ProviderKind::OpenAi),
+            "openai-responses" | "openai_responses" | "responses" => Ok(ProviderKind::OpenAiResponses),
             "anthropic" => Ok(ProviderKind::Anthropic),
             "ollama" => Ok(ProviderKind::Ollama),
             "mock" => Ok(ProviderKind::Mock),
@@ -323,6 +336,32 @@ pub fn build_provider_with_env(
                 return Err(LlmError::MissingApiKey { provider: "openai".into(), env_var: "OPENAI_API_KEY".into() });
             }
             (openai_compatible("openai", base_url, api_key)?, true)
+        }
+        (ProviderKind::OpenAiResponses, None) => {
+            let base_url = settings
+                .base_url
+                .clone()
+                .or_else(|| env_nonempty("OPENAI_BASE_URL"))
+                .unwrap_or_else(|| responses::DEFAULT_BASE_URL.to_string());
+            let api_key = settings.api_key.clone().or_else(|| env_nonempty("OPENAI_API_KEY"));
+            if api_key.is_none() && base_url.contains("api.openai.com") {
+                return Err(LlmError::MissingApiKey {
+                    provider: "openai-responses".into(),
+                    env_var: "OPENAI_API_KEY".into(),
+                });
+            }
+            let config = ResponsesConfig {
+                name: "openai-responses".into(),
+                base_url,
+                api_key,
+                model: model.clone(),
+                stream: settings.stream,
+                default_max_tokens: settings.max_tokens,
+                timeout,
+                connect_timeout,
+                headers: settings.headers.clone(),
+            };
+            (Arc::new(ResponsesProvider::new(config)?), true)
         }
         (ProviderKind::Ollama, None) => {
             let base_url = settings.base_url.clone().unwrap_or_else(|| {
@@ -693,7 +732,28 @@ mod tests {
     fn kinds_parse_from_their_names() {
         assert_eq!("OpenAI".parse::<ProviderKind>().unwrap(), ProviderKind::OpenAi);
         let err = "gemini".parse::<ProviderKind>().unwrap_err();
-        assert!(err.to_string().contains("known: openai, anthropic"), "{err}");
+        assert!(err.to_string().contains("known: openai, openai-responses, anthropic"), "{err}");
+    }
+
+    #[test]
+    fn the_responses_kind_reads_from_flags_and_settings() {
+        assert_eq!("openai-responses".parse::<ProviderKind>().unwrap(), ProviderKind::OpenAiResponses);
+        assert_eq!(ProviderKind::OpenAiResponses.to_string(), "openai-responses");
+        let s = ProviderSettings::from_toml("[provider]\nkind = \"openai-responses\"\n").unwrap().unwrap();
+        assert_eq!(s.kind, ProviderKind::OpenAiResponses);
+        assert_eq!(s.resolved_model(), responses::DEFAULT_MODEL);
+    }
+
+    #[test]
+    fn the_responses_kind_needs_a_key_for_openai_and_builds_against_any_url() {
+        let prices = PriceTable::builtin();
+        let settings = ProviderSettings::new(ProviderKind::OpenAiResponses);
+        let Err(err) = build_provider_with_env(&settings, &prices, &|_| None) else { panic!("built without a key") };
+        assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
+        let local = settings.with_base_url("http://127.0.0.1:9/v1");
+        let provider = build_provider_with_env(&local, &prices, &|_| None).unwrap();
+        assert_eq!(provider.name(), "openai-responses");
+        assert_eq!(provider.default_model(), responses::DEFAULT_MODEL);
     }
 
     #[test]

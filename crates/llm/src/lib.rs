@@ -5,6 +5,8 @@
 //! - [`openai`] — OpenAI Chat Completions and every compatible server (Ollama, vLLM,
 //!   LM Studio, OpenRouter, DeepSeek...), streaming or not;
 //! - [`anthropic`] — the Anthropic Messages API, streaming or not;
+//! - [`responses`] — OpenAI's Responses API (reasoning items carried across the tool loop),
+//!   streaming or not;
 //! - [`mock`] — the scripted provider of `recursive-core`;
 //! - [`replay`] — record interactions to a cassette, and serve them offline;
 //!
@@ -24,6 +26,7 @@ pub mod models;
 pub mod openai;
 pub mod pricing;
 pub mod replay;
+pub mod responses;
 pub mod retry;
 pub mod sse;
 
@@ -39,4 +42,5 @@ pub use error::LlmError;
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use pricing::{ModelPrice, PriceTable, PricedProvider};
 pub use replay::{RecordingProvider, ReplayProvider};
+pub use responses::{ResponsesConfig, ResponsesProvider};
 pub use retry::{RetryPolicy, RetryProvider};

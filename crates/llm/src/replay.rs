@@ -327,19 +327,22 @@ impl ReplayProvider {
 
 /// Whether `request` is the recorded one. System messages are not compared: they carry the
 /// machine's facts (the workspace path, the date), so a cassette recorded on one machine replays
-/// on another. A request that names no model (the provider's default, as when a cassette is
-/// replayed without `--model`) matches whatever model was recorded.
+/// on another. Nor is the prompt-cache key, which names the run that made the call. A request
+/// that names no model (the provider's default, as when a cassette is replayed without
+/// `--model`) matches whatever model was recorded.
 fn same(recorded: &ChatRequest, request: &ChatRequest) -> bool {
-    let mut request = without_system(request);
+    let mut request = comparable(request);
     if request.options.model.is_empty() {
         request.options.model = recorded.options.model.clone();
     }
-    without_system(recorded) == request
+    comparable(recorded) == request
 }
 
-fn without_system(request: &ChatRequest) -> ChatRequest {
+/// A request without what differs from run to run: system messages and the prompt-cache key.
+fn comparable(request: &ChatRequest) -> ChatRequest {
     let mut r = request.clone();
     r.messages.retain(|m| m.role != recursive_core::Role::System);
+    r.options.prompt_cache_key = None;
     r
 }
 

@@ -41,6 +41,7 @@ fn conversation() -> ChatRequest {
             response_format: None,
             reasoning_effort: None,
             tool_choice: None,
+            prompt_cache_key: None,
         },
     }
 }

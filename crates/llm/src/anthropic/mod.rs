@@ -231,7 +231,8 @@ fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
                 }],
             ),
             Role::Assistant => {
-                let mut blocks: Vec<_> = m.reasoning.iter().map(reasoning_block).collect();
+                // Reasoning with an item id came from OpenAI's Responses API; it is no thinking block.
+                let mut blocks: Vec<_> = m.reasoning.iter().filter(|r| r.id.is_empty()).map(reasoning_block).collect();
                 blocks.extend(text_block(&m.content));
                 blocks.extend(m.tool_calls.iter().map(|c| wire::RequestBlock::ToolUse {
                     id: c.id.clone(),
@@ -544,11 +545,13 @@ impl MessageAccumulator {
                     text: text.clone(),
                     signature: signature.clone(),
                     redacted: false,
+                    id: String::new(),
                 }),
                 Block::Redacted(data) => reasoning.push(recursive_core::Reasoning {
                     text: data.clone(),
                     signature: String::new(),
                     redacted: true,
+                    id: String::new(),
                 }),
                 Block::Other => {}
             }
@@ -865,9 +868,9 @@ mod tests {
                 recursive_core::Reasoning {
                     text: "Weigh options.".into(),
                     signature: "sig-abc".into(),
-                    redacted: false
+                    ..Default::default()
                 },
-                recursive_core::Reasoning { text: "opaque".into(), signature: String::new(), redacted: true },
+                recursive_core::Reasoning { text: "opaque".into(), redacted: true, ..Default::default() },
             ]
         );
         let req = ChatRequest {
@@ -885,6 +888,22 @@ mod tests {
                 {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}
             ])
         );
+    }
+
+    #[test]
+    fn reasoning_items_of_the_responses_api_are_not_sent_as_thinking() {
+        let mut turn = Message::assistant("Done.");
+        turn.reasoning = vec![recursive_core::Reasoning {
+            id: "rs_1".into(),
+            text: "Plan.".into(),
+            signature: "encrypted".into(),
+            ..Default::default()
+        }];
+        let req =
+            ChatRequest { messages: vec![Message::user("go"), turn, Message::user("next")], ..Default::default() };
+        let plain = AnthropicConfig { prompt_caching: false, ..Default::default() };
+        let body = serde_json::to_value(plain.request_body(&req).unwrap()).unwrap();
+        assert_eq!(body["messages"][1], json!({"role": "assistant", "content": "Done."}));
     }
 
     #[test]

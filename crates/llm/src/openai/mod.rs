@@ -255,8 +255,7 @@ impl Parts {
         };
         let mut message = Message::assistant_with_tools(content, self.calls);
         if !self.reasoning.is_empty() {
-            message.reasoning =
-                vec![recursive_core::Reasoning { text: self.reasoning, signature: String::new(), redacted: false }];
+            message.reasoning = vec![recursive_core::Reasoning { text: self.reasoning, ..Default::default() }];
         }
         ChatResponse {
             message,

@@ -1,0 +1,369 @@
+//! OpenAI's Responses API (`POST {base}/responses`), the API OpenAI serves its reasoning models
+//! on: their reasoning items (summary, id, encrypted content) are kept on the assistant
+//! message and sent back with the next turn of the tool loop, so a stateless run (`store:
+//! false`) keeps the model's reasoning between tool calls.
+//!
+//! Two pure transforms around one HTTP call: [`ResponsesConfig::request_body`] (core request →
+//! wire body, in [`request`]) and, back, [`ResponseAccumulator`] (stream events → response) or
+//! [`parse_response`] (a complete response object → response), in [`response`].
+
+pub mod request;
+pub mod response;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
+
+pub use response::{ResponseAccumulator, incomplete_reason, parse_response, usage};
+
+use crate::error::LlmError;
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::sse::{self, Decoder, SseFrame};
+
+/// Default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Default model.
+pub const DEFAULT_MODEL: &str = "gpt-5-mini";
+
+/// How to reach the Responses API.
+#[derive(Clone, PartialEq)]
+pub struct ResponsesConfig {
+    /// Name in messages and events.
+    pub name: String,
+    /// Base URL up to and including the version, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Bearer token; `None` sends no `Authorization` header.
+    pub api_key: Option<String>,
+    /// Model used when a request names none.
+    pub model: String,
+    /// Stream the answer (SSE) or ask for one JSON response.
+    pub stream: bool,
+    /// Token cap (`max_output_tokens`) used when a request sets none.
+    pub default_max_tokens: Option<u32>,
+    /// Limit on a whole call, streaming included.
+    pub timeout: Duration,
+    /// Limit on connecting.
+    pub connect_timeout: Duration,
+    /// Extra headers sent with every request.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ResponsesConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponsesConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("stream", &self.stream)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for ResponsesConfig {
+    fn default() -> Self {
+        Self {
+            name: "openai-responses".into(),
+            base_url: DEFAULT_BASE_URL.into(),
+            api_key: None,
+            model: DEFAULT_MODEL.into(),
+            stream: true,
+            default_max_tokens: None,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+impl ResponsesConfig {
+    /// A configuration for this base URL, with defaults for the rest.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self { base_url: base_url.into(), ..Self::default() }
+    }
+
+    /// The wire body for a request.
+    pub fn request_body<'a>(&self, request: &'a ChatRequest) -> Result<wire::ResponsesRequest<'a>, ProviderError> {
+        let defaults = request::Defaults {
+            name: &self.name,
+            model: &self.model,
+            max_tokens: self.default_max_tokens,
+            stream: self.stream,
+        };
+        request::request_body(&defaults, request)
+    }
+}
+
+struct EventDecoder {
+    provider: String,
+    acc: ResponseAccumulator,
+    fallback_model: String,
+}
+
+impl Decoder for EventDecoder {
+    fn take_reasoning(&mut self) -> Vec<String> {
+        self.acc.take_reasoning()
+    }
+
+    fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
+        let data = frame.data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(Vec::new());
+        }
+        let what =
+            if frame.event == "message" { "stream event".to_string() } else { format!("`{}` event", frame.event) };
+        let event: wire::StreamEvent =
+            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, &what, data, &e))?;
+        self.acc.push(&self.provider, event)
+    }
+
+    fn is_done(&self) -> bool {
+        self.acc.is_done()
+    }
+
+    fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
+        if !self.acc.is_done() {
+            return Err(ProviderError::Truncated {
+                provider: self.provider.clone(),
+                message: "the stream ended before response.completed or response.incomplete arrived".into(),
+            });
+        }
+        let mut response = self.acc.finish();
+        if response.model.is_empty() {
+            response.model = self.fallback_model.clone();
+        }
+        Ok(response)
+    }
+}
+
+/// Decodes a Responses API SSE byte stream into text and reasoning deltas and a final response.
+pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    stream_with_model(provider, bytes, String::new())
+}
+
+fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let decoder = EventDecoder { provider: provider.to_string(), acc: ResponseAccumulator::new(), fallback_model };
+    sse::drive(provider, sse::frames(provider, bytes), decoder)
+}
+
+/// A client of OpenAI's Responses API.
+#[derive(Debug, Clone)]
+pub struct ResponsesProvider {
+    config: ResponsesConfig,
+    http: HttpClient,
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+impl ResponsesProvider {
+    /// A client for this configuration.
+    pub fn new(config: ResponsesConfig) -> Result<Self, LlmError> {
+        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
+        let url = join_url(&config.base_url, "responses");
+        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
+            headers.push(("authorization".into(), format!("Bearer {key}")));
+        }
+        if config.stream {
+            headers.push(("accept".into(), "text/event-stream".into()));
+        }
+        Ok(Self { config, http, url, headers })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ResponsesConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl ChatProvider for ResponsesProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let body = self.config.request_body(&request)?;
+        let model = body.model.clone();
+        let name = &self.config.name;
+        self.http
+            .exchange(
+                &self.url,
+                &self.headers,
+                &body,
+                self.config.stream,
+                model,
+                |bytes, model| stream_with_model(name, bytes, model),
+                |bytes| parse_response(name, bytes),
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recursive_core::StopReason;
+    use serde_json::{Value, json};
+
+    fn event(value: Value) -> wire::StreamEvent {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn feed(acc: &mut ResponseAccumulator, events: Vec<Value>) -> Vec<String> {
+        let mut shown = Vec::new();
+        for e in events {
+            shown.extend(acc.push("openai-responses", event(e)).unwrap());
+        }
+        shown
+    }
+
+    #[test]
+    fn a_reasoning_item_and_a_call_assemble_from_their_events() {
+        let mut acc = ResponseAccumulator::new();
+        let shown = feed(
+            &mut acc,
+            vec![
+                json!({"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5", "output": []}}),
+                json!({"type": "response.output_item.added", "output_index": 0,
+                    "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
+                json!({"type": "response.reasoning_summary_text.delta", "output_index": 0, "summary_index": 0,
+                    "item_id": "rs_1", "delta": "Plan"}),
+                json!({"type": "response.reasoning_summary_text.delta", "output_index": 0, "summary_index": 1,
+                    "item_id": "rs_1", "delta": "Act"}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning",
+                    "id": "rs_1", "summary": [{"type": "summary_text", "text": "Plan"}, {"type": "summary_text", "text": "Act"}],
+                    "encrypted_content": "enc"}}),
+                json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "function_call",
+                    "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""}}),
+                json!({"type": "response.function_call_arguments.delta", "output_index": 1, "delta": "{\"a\""}),
+                json!({"type": "response.function_call_arguments.delta", "output_index": 1, "delta": ":1}"}),
+            ],
+        );
+        assert!(shown.is_empty(), "neither reasoning nor calls are answer text");
+        assert_eq!(acc.take_reasoning(), ["Plan", "\n\nAct"]);
+        assert!(!acc.is_done());
+        feed(
+            &mut acc,
+            vec![json!({"type": "response.completed", "response": {"model": "gpt-5", "status": "completed",
+            "usage": {"input_tokens": 10, "output_tokens": 4}}})],
+        );
+        let r = acc.finish();
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+        assert_eq!(r.message.tool_calls[0].id, "call_1");
+        assert_eq!(r.message.tool_calls[0].arguments, json!({"a": 1}));
+        let reasoning = &r.message.reasoning[0];
+        assert_eq!((reasoning.id.as_str(), reasoning.signature.as_str()), ("rs_1", "enc"));
+        assert_eq!(reasoning.text, "Plan\n\nAct");
+    }
+
+    #[test]
+    fn parallel_calls_assemble_by_output_index_in_output_order() {
+        let mut acc = ResponseAccumulator::new();
+        let added = |i: u32, call: &str, name: &str| {
+            json!({"type": "response.output_item.added", "output_index": i,
+                "item": {"type": "function_call", "call_id": call, "name": name, "arguments": ""}})
+        };
+        let delta = |i: u32, piece: &str| json!({"type": "response.function_call_arguments.delta", "output_index": i, "delta": piece});
+        feed(
+            &mut acc,
+            vec![
+                added(0, "call_a", "one"),
+                added(1, "call_b", "two"),
+                delta(1, "{\"y\""),
+                delta(0, "{\"x\":1}"),
+                delta(1, ":2}"),
+                json!({"type": "response.completed", "response": {"status": "completed"}}),
+            ],
+        );
+        let r = acc.finish();
+        let got: Vec<_> = r.message.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments)).collect();
+        assert_eq!(got, vec![("call_a", "one", &json!({"x": 1})), ("call_b", "two", &json!({"y": 2}))]);
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+    }
+
+    #[test]
+    fn usage_counts_cached_input_as_cache_reads_and_reasoning_as_output() {
+        let u: wire::ResponseUsage = serde_json::from_value(json!({"input_tokens": 1000,
+            "input_tokens_details": {"cached_tokens": 600}, "output_tokens": 300,
+            "output_tokens_details": {"reasoning_tokens": 200}, "total_tokens": 1300}))
+        .unwrap();
+        assert_eq!(
+            usage(&u),
+            recursive_core::Usage {
+                input_tokens: 400,
+                output_tokens: 300,
+                cache_read_tokens: 600,
+                cache_write_tokens: 0
+            }
+        );
+    }
+
+    #[test]
+    fn incomplete_reasons_map_to_stop_reasons() {
+        assert_eq!(incomplete_reason(Some("max_output_tokens")), StopReason::MaxTokens);
+        assert_eq!(incomplete_reason(Some("content_filter")), StopReason::ContentFilter);
+        assert_eq!(incomplete_reason(Some("steered")), StopReason::Other("steered".into()));
+    }
+
+    #[test]
+    fn error_codes_keep_their_status_class() {
+        let status = |code: &str| {
+            let e = response::api_error("p", &wire::ApiError { code: Some(code.into()), message: "m".into() }, "x");
+            match e {
+                ProviderError::Http { status, .. } => status,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(status("rate_limit_exceeded"), 429);
+        assert_eq!(status("server_error"), 500);
+        assert_eq!(status("invalid_prompt"), 400);
+        assert_eq!(status("bio_policy"), 400);
+    }
+
+    #[test]
+    fn a_complete_response_object_parses() {
+        let body = json!({"id": "resp_1", "object": "response", "model": "gpt-5", "status": "completed",
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc"},
+                {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "42", "annotations": []}]}],
+            "usage": {"input_tokens": 5, "output_tokens": 3}});
+        let r = parse_response("p", body.to_string().as_bytes()).unwrap();
+        assert_eq!(r.message.content, "42");
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        assert_eq!(r.message.reasoning[0].signature, "enc");
+        assert_eq!(r.usage.output_tokens, 3);
+    }
+
+    #[test]
+    fn a_failed_response_object_is_an_error() {
+        let body = json!({"status": "failed", "output": [], "error": {"code": "server_error", "message": "boom"}});
+        let err = parse_response("p", body.to_string().as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Http { status: 500, message, .. } if message.contains("boom")),
+            "{err:?}"
+        );
+        assert!(matches!(parse_response("p", b"{}").unwrap_err(), ProviderError::Malformed { .. }));
+    }
+}

@@ -207,9 +207,8 @@ impl BlueprintTool {
         let store = self
             .store
             .get_or_try_init(|| async {
-                let path = self
-                    .state_path("graphs.db")
-                    .map_err(|e| recursive_store::StoreError::Backend(e.to_string()))?;
+                let path =
+                    self.state_path("graphs.db").map_err(|e| recursive_store::StoreError::Backend(e.to_string()))?;
                 recursive_store::open(&path.display().to_string()).await
             })
             .await

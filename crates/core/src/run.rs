@@ -437,11 +437,15 @@ impl RunScope {
     pub async fn call_model(
         &self,
         provider: &dyn ChatProvider,
-        request: ChatRequest,
+        mut request: ChatRequest,
         call: ModelCall,
     ) -> Result<ChatResponse, ModelCallError> {
         if let Some(reason) = self.stop_reason() {
             return Err(ModelCallError::Stopped(reason));
+        }
+        // One prompt-cache key per run tree: its calls share prefixes (a system prompt, an input).
+        if request.options.prompt_cache_key.is_none() {
+            request.options.prompt_cache_key = Some(self.ids.root_run_id.clone());
         }
         let price = provider.price(&request);
         if let CallPrice::Unknown { model } = &price
@@ -925,6 +929,24 @@ mod tests {
         let err = scope.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await.unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
         assert!(provider.seen_at_send.lock().unwrap().is_empty(), "nothing was sent");
+    }
+
+    #[tokio::test]
+    async fn every_call_of_a_run_tree_shares_one_prompt_cache_key_unless_the_caller_sets_one() {
+        let mock = crate::mock::MockProvider::new(["a", "b", "c"].map(crate::mock::MockReply::text));
+        let root = RunScope::detached("m");
+        let child = root.child("c").unwrap();
+        let request = |key: Option<&str>| ChatRequest {
+            messages: vec![crate::message::Message::user("hi")],
+            tools: Vec::new(),
+            options: crate::provider::ChatOptions { prompt_cache_key: key.map(String::from), ..Default::default() },
+        };
+        root.call_model(&mock, request(None), ModelCall::at(1)).await.unwrap();
+        child.call_model(&mock, request(None), ModelCall::at(1)).await.unwrap();
+        child.call_model(&mock, request(Some("mine")), ModelCall::at(2)).await.unwrap();
+        let keys: Vec<_> = mock.requests().into_iter().map(|r| r.options.prompt_cache_key).collect();
+        let tree = Some(root.ids().root_run_id.clone());
+        assert_eq!(keys, vec![tree.clone(), tree, Some("mine".to_string())]);
     }
 
     #[test]

@@ -329,3 +329,26 @@ fn a_cassette_recorded_with_a_model_replays_without_naming_it() {
     let other = env.run(&["run", "q", "--replay", s(&cassette), "--model", "m-other", "--json"]);
     assert_eq!(other.status.code(), Some(1));
 }
+
+#[test]
+fn trace_reads_an_event_log_whose_last_line_a_kill_cut_and_says_so() {
+    let env = Env::new();
+    let script = env.script("s.json", json!(["the answer"]));
+    let events = env.path("events.jsonl");
+    let out = env.run(&["run", "hello", "--mock-script", s(&script), "--events", s(&events)]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut log = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
+    std::io::Write::write_all(&mut log, br#"{"run_id":"x","kind":{"type":"usa"#).unwrap();
+    let trace = env.run(&["trace", s(&events)]);
+    let stderr = String::from_utf8_lossy(&trace.stderr);
+    assert_eq!(trace.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning:") && stderr.contains("cut short"), "{stderr}");
+    assert!(String::from_utf8_lossy(&trace.stdout).contains("main-d0"), "the tree before the cut is shown");
+
+    // A damaged line that is not the last is still an error naming it.
+    let text = std::fs::read_to_string(&events).unwrap();
+    std::fs::write(&events, format!("{{broken\n{text}")).unwrap();
+    let trace = env.run(&["trace", s(&events)]);
+    assert_ne!(trace.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&trace.stderr).contains("line 1:"), "{}", String::from_utf8_lossy(&trace.stderr));
+}

@@ -303,10 +303,20 @@ impl Tree {
     }
 }
 
+/// The lines of a JSONL log; a last line cut by a kill is skipped with a warning (the run it
+/// records was interrupted, and everything before it still reads).
+fn read_lines(path: &std::path::Path) -> anyhow::Result<Vec<(usize, Value)>> {
+    let read =
+        recursive_core::jsonl::read_jsonl_records(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Some(cut) = &read.cut {
+        eprintln!("warning: {cut}");
+    }
+    Ok(read.records)
+}
+
 /// Reads a JSONL file of agent events or goal-log lines into a tree.
 pub fn read_tree(path: &std::path::Path) -> anyhow::Result<Tree> {
-    let lines: Vec<(usize, Value)> =
-        recursive_core::read_jsonl(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let lines = read_lines(path)?;
     let mut tree = Tree::default();
     for (line, v) in lines {
         if v.get("goal_id").is_some() && v.get("event").is_some() {
@@ -350,9 +360,7 @@ pub fn execute(args: TraceArgs) -> anyhow::Result<u8> {
 
 /// The events of a `--events` file, in order.
 fn read_events(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
-    let lines: Vec<(usize, Value)> =
-        recursive_core::read_jsonl(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(lines.into_iter().map(|(_, v)| v).collect())
+    Ok(read_lines(path)?.into_iter().map(|(_, v)| v).collect())
 }
 
 /// `--html`: the page of the run tree.

@@ -487,6 +487,7 @@ async fn checkpoint_cost() {
                 slot: slot.clone(),
                 meta: Value::Null,
                 strict: true,
+                spend_restored: false,
             });
             let t = Instant::now();
             let r = durable.run("q", Inputs::single("doc", doc.clone()), &RunScope::detached("bench")).await.unwrap();

@@ -93,6 +93,10 @@ pub struct Durable {
     /// person); otherwise the run starts afresh over it (a graph node run again from an earlier
     /// checkpoint with a new input).
     pub strict: bool,
+    /// The host restored the run's spend from its spend ledger ([`recursive_core::spend`]), which
+    /// has every call — also those after the last checkpoint — so a resume does not count the
+    /// checkpoint's spend again.
+    pub spend_restored: bool,
 }
 
 impl std::fmt::Debug for Durable {

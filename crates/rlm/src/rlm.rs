@@ -902,7 +902,9 @@ impl Rlm {
         if checkpoint.messages.get(1) != messages.get(1) {
             return Err(RlmError::Checkpoint("its inputs differ from this run's".into()));
         }
-        scope.record_usage(&checkpoint.usage, Some(checkpoint.cost_usd));
+        if !self.durable.as_ref().is_some_and(|d| d.spend_restored) {
+            scope.record_usage(&checkpoint.usage, Some(checkpoint.cost_usd));
+        }
         let _ = node.sub_scope.budget().reserve_calls(checkpoint.sub_calls);
         progress.iterations = checkpoint.iteration;
         progress.trajectory = checkpoint.trajectory;

@@ -106,8 +106,12 @@ impl Runnable for Rlm {
             input.data.insert("input".into(), Value::String(text));
         }
         // A graph node's run keeps checkpoints in its slot and resumes from them.
-        let durable =
-            input.checkpoint.take().map(|c| crate::durable::Durable { slot: c.0, meta: Value::Null, strict: false });
+        let durable = input.checkpoint.take().map(|c| crate::durable::Durable {
+            slot: c.0,
+            meta: Value::Null,
+            strict: false,
+            spend_restored: false,
+        });
         let (question, inputs) = question_and_inputs(input);
         let engine = match durable {
             Some(d) => std::borrow::Cow::Owned(self.clone().with_durable(d)),

@@ -60,7 +60,7 @@ enum Command {
 /// Options shared by every command that talks to a model.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
-    /// Model API: openai, openai-responses, anthropic, ollama, mock or replay (default: config file, then
+    /// Model API: openai, openai-responses, anthropic, gemini, ollama, mock or replay (default: config file, then
     /// auto-detection from ANTHROPIC_API_KEY, OPENAI_API_KEY, a local Ollama).
     #[arg(long)]
     pub provider: Option<String>,

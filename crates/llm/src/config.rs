@@ -2,7 +2,7 @@
 //! and picking one from the environment when nothing is configured.
 //!
 //! [`build_provider`] wires the layers: the base provider (OpenAI-compatible, OpenAI Responses,
-//! Anthropic, Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
+//! Anthropic, Gemini, Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
 //! pricing — so a cassette holds what the caller saw after retries, and costs are computed
 //! from current prices even on replay.
 
@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
 use crate::error::LlmError;
+use crate::gemini::{self, GeminiConfig, GeminiProvider};
 use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
 use crate::openai::{self, OpenAiConfig, OpenAiProvider};
 use crate::pricing::{PriceTable, PricedProvider};
@@ -45,6 +46,9 @@ pub enum ProviderKind {
     OpenAiResponses,
     /// Anthropic Messages API.
     Anthropic,
+    /// Google's Gemini API (`generateContent`), natively: thought signatures carried across the
+    /// turns of the tool loop.
+    Gemini,
     /// A local Ollama server through its OpenAI-compatible endpoint.
     Ollama,
     /// The scripted provider; with no script it echoes the last user message.
@@ -55,10 +59,11 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// Every kind, for help texts.
-    pub const ALL: [ProviderKind; 6] = [
+    pub const ALL: [ProviderKind; 7] = [
         ProviderKind::OpenAi,
         ProviderKind::OpenAiResponses,
         ProviderKind::Anthropic,
+        ProviderKind::Gemini,
         ProviderKind::Ollama,
         ProviderKind::Mock,
         ProviderKind::Replay,
@@ -70,6 +75,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::OpenAiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
             ProviderKind::Ollama => "ollama",
             ProviderKind::Mock => "mock",
             ProviderKind::Replay => "replay",
@@ -82,6 +88,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => openai::DEFAULT_MODEL,
             ProviderKind::OpenAiResponses => responses::DEFAULT_MODEL,
             ProviderKind::Anthropic => anthropic::DEFAULT_MODEL,
+            ProviderKind::Gemini => gemini::DEFAULT_MODEL,
             ProviderKind::Ollama => OLLAMA_DEFAULT_MODEL,
             ProviderKind::Mock => "mock",
             ProviderKind::Replay => "",
@@ -103,6 +110,7 @@ impl FromStr for ProviderKind {
             "openai" | "open_ai" | "openai-compatible" => Ok(ProviderKind::OpenAi),
             "openai-responses" | "openai_responses" | "responses" => Ok(ProviderKind::OpenAiResponses),
             "anthropic" => Ok(ProviderKind::Anthropic),
+            "gemini" | "google" => Ok(ProviderKind::Gemini),
             "ollama" => Ok(ProviderKind::Ollama),
             "mock" => Ok(ProviderKind::Mock),
             "replay" => Ok(ProviderKind::Replay),
@@ -137,11 +145,12 @@ pub struct ProviderSettings {
     #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub model: Option<String>,
     /// Base URL; `None` means the kind's default (or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
-    /// `OLLAMA_HOST`).
+    /// `GEMINI_BASE_URL` / `OLLAMA_HOST`).
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::loosening("your API key and prompts would be sent there")))]
     pub base_url: Option<String>,
-    /// API key; `None` reads `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`. Never serialized.
+    /// API key; `None` reads `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` / `GEMINI_API_KEY` (else
+    /// `GOOGLE_API_KEY`). Never serialized.
     #[serde(default, skip_serializing)]
     #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
     pub api_key: Option<String>,
@@ -362,6 +371,33 @@ pub fn build_provider_with_env(
                 headers: settings.headers.clone(),
             };
             (Arc::new(ResponsesProvider::new(config)?), true)
+        }
+        (ProviderKind::Gemini, None) => {
+            let base_url = settings
+                .base_url
+                .clone()
+                .or_else(|| env_nonempty("GEMINI_BASE_URL"))
+                .unwrap_or_else(|| gemini::DEFAULT_BASE_URL.to_string());
+            let api_key = settings
+                .api_key
+                .clone()
+                .or_else(|| env_nonempty("GEMINI_API_KEY"))
+                .or_else(|| env_nonempty("GOOGLE_API_KEY"));
+            if api_key.is_none() && base_url.contains("googleapis.com") {
+                return Err(LlmError::MissingApiKey { provider: "gemini".into(), env_var: "GEMINI_API_KEY".into() });
+            }
+            let config = GeminiConfig {
+                name: "gemini".into(),
+                base_url,
+                api_key,
+                model: model.clone(),
+                stream: settings.stream,
+                default_max_tokens: settings.max_tokens,
+                timeout,
+                connect_timeout,
+                headers: settings.headers.clone(),
+            };
+            (Arc::new(GeminiProvider::new(config)?), true)
         }
         (ProviderKind::Ollama, None) => {
             let base_url = settings.base_url.clone().unwrap_or_else(|| {
@@ -731,8 +767,8 @@ mod tests {
     #[test]
     fn kinds_parse_from_their_names() {
         assert_eq!("OpenAI".parse::<ProviderKind>().unwrap(), ProviderKind::OpenAi);
-        let err = "gemini".parse::<ProviderKind>().unwrap_err();
-        assert!(err.to_string().contains("known: openai, openai-responses, anthropic"), "{err}");
+        let err = "bedrock".parse::<ProviderKind>().unwrap_err();
+        assert!(err.to_string().contains("known: openai, openai-responses, anthropic, gemini"), "{err}");
     }
 
     #[test]
@@ -754,6 +790,21 @@ mod tests {
         let provider = build_provider_with_env(&local, &prices, &|_| None).unwrap();
         assert_eq!(provider.name(), "openai-responses");
         assert_eq!(provider.default_model(), responses::DEFAULT_MODEL);
+    }
+
+    #[test]
+    fn the_gemini_kind_reads_its_key_from_gemini_then_google_variables() {
+        assert_eq!("gemini".parse::<ProviderKind>().unwrap(), ProviderKind::Gemini);
+        let s = ProviderSettings::from_toml("[provider]\nkind = \"gemini\"\n").unwrap().unwrap();
+        assert_eq!((s.kind, s.resolved_model()), (ProviderKind::Gemini, gemini::DEFAULT_MODEL.to_string()));
+        let prices = PriceTable::builtin();
+        let Err(err) = build_provider_with_env(&s, &prices, &|_| None) else { panic!("built without a key") };
+        assert!(err.to_string().contains("GEMINI_API_KEY"), "{err}");
+        let google = |name: &str| (name == "GOOGLE_API_KEY").then(|| "AIza-g".to_string());
+        let provider = build_provider_with_env(&s, &prices, &google).unwrap();
+        assert_eq!((provider.name(), provider.default_model()), ("gemini", gemini::DEFAULT_MODEL));
+        let local = |name: &str| (name == "GEMINI_BASE_URL").then(|| "http://127.0.0.1:9".to_string());
+        assert!(build_provider_with_env(&s, &prices, &local).is_ok(), "a local server needs no key");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`anthropic`] — the Anthropic Messages API, streaming or not;
 //! - [`responses`] — OpenAI's Responses API (reasoning items carried across the tool loop),
 //!   streaming or not;
+//! - [`gemini`] — Google's Gemini API natively (thought signatures carried across the tool
+//!   loop), streaming or not;
 //! - [`mock`] — the scripted provider of `recursive-core`;
 //! - [`replay`] — record interactions to a cassette, and serve them offline;
 //!
@@ -21,6 +23,7 @@
 pub mod anthropic;
 pub mod config;
 pub mod error;
+pub mod gemini;
 pub mod http;
 pub mod models;
 pub mod openai;
@@ -39,6 +42,7 @@ pub mod mock {
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use config::{ProviderKind, ProviderSettings, build_provider, detect_from_env};
 pub use error::LlmError;
+pub use gemini::{GeminiConfig, GeminiProvider};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use pricing::{ModelPrice, PriceTable, PricedProvider};
 pub use replay::{RecordingProvider, ReplayProvider};

@@ -48,8 +48,10 @@ impl ModelPrice {
     }
 }
 
-/// List prices of well-known models, USD per million tokens, as published by OpenAI and
-/// Anthropic on 2025-11-25 (standard tier; Anthropic cache writes at the 5-minute rate).
+/// List prices of well-known models, USD per million tokens, as published by OpenAI,
+/// Anthropic and Google on 2025-11-25 (standard tier; Anthropic cache writes at the 5-minute
+/// rate; Gemini's paid tier for prompts up to 200k tokens — gemini-2.5-pro costs twice as much
+/// past that, which this flat table does not see).
 const BUILTIN: &[(&str, ModelPrice)] = &[
     // OpenAI: cache writes are free; cached input is billed at the cached rate.
     ("gpt-5", ModelPrice::new(1.25, 10.0, 0.125, 0.0)),
@@ -72,6 +74,11 @@ const BUILTIN: &[(&str, ModelPrice)] = &[
     ("claude-3-7-sonnet", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
     ("claude-haiku-4-5", ModelPrice::new(1.0, 5.0, 0.10, 1.25)),
     ("claude-3-5-haiku", ModelPrice::new(0.80, 4.0, 0.08, 1.0)),
+    // Google Gemini API (text input; output includes thinking tokens): implicitly cached input
+    // at the cached rate, no charge for writing it.
+    ("gemini-2.5-pro", ModelPrice::new(1.25, 10.0, 0.125, 0.0)),
+    ("gemini-2.5-flash", ModelPrice::new(0.30, 2.50, 0.03, 0.0)),
+    ("gemini-2.5-flash-lite", ModelPrice::new(0.10, 0.40, 0.01, 0.0)),
 ];
 
 /// One `[pricing."model"]` entry in TOML; cache prices default to the input price.
@@ -308,6 +315,16 @@ mod tests {
         assert!(t.lookup("gpt-4o-latest").is_some_and(|p| Some(p) == t.lookup("gpt-4o")));
         assert!(t.lookup("claude-opus-4@20250514").is_some_and(|p| Some(p) == t.lookup("claude-opus-4")));
         assert!(t.lookup("gpt-5.5").is_none());
+    }
+
+    #[test]
+    fn gemini_models_are_priced_and_their_previews_stay_unknown() {
+        let t = PriceTable::builtin();
+        assert_eq!(t.lookup("gemini-2.5-flash"), Some(&ModelPrice::new(0.30, 2.50, 0.03, 0.0)));
+        assert_ne!(t.lookup("gemini-2.5-flash-lite"), t.lookup("gemini-2.5-flash"));
+        assert!(t.lookup("gemini-2.5-flash-preview-09-2025").is_none(), "a preview is another model");
+        assert!(t.lookup("gemini-3-pro-preview").is_none());
+        assert_eq!(t.lookup("models/gemini-2.5-pro"), t.lookup("gemini-2.5-pro"));
     }
 
     #[test]

@@ -1,0 +1,388 @@
+//! Google's Gemini API, natively (`POST {base}/v1beta/models/{model}:streamGenerateContent?alt=sse`,
+//! or `:generateContent` for one JSON answer), with an API key in `x-goog-api-key`: thinking
+//! with a budget from the reasoning effort, thought parts streamed as reasoning, and **thought
+//! signatures round-tripped** — a signature the model put on a part (often a function call) is
+//! kept on the assistant message and sent back on the same part with the next turn of the tool
+//! loop, as the API requires for thinking models.
+//!
+//! Signatures live in the message's [`recursive_core::Reasoning`] entries, their `id` naming
+//! the part: [`THOUGHT_ID`] for a thought part (its text and signature), [`TEXT_SIGNATURE_ID`]
+//! for the answer text's signature, `gemini:call:{call id}` for a function call's. Other
+//! providers' reasoning entries (no `gemini:` id) are not sent to Gemini.
+//!
+//! Two pure transforms around one HTTP call: [`GeminiConfig::request_body`] (core request →
+//! wire body, in [`request`]) and, back, [`ResponseAccumulator`] (response chunks → response) or
+//! [`parse_response`] (one whole answer → response), in [`response`].
+
+pub mod request;
+pub mod response;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
+
+pub use request::gemini_schema;
+pub use response::{ResponseAccumulator, blocked_prompt, finish_reason, parse_response, usage};
+
+use crate::error::LlmError;
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::sse::{self, Decoder, SseFrame};
+
+/// Default base URL (the API version is added).
+pub const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
+
+/// Default model.
+pub const DEFAULT_MODEL: &str = "gemini-2.5-flash";
+
+/// API version added to a base URL that names none.
+pub const API_VERSION: &str = "v1beta";
+
+/// `Reasoning::id` of a thought part.
+pub const THOUGHT_ID: &str = "gemini:thought";
+
+/// `Reasoning::id` of the signature on the answer text.
+pub const TEXT_SIGNATURE_ID: &str = "gemini:text";
+
+/// Prefix of the `Reasoning::id` of the signature on a function call (the call id follows).
+pub const CALL_SIGNATURE_PREFIX: &str = "gemini:call:";
+
+/// Prefix of a call id the client made up because the API gave none (never sent back).
+pub const SYNTHETIC_CALL_PREFIX: &str = "gemini-call-";
+
+/// How to reach the Gemini API.
+#[derive(Clone, PartialEq)]
+pub struct GeminiConfig {
+    /// Name in messages and events.
+    pub name: String,
+    /// Base URL, e.g. `https://generativelanguage.googleapis.com` (`/v1beta` is added unless
+    /// it ends with an API version).
+    pub base_url: String,
+    /// API key (`x-goog-api-key`); `None` sends none.
+    pub api_key: Option<String>,
+    /// Model used when a request names none.
+    pub model: String,
+    /// Stream the answer (SSE) or ask for one JSON response.
+    pub stream: bool,
+    /// Token cap (`maxOutputTokens`) used when a request sets none.
+    pub default_max_tokens: Option<u32>,
+    /// Limit on a whole call, streaming included.
+    pub timeout: Duration,
+    /// Limit on connecting.
+    pub connect_timeout: Duration,
+    /// Extra headers sent with every request.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for GeminiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GeminiConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("stream", &self.stream)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for GeminiConfig {
+    fn default() -> Self {
+        Self {
+            name: "gemini".into(),
+            base_url: DEFAULT_BASE_URL.into(),
+            api_key: None,
+            model: DEFAULT_MODEL.into(),
+            stream: true,
+            default_max_tokens: None,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+impl GeminiConfig {
+    /// A configuration for this base URL, with defaults for the rest.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self { base_url: base_url.into(), ..Self::default() }
+    }
+
+    /// The model a request goes to and its wire body.
+    pub fn request_body<'a>(
+        &self,
+        request: &'a ChatRequest,
+    ) -> Result<(String, wire::GenerateContentRequest<'a>), ProviderError> {
+        let defaults = request::Defaults { name: &self.name, model: &self.model, max_tokens: self.default_max_tokens };
+        request::request_body(&defaults, request)
+    }
+
+    /// The URL of a call of `model`: streamed (`:streamGenerateContent?alt=sse`) or not.
+    pub fn url(&self, model: &str) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        let versioned = base
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.strip_prefix('v').is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit())));
+        let root = if versioned { base.to_string() } else { join_url(base, API_VERSION) };
+        let method = if self.stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+        format!("{root}/models/{model}:{method}")
+    }
+}
+
+struct ChunkDecoder {
+    provider: String,
+    acc: ResponseAccumulator,
+    fallback_model: String,
+}
+
+impl Decoder for ChunkDecoder {
+    fn take_reasoning(&mut self) -> Vec<String> {
+        self.acc.take_reasoning()
+    }
+
+    fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
+        let data = frame.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chunk: wire::GenerateContentResponse =
+            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, "response chunk", data, &e))?;
+        self.acc.push(&self.provider, chunk)
+    }
+
+    /// The stream has no end event: it ends when the body does (the chunk with the finish
+    /// reason also carries the final usage, which may follow in one more chunk).
+    fn is_done(&self) -> bool {
+        false
+    }
+
+    fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
+        if !self.acc.is_finished() {
+            return Err(ProviderError::Truncated {
+                provider: self.provider.clone(),
+                message: "the stream ended before a chunk with a finish reason arrived".into(),
+            });
+        }
+        let mut response = self.acc.finish();
+        if response.model.is_empty() {
+            response.model = self.fallback_model.clone();
+        }
+        Ok(response)
+    }
+}
+
+/// Decodes a Gemini SSE byte stream into text and reasoning deltas and a final response.
+pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    stream_with_model(provider, bytes, String::new())
+}
+
+fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let decoder = ChunkDecoder { provider: provider.to_string(), acc: ResponseAccumulator::new(), fallback_model };
+    sse::drive(provider, sse::frames(provider, bytes), decoder)
+}
+
+/// A client of the Gemini API.
+#[derive(Debug, Clone)]
+pub struct GeminiProvider {
+    config: GeminiConfig,
+    http: HttpClient,
+    headers: Vec<(String, String)>,
+}
+
+impl GeminiProvider {
+    /// A client for this configuration.
+    pub fn new(config: GeminiConfig) -> Result<Self, LlmError> {
+        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
+        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
+            headers.push(("x-goog-api-key".into(), key.clone()));
+        }
+        Ok(Self { config, http, headers })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GeminiConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl ChatProvider for GeminiProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let (model, body) = self.config.request_body(&request)?;
+        let url = self.config.url(&model);
+        let name = &self.config.name;
+        self.http
+            .exchange(
+                &url,
+                &self.headers,
+                &body,
+                self.config.stream,
+                model,
+                |bytes, model| stream_with_model(name, bytes, model),
+                |bytes| parse_response(name, bytes),
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recursive_core::StopReason;
+    use serde_json::{Value, json};
+
+    fn chunk(value: Value) -> wire::GenerateContentResponse {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn feed(acc: &mut ResponseAccumulator, chunks: Vec<Value>) -> Vec<String> {
+        chunks.into_iter().flat_map(|c| acc.push("gemini", chunk(c)).unwrap()).collect()
+    }
+
+    #[test]
+    fn thoughts_stream_as_reasoning_and_signatures_stay_with_their_parts() {
+        let mut acc = ResponseAccumulator::new();
+        let shown = feed(
+            &mut acc,
+            vec![
+                json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Plan ", "thought": true}]}}]}),
+                json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "it.", "thought": true}]}}]}),
+                json!({"candidates": [{"content": {"role": "model", "parts": [
+                    {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "sig-1"},
+                    {"functionCall": {"name": "g", "args": {}}}]}, "finishReason": "STOP"}],
+                    "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 4, "thoughtsTokenCount": 6},
+                    "modelVersion": "gemini-2.5-flash"}),
+            ],
+        );
+        assert!(shown.is_empty(), "neither thoughts nor calls are answer text: {shown:?}");
+        assert_eq!(acc.take_reasoning(), ["Plan ", "it."]);
+        let r = acc.finish();
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+        let calls = &r.message.tool_calls;
+        assert_eq!((calls[0].name.as_str(), &calls[0].arguments), ("f", &json!({"a": 1})));
+        assert!(calls[0].id.starts_with(SYNTHETIC_CALL_PREFIX) && calls[0].id != calls[1].id);
+        let reasoning = &r.message.reasoning;
+        assert_eq!((reasoning[0].id.as_str(), reasoning[0].text.as_str()), (THOUGHT_ID, "Plan it."));
+        assert_eq!(reasoning[1].id, format!("{CALL_SIGNATURE_PREFIX}{}", calls[0].id));
+        assert_eq!(reasoning[1].signature, "sig-1");
+        assert_eq!(reasoning.len(), 2, "the second call carried no signature");
+        assert_eq!(r.usage.output_tokens, 10);
+        assert_eq!(r.model, "gemini-2.5-flash");
+    }
+
+    #[test]
+    fn a_signature_in_a_last_empty_text_chunk_belongs_to_the_text() {
+        let mut acc = ResponseAccumulator::new();
+        let shown = feed(
+            &mut acc,
+            vec![
+                json!({"candidates": [{"content": {"parts": [{"text": "Hello "}]}}]}),
+                json!({"candidates": [{"content": {"parts": [{"text": "world"}]}}]}),
+                json!({"candidates": [{"content": {"parts": [{"text": "", "thoughtSignature": "sig-t"}]},
+                    "finishReason": "STOP"}]}),
+            ],
+        );
+        assert_eq!(shown.concat(), "Hello world");
+        let r = acc.finish();
+        assert_eq!(r.message.content, "Hello world");
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        assert_eq!(
+            (r.message.reasoning[0].id.as_str(), r.message.reasoning[0].signature.as_str()),
+            (TEXT_SIGNATURE_ID, "sig-t")
+        );
+    }
+
+    #[test]
+    fn usage_counts_cached_prompt_tokens_as_cache_reads_and_thoughts_as_output() {
+        let u: wire::UsageMetadata = serde_json::from_value(json!({"promptTokenCount": 1000,
+            "cachedContentTokenCount": 600, "candidatesTokenCount": 100, "thoughtsTokenCount": 200,
+            "totalTokenCount": 1300}))
+        .unwrap();
+        assert_eq!(
+            usage(&u),
+            recursive_core::Usage {
+                input_tokens: 400,
+                output_tokens: 300,
+                cache_read_tokens: 600,
+                cache_write_tokens: 0
+            }
+        );
+    }
+
+    #[test]
+    fn finish_reasons_map_to_stop_reasons() {
+        assert_eq!(finish_reason("STOP", false), StopReason::EndTurn);
+        assert_eq!(finish_reason("STOP", true), StopReason::ToolUse);
+        assert_eq!(finish_reason("MAX_TOKENS", true), StopReason::MaxTokens);
+        assert_eq!(finish_reason("SAFETY", false), StopReason::Other("safety".into()));
+        assert_eq!(finish_reason("RECITATION", false), StopReason::Other("recitation".into()));
+        assert_eq!(finish_reason("PROHIBITED_CONTENT", false), StopReason::Other("prohibited_content".into()));
+        assert_eq!(blocked_prompt("BLOCKLIST"), StopReason::Other("prompt_blocked_blocklist".into()));
+    }
+
+    #[test]
+    fn an_error_object_is_an_error_with_its_status() {
+        let mut acc = ResponseAccumulator::new();
+        let err = acc
+            .push(
+                "gemini",
+                chunk(json!({"error": {"code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED"}})),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Http { status: 429, message, .. } if message == "RESOURCE_EXHAUSTED: Quota exceeded."),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_parses_and_an_empty_one_is_malformed() {
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "42"}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1}, "modelVersion": "gemini-2.5-pro"});
+        let r = parse_response("gemini", body.to_string().as_bytes()).unwrap();
+        assert_eq!((r.message.content.as_str(), r.usage.input_tokens), ("42", 5));
+        assert!(matches!(parse_response("gemini", b"{}"), Err(ProviderError::Malformed { .. })));
+    }
+
+    #[test]
+    fn urls_add_the_api_version_unless_the_base_names_one() {
+        let mut c = GeminiConfig::new("http://127.0.0.1:9/");
+        assert_eq!(
+            c.url("gemini-2.5-flash"),
+            "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        c.base_url = "https://example.test/v1".into();
+        c.stream = false;
+        assert_eq!(c.url("m"), "https://example.test/v1/models/m:generateContent");
+    }
+
+    #[test]
+    fn the_api_key_is_redacted_in_debug_output() {
+        let c = GeminiConfig { api_key: Some("AIza-secret".into()), ..Default::default() };
+        assert!(!format!("{c:?}").contains("AIza-secret"));
+    }
+}

@@ -3,7 +3,9 @@
 //! keeps the chat and the next request is well formed; an edit is approved from its diff,
 //! undone with `/undo`, and a second one declined with a reason the model reads; a question
 //! that appears while the person types is not answered by the typing, and "always" takes a
-//! deliberate key and a confirmation; a spinner shows while a slow tool runs. Screens are
+//! deliberate key and a confirmation; a spinner shows while a slow tool runs; a message typed
+//! during a turn is queued and sent after it, or steered into it with Ctrl-S; `/help` typed
+//! during a turn runs as a command. Screens are
 //! compared with fixtures loosely (content, not layout).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -248,4 +250,112 @@ fn esc_interrupts_a_running_tool_and_the_run_tree_shows_the_turn() {
     tmux.wait_for("after the interruption", 1);
     let second = server.request(1);
     second.check_pairing().unwrap();
+}
+
+/// A shell call that runs until the test creates the file `go` in the workspace.
+fn until_go() -> Reply {
+    Reply::tool_call("run_shell", json!({"command": "while [ ! -f go ]; do sleep 0.1; done; echo went"}))
+}
+
+/// The user messages of a recorded request.
+fn user_messages(request: &recursive_testkit::RecordedRequest) -> Vec<String> {
+    let messages = request.body["messages"].as_array().unwrap();
+    messages.iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_message_typed_during_a_turn_is_queued_editable_and_sent_as_the_next_turn() {
+    let env = Env::new();
+    let rt = runtime();
+    let server =
+        rt.block_on(ModelServer::start_with([until_go(), Reply::text("first done"), Reply::text("second answer")]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.line("first task");
+    tmux.wait_for("running run_shell", 1);
+    tmux.line("and then this");
+    tmux.line("oops, not this");
+    let screen = tmux.wait_for("⏳ oops, not this", 1);
+    assert!(screen.contains("⏳ and then this") && screen.contains("queued — sent when the turn ends"), "{screen}");
+    // ↑ on the empty box takes the last one back to edit; clearing the box removes it.
+    tmux.keys(&["Up"]);
+    tmux.wait_for("│oops, not this", 1);
+    tmux.keys(&["C-u"]);
+    common::wait_for("the box emptied", Duration::from_secs(60), || !tmux.screen().contains("oops"));
+    let screen = tmux.wait_for("⏳ and then this", 1);
+    assert_eq!(server.request_count(), 1, "{screen}");
+
+    std::fs::write(env.path("go"), "").unwrap();
+    let screen = tmux.wait_for("second answer", 1);
+    assert!(!screen.contains("⏳"), "{screen}");
+    assert_eq!(server.request_count(), 3, "{screen}");
+    assert!(!server.request(1).body.to_string().contains("and then this"));
+    let third = server.request(2);
+    third.check_pairing().unwrap();
+    assert_eq!(user_messages(&third), ["first task", "and then this"]);
+}
+
+#[test]
+fn ctrl_s_steers_a_queued_message_into_the_running_turn() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([until_go(), Reply::text("steered answer")]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.line("first task");
+    tmux.wait_for("running run_shell", 1);
+    tmux.line("use tabs please");
+    tmux.wait_for("⏳ use tabs please", 1);
+    tmux.keys(&["C-s"]);
+    let screen = tmux.wait_for("↳ steering: use tabs please", 1);
+    assert!(!screen.contains("⏳"), "{screen}");
+
+    std::fs::write(env.path("go"), "").unwrap();
+    let screen = tmux.wait_for("steered answer", 1);
+    assert!(screen.contains("steered into the running turn"), "{screen}");
+    assert_eq!(server.request_count(), 2, "{screen}");
+    let second = server.request(1);
+    second.check_pairing().unwrap();
+    let roles: Vec<String> =
+        second.body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_string()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+    assert_eq!(second.last_user_text().unwrap(), "use tabs please");
+}
+
+#[test]
+fn a_command_typed_during_a_turn_runs_as_a_command_and_never_reaches_the_model() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([until_go(), Reply::text("done waiting")]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.line("first task");
+    tmux.wait_for("running run_shell", 1);
+    tmux.line("/help");
+    let screen = tmux.wait_for("summarise the conversation so far", 1);
+    assert!(screen.contains("running run_shell") && !screen.contains("⏳"), "{screen}");
+
+    std::fs::write(env.path("go"), "").unwrap();
+    tmux.wait_for("done waiting", 1);
+    // A command after the turn is a barrier: anything sent at the turn's end went before it.
+    tmux.line("/cost");
+    let screen = tmux.wait_for("1 turn(s)", 1);
+    assert_eq!(server.request_count(), 2, "{screen}");
+    for request in server.requests() {
+        assert!(!request.body.to_string().contains("/help"), "{}", request.body);
+    }
+}
+
+#[test]
+fn a_message_typed_during_a_streamed_answer_is_sent_once_after_it() {
+    let env = Env::new();
+    let rt = runtime();
+    let server =
+        rt.block_on(ModelServer::start_with([slow_stream(100, Duration::from_millis(50)), Reply::text("next answer")]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.line("tell me a story");
+    tmux.wait_for("word word word", 1);
+    tmux.line("then a shorter one");
+    tmux.wait_for("⏳ then a shorter one", 1);
+    tmux.wait_for("next answer", 1);
+    assert_eq!(server.request_count(), 2);
+    assert_eq!(user_messages(&server.request(0)), ["tell me a story"]);
+    assert_eq!(user_messages(&server.request(1)), ["tell me a story", "then a shorter one"]);
 }

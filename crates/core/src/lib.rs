@@ -14,6 +14,7 @@ pub mod config_trust;
 pub mod confine;
 pub mod env;
 pub mod event;
+pub mod inbox;
 pub mod invoke;
 pub mod jsonl;
 pub mod message;
@@ -37,6 +38,7 @@ pub use event::{
     AgentEvent, Decision, EventKind, EventSink, Extension, ExtensionEvent, FanoutSink, JsonlSink, MemorySink,
     ModelCallInfo, NullSink, RunIds, StderrSink,
 };
+pub use inbox::{Inbox, InboxEvent};
 pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
 pub use jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, read_jsonl, read_jsonl_records};
 pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};

@@ -163,6 +163,7 @@ pub struct Agent {
     provider: Arc<dyn ChatProvider>,
     tools: ToolRegistry,
     late: Option<LateTools>,
+    inbox: Option<crate::inbox::Inbox>,
     gate: Option<Arc<dyn ToolGate>>,
     config: AgentConfig,
 }
@@ -223,6 +224,7 @@ impl Agent {
             provider,
             tools: ToolRegistry::new(),
             late: None,
+            inbox: None,
             gate: None,
             config: AgentConfig { name: "agent".into(), ..Default::default() },
         }
@@ -237,6 +239,12 @@ impl Agent {
     /// Tools that join while runs are under way ([`LateTools`]).
     pub fn with_late_tools(mut self, late: LateTools) -> Self {
         self.late = Some(late);
+        self
+    }
+
+    /// User messages that join runs under way before their next model call ([`crate::Inbox`]).
+    pub fn with_inbox(mut self, inbox: crate::inbox::Inbox) -> Self {
+        self.inbox = Some(inbox);
         self
     }
 
@@ -424,6 +432,9 @@ impl Agent {
                     }
                     invoker = self.invoker_over(tools.clone());
                 }
+            }
+            for m in self.inbox.as_ref().map(|i| i.deliver(scope, *step)).unwrap_or_default() {
+                rec.push(m)?;
             }
             if let Some(compaction) = &self.config.compaction
                 && let Some(reason) = self.compact(rec, scope, *step, deadline, compaction).await?

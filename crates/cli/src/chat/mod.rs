@@ -85,6 +85,8 @@ pub fn parse(text: &str) -> Option<Input> {
 struct ChatTools {
     tools: recursive_core::ToolRegistry,
     late: recursive_core::LateTools,
+    /// Messages steered into the running turn, taken before its next model call.
+    inbox: recursive_core::Inbox,
 }
 
 /// A chat: the harness, the session and its conversation, the tools and the root run scope
@@ -170,7 +172,7 @@ impl Chat {
         let model = harness.provider.model();
         Ok(Chat {
             harness,
-            tools: ChatTools { tools, late },
+            tools: ChatTools { tools, late, inbox: recursive_core::Inbox::new() },
             system,
             model,
             session,
@@ -188,7 +190,11 @@ impl Chat {
         config.options.model = self.model.clone();
         config.transcript_path = Some(self.session.meta.transcript.clone());
         config.compaction = crate::commands::compaction(self.context_window, &self.model)?;
-        Ok(self.harness.agent_from(self.tools.tools.clone(), config).with_late_tools(self.tools.late.clone()))
+        Ok(self
+            .harness
+            .agent_from(self.tools.tools.clone(), config)
+            .with_late_tools(self.tools.late.clone())
+            .with_inbox(self.tools.inbox.clone()))
     }
 
     /// Waits (at most [`MCP_START_GRACE`]) for the MCP servers still starting, so quick ones
@@ -209,6 +215,19 @@ impl Chat {
         self.harness.setup.workspace.journal().begin();
         let turn = Turn { agent: self.agent()?, history: std::mem::take(&mut self.history), input };
         Ok((turn, notes))
+    }
+
+    /// Steers the running turn: `text` (its `@path` mentions attached) joins the conversation
+    /// before the turn's next model call. Returns notes for the person.
+    pub fn steer(&self, text: &str) -> Vec<String> {
+        let (input, notes) = attach_mentions(&self.harness.setup.workspace, text);
+        self.tools.inbox.push(input);
+        notes
+    }
+
+    /// Empties the steering inbox after a turn ended: how many messages it never took.
+    pub fn unsteered(&self) -> usize {
+        self.tools.inbox.take().len()
     }
 
     /// Takes a finished turn into the conversation and the session; `interrupted` carries the

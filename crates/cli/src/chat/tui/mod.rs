@@ -4,7 +4,11 @@
 //! model or a tool works), the input box (line editing, history, bracketed paste: a multi-line
 //! paste is one message), approvals with diffs, and the live run tree as a pane.
 //!
-//! Keys: Enter sends; Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
+//! Keys: Enter sends — during a turn it queues the message (shown above the input box, sent
+//! when the turn ends; commands still run at once, or wait when they change the conversation:
+//! [`queue`]); Ctrl-S steers: the box's text, or the queued messages, join the running turn
+//! before its next model call; ↑ on an empty box takes the last queued message back to edit;
+//! Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
 //! running turn (the chat goes on); Ctrl-C clears the input, and at an empty prompt a second
 //! Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown scroll; Ctrl-O unfolds tool results; Ctrl-T
 //! shows the run tree. While a tool approval is shown, typing still goes to the message box: a
@@ -16,6 +20,7 @@ pub mod approval;
 mod editor;
 mod markdown;
 mod question;
+mod queue;
 mod tree;
 mod view;
 
@@ -23,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, EventStream, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use futures::StreamExt;
-use recursive_core::{AgentEvent, EventKind, RunScope};
+use recursive_core::{AgentEvent, EventKind, InboxEvent, RunScope};
 use recursive_tools::Approval;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
@@ -32,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use self::approval::Ask;
 use self::editor::Editor;
 use self::question::{Choice, QuestionKeys, Verdict};
+use self::queue::Queue;
 use self::tree::RunTree;
 use super::{Chat, HELP, Input, TurnEnd, parse};
 
@@ -88,6 +94,10 @@ pub struct App {
     asks: std::collections::VecDeque<Ask>,
     /// Which keys answer the shown question.
     question: QuestionKeys,
+    /// What was sent during the turn, waiting for it to end.
+    queue: Queue,
+    /// Messages steered into the running turn and not yet taken by it, as typed.
+    steering: std::collections::VecDeque<String>,
     /// The running turn: since when, what it is doing, its cancel token.
     working: Option<(Instant, String, CancellationToken)>,
     /// The text streamed by the running turn (kept if it is interrupted).
@@ -131,6 +141,8 @@ impl App {
             mode: Mode::Message,
             draft: None,
             asks: Default::default(),
+            queue: Queue::default(),
+            steering: Default::default(),
             question: QuestionKeys::new(question::QUIET),
             working: None,
             streamed: String::new(),
@@ -209,6 +221,13 @@ impl App {
                 self.note(format!("retry {attempt} in {delay_ms} ms: {reason}"));
             }
             EventKind::Error { message } => self.entries.push(Entry::Error(message.clone())),
+            EventKind::Extension(e) => {
+                if let Some(InboxEvent::Delivered { text }) = e.get::<InboxEvent>() {
+                    let typed = self.steering.pop_front().unwrap_or(text);
+                    self.entries.push(Entry::User(typed));
+                    self.note("↳ steered into the running turn");
+                }
+            }
             _ => {}
         }
     }
@@ -284,6 +303,8 @@ impl App {
 enum Action {
     Nothing,
     Send(String),
+    /// Messages for the running turn's next model call.
+    Steer(Vec<String>),
     Interrupt,
     Leave,
 }
@@ -355,6 +376,7 @@ async fn drive(
                             app.note("interrupting…");
                         }
                     }
+                    Action::Steer(texts) => steer(&mut app, chat, texts),
                     Action::Send(text) => {
                         if let Some(started) = command(&mut app, chat, &text).await? {
                             before = chat.totals();
@@ -370,7 +392,17 @@ async fn drive(
                 app.asks.push_back(ask);
                 app.show_ask(&root);
             }
-            end = joined(&mut turn) => finish_turn(&mut app, chat, end, before),
+            end = joined(&mut turn) => {
+                let interrupted = app.interrupted;
+                finish_turn(&mut app, chat, end, before);
+                if !interrupted && let Some(started) = send_queued(&mut app, chat).await? {
+                    before = chat.totals();
+                    turn = Some(started);
+                }
+                if app.quit {
+                    break;
+                }
+            }
             _ = tick.tick(), if app.working.is_some() => app.spinner += 1,
             // SIGINT from outside (the terminal's Ctrl-C arrives as a key): as the key does.
             _ = sigint.recv() => match &app.working {
@@ -418,12 +450,50 @@ fn finish_turn(app: &mut App, chat: &mut Chat, end: Option<TurnEnd>, before: (re
     while let Some(ask) = app.asks.pop_front() {
         let _ = ask.reply.send(Approval::No);
     }
+    // Steered messages the turn ended without taking wait for the next turns.
+    chat.unsteered();
+    let unsteered: Vec<String> = app.steering.drain(..).collect();
+    app.queue.put_back(unsteered);
+    if app.interrupted && !app.queue.is_empty() {
+        app.note(format!(
+            "{} queued message(s) held: Enter on an empty box sends the next, ↑ takes the last back to edit",
+            app.queue.len()
+        ));
+    }
     app.working = None;
     app.interrupted = false;
     app.streamed.clear();
     app.end_reason();
     app.question.hide();
     app.context = chat.context_use();
+}
+
+/// Sends what was queued during the turn that ended, oldest first: commands run, and the first
+/// message starts the next turn (the rest wait for that one to end).
+async fn send_queued(app: &mut App, chat: &mut Chat) -> anyhow::Result<Option<JoinHandle<TurnEnd>>> {
+    while let Some(text) = app.queue.next() {
+        if let Some(started) = command(app, chat, &text).await? {
+            return Ok(Some(started));
+        }
+        if app.quit {
+            break;
+        }
+    }
+    Ok(None)
+}
+
+/// Hands messages to the running turn, for its next model call.
+fn steer(app: &mut App, chat: &Chat, texts: Vec<String>) {
+    if app.working.is_none() {
+        app.queue.put_back(texts);
+        return;
+    }
+    for text in texts {
+        for note in chat.steer(&text) {
+            app.note(note);
+        }
+        app.steering.push_back(text);
+    }
 }
 
 /// Runs what the person sent: a command now, a message as a new turn (returned).
@@ -546,12 +616,11 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
                 app.answer(approval, root);
             } else if !app.asks.is_empty() {
                 app.note("a question waits above: answer it with the keys listed under it; your message stays here");
-            } else if app.working.is_some() {
-                app.note("a turn is running: wait for it, or press Esc to interrupt it");
             } else {
-                return Action::Send(app.editor.take());
+                return send(app);
             }
         }
+        KeyCode::Char('s') if ctrl => return steer_key(app),
         KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
         KeyCode::Char('t') if ctrl => app.show_tree = !app.show_tree,
         KeyCode::Char('a') if ctrl => app.editor.home(),
@@ -564,6 +633,11 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
         KeyCode::Delete => app.editor.delete(),
         KeyCode::Left => app.editor.left(),
         KeyCode::Right => app.editor.right(),
+        KeyCode::Up if app.editor.is_empty() && !app.queue.is_empty() => {
+            if let Some(text) = app.queue.take_last() {
+                app.editor.set(&text);
+            }
+        }
         KeyCode::Up => app.editor.up(),
         KeyCode::Down => app.editor.down(),
         KeyCode::Home => app.editor.home(),
@@ -573,4 +647,43 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
         _ => {}
     }
     Action::Nothing
+}
+
+/// Enter on the message box: at an empty box the next queued text is sent; during a turn a
+/// message (or a command that changes the conversation) is queued, other commands run now.
+fn send(app: &mut App) -> Action {
+    if app.editor.is_empty() {
+        if app.working.is_some() {
+            return Action::Nothing;
+        }
+        return app.queue.next().map_or(Action::Nothing, Action::Send);
+    }
+    let text = app.editor.take();
+    match parse(&text) {
+        Some(input) if app.working.is_some() && queue::waits_for_the_turn(&input) => {
+            app.queue.push(text);
+            app.scroll = 0;
+            Action::Nothing
+        }
+        _ => Action::Send(text),
+    }
+}
+
+/// Ctrl-S: the box's message, or else the queued messages, into the running turn.
+fn steer_key(app: &mut App) -> Action {
+    if app.working.is_none() {
+        return send(app);
+    }
+    if app.editor.is_empty() {
+        let messages = app.queue.take_messages();
+        if messages.is_empty() {
+            app.note("nothing to steer with: type a message, then Ctrl-S sends it into the running turn");
+            return Action::Nothing;
+        }
+        return Action::Steer(messages);
+    }
+    match parse(&app.editor.text()) {
+        Some(Input::Message(_)) => Action::Steer(vec![app.editor.take()]),
+        _ => send(app),
+    }
 }

@@ -20,8 +20,15 @@ const UNFOLDED_LINES: usize = 200;
 /// Draws the whole screen.
 pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     let input_height = (app.editor.lines().len() as u16).clamp(1, 8) + 2;
-    let [main, status, input] =
-        Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_height)]).areas(f.area());
+    let waiting = waiting_lines(app);
+    let [main, queued, status, input] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(waiting.len() as u16),
+        Constraint::Length(1),
+        Constraint::Length(input_height),
+    ])
+    .areas(f.area());
+    f.render_widget(Paragraph::new(waiting), queued);
     if app.show_tree {
         let [conversation, tree] =
             Layout::horizontal([Constraint::Percentage(68), Constraint::Percentage(32)]).areas(main);
@@ -168,11 +175,48 @@ fn status_line(app: &App, chat: &Chat) -> Line<'static> {
     Line::from(spans)
 }
 
+/// Most waiting texts listed above the input box.
+const WAITING_SHOWN: usize = 5;
+
+/// What waits for the running turn: steered messages (for its next model call) and queued texts
+/// (for its end), one line each, with the keys that act on them; nothing when none waits.
+fn waiting_lines(app: &App) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    let steer = Style::new().fg(Color::Cyan);
+    for text in app.steering.iter().take(WAITING_SHOWN) {
+        lines.push(Line::styled(format!("  ↳ steering: {}", recursive_core::text::one_line(text, 120)), steer));
+    }
+    if app.queue.is_empty() {
+        return lines;
+    }
+    let hint = if app.working.is_some() {
+        "queued — sent when the turn ends · Ctrl-S steers them into this turn · ↑ on an empty box edits the last"
+    } else {
+        "queued — Enter on an empty box sends the next · ↑ on an empty box edits the last"
+    };
+    lines.push(Line::styled(hint, Style::new().fg(Color::DarkGray)));
+    for text in app.queue.iter().take(WAITING_SHOWN) {
+        lines.push(Line::styled(
+            format!("  ⏳ {}", recursive_core::text::one_line(text, 120)),
+            Style::new().fg(Color::Blue),
+        ));
+    }
+    if app.queue.len() > WAITING_SHOWN {
+        lines.push(Line::styled(
+            format!("  … {} more", app.queue.len() - WAITING_SHOWN),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
+    lines
+}
+
 fn draw_input(f: &mut Frame, app: &App, area: Rect) {
     let title = if app.mode == Mode::Reason {
         " why not? (Enter sends the reason to the model · Esc goes back to the question) "
     } else if !app.asks.is_empty() {
         " message · a question waits above: y yes · n no · r a reason · a + Enter always (after a pause in typing) "
+    } else if app.working.is_some() {
+        " message · Enter queues it for after this turn · Ctrl-S steers it into this turn · Alt-Enter new line · /help "
     } else {
         " message · Enter sends · Alt-Enter new line · /help "
     };

@@ -79,8 +79,7 @@ fn a_killed_rlm_resumes_counting_what_it_spent_after_its_last_checkpoint() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let slow_asked =
-        |s: &ModelServer| s.requests().iter().any(|r| r.body.to_string().contains("the slow question\""));
+    let slow_asked = |s: &ModelServer| s.requests().iter().any(|r| r.body.to_string().contains("the slow question\""));
     common::wait_for("the slow sub-call in flight", Duration::from_secs(60), || slow_asked(&server));
     child.kill().unwrap();
     let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
@@ -112,8 +111,7 @@ fn a_killed_rlm_resumes_counting_what_it_spent_after_its_last_checkpoint() {
     // What the server answered, in both processes, priced; the hung call answered nothing.
     let requests = server.requests();
     let subs = requests.iter().filter(|r| r.last_user_text().is_some_and(|t| t.contains("the sub question"))).count();
-    let slows =
-        requests.iter().filter(|r| r.last_user_text().is_some_and(|t| t.contains("the slow question"))).count();
+    let slows = requests.iter().filter(|r| r.last_user_text().is_some_and(|t| t.contains("the slow question"))).count();
     let primaries = requests.len() - subs - slows;
     assert_eq!(primaries, 4, "iterations 1 and 2, then 2 again and 3 after the resume");
     let answered = primaries as f64 * priced(PRIMARY) + (subs + slows - 1) as f64 * priced(SUB);

@@ -101,12 +101,18 @@ fn text_message<'a>(role: &'static str, text: &'a str) -> wire::InputItem<'a> {
     wire::InputItem::Message { role, content: wire::MessageContent::Text(text) }
 }
 
+/// Whether a reasoning entry is a Responses reasoning item (an `rs_…` id): Anthropic thinking has
+/// no id, and Gemini's thought signatures are named `gemini:…` — neither is sent to OpenAI.
+fn is_responses_reasoning(r: &recursive_core::Reasoning) -> bool {
+    !r.id.is_empty() && !r.id.starts_with("gemini:")
+}
+
 /// An assistant turn: its reasoning items, its text, its function calls, in the order the
 /// model produced them.
 fn assistant_items<'a>(m: &'a Message, items: &mut Vec<wire::InputItem<'a>>) {
     // Reasoning without an item id is another provider's (Anthropic thinking), and an item
     // without its encrypted content cannot be resolved by a stateless (`store: false`) API.
-    items.extend(m.reasoning.iter().filter(|r| !r.id.is_empty() && !r.signature.is_empty()).map(|r| {
+    items.extend(m.reasoning.iter().filter(|r| is_responses_reasoning(r) && !r.signature.is_empty()).map(|r| {
         wire::InputItem::Reasoning {
             id: &r.id,
             summary: if r.text.is_empty() {
@@ -249,6 +255,12 @@ mod tests {
             Reasoning { id: "rs_1".into(), text: "Plan.".into(), signature: "enc-1".into(), ..Default::default() },
             Reasoning { text: "anthropic thinking".into(), signature: "sig".into(), ..Default::default() },
             Reasoning { id: "rs_stored".into(), text: "no encrypted content".into(), ..Default::default() },
+            Reasoning {
+                id: "gemini:thought".into(),
+                text: "gemini".into(),
+                signature: "g".into(),
+                ..Default::default()
+            },
         ];
         let request = ChatRequest {
             messages: vec![Message::user("go"), turn, Message::tool_result("call_1", "one", false)],

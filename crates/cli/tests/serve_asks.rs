@@ -2,7 +2,8 @@
 //! Permission asks answered by the client of a served run (`serve --client-asks SECS`): the run's
 //! event stream carries an `ask` event, the client answers it at `/v1/runs/{id}/asks/{ask}` —
 //! allowed, the call runs; denied with a reason, the model reads the reason; unanswered, it is
-//! denied when the time runs out and a late answer finds nothing.
+//! denied when the time runs out and a late answer finds nothing; an answer through another
+//! run's URL is refused.
 
 mod common;
 
@@ -89,20 +90,24 @@ fn a_client_answers_the_permission_asks_of_its_run() {
     let env = Env::new();
     let server = serve(&env, &model, "3");
 
-    // Allowed: the call runs.
+    // Allowed: the call runs. An answer through another run's URL is refused and changes nothing.
     let run = start_run(&server, "write the first file");
     let ask = next_ask(&server, &run);
     assert_eq!(ask["name"], "write_file", "{ask}");
     assert_eq!(ask["arguments"]["path"], "first.txt");
     assert_eq!(ask["timeout_ms"], 3000);
+    let second = start_run(&server, "write the second file");
+    let second_ask = next_ask(&server, &second);
+    let (status, text) = answer(&server, &second, ask["ask"].as_str().unwrap(), json!({"decision": "allow"}));
+    assert_eq!(status, 404, "answered through the other run's URL: {text}");
+    assert!(text.contains("the run that asked"), "{text}");
     assert_eq!(answer(&server, &run, ask["ask"].as_str().unwrap(), json!({"decision": "allow"})).0, 202);
     let view = finished(&server, &run);
     assert_eq!(view["result"]["text"], "first: done", "{view}");
     assert_eq!(std::fs::read_to_string(env.path("first.txt")).unwrap(), "first");
 
     // Denied with a reason: nothing is written, the model reads why.
-    let run = start_run(&server, "write the second file");
-    let ask = next_ask(&server, &run);
+    let (run, ask) = (second, second_ask);
     let said = json!({"decision": "deny", "reason": "not in this folder"});
     assert_eq!(answer(&server, &run, ask["ask"].as_str().unwrap(), said).0, 202);
     finished(&server, &run);
@@ -117,5 +122,5 @@ fn a_client_answers_the_permission_asks_of_its_run() {
     assert!(tool_result(&model, "write the third").contains("no answer within 3 s"));
     let (status, text) = answer(&server, &run, ask["ask"].as_str().unwrap(), json!({"decision": "allow"}));
     assert_eq!(status, 404, "{text}");
-    assert_eq!(answer(&server, &run, "ask_unknown", json!({"decision": "maybe"})).0, 422);
+    assert_eq!(answer(&server, &run, "ask_unknown", json!({"decision": "maybe"})).0, 400, "a body that does not fit");
 }

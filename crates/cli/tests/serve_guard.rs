@@ -213,7 +213,7 @@ fn every_error_has_openais_shape() {
     assert_eq!(status, 400);
     shaped(status, &body, "invalid_request_error");
     let (status, body) = raw("application/json", r#"{"model": "agent"}"#);
-    assert_eq!(status, 422);
+    assert_eq!(status, 400, "OpenAI's status for a body of the wrong shape");
     shaped(status, &body, "invalid_request_error");
     let (status, body) = raw("text/plain", r#"{"model": "agent", "messages": []}"#);
     assert_eq!(status, 415);

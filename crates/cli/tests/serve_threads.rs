@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Graph threads over HTTP (`serve --graphs DIR`): a graph with an `ask` node is run,
 //! interrupted, answered and finished, its events streamed like any run; its state and history
-//! read back; a fork taken from before the question; names only from the directory.
+//! read back; a fork taken from before the question; names only from the directory; a thread of
+//! a blueprint the server does not offer refused; the `resume` the OpenAPI document types sent.
 
 mod common;
 
@@ -32,6 +33,19 @@ fn run(server: &Served, thread: &str, body: Value) -> Value {
     let (_, _, events) = http(&server.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None);
     assert!(events.contains("event: run_started") && events.contains("event: end"), "{events}");
     view["result"].clone()
+}
+
+/// Asserts `body` is valid against the request body the served `/openapi.json` declares for
+/// `POST path` (its `$ref`s resolved against the document).
+fn assert_fits_the_document(server: &Served, path: &str, body: &Value) {
+    let (status, doc) = call(server, "GET", "/openapi.json", None);
+    assert_eq!(status, 200);
+    let mut schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"].clone();
+    assert!(schema.is_object(), "no request body declared for {path}");
+    schema["components"] = doc["components"].clone();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{e} at {}", e.instance_path)).collect();
+    assert!(errors.is_empty(), "{body} does not fit the document's request body of {path}: {errors:?}");
 }
 
 #[test]
@@ -72,7 +86,10 @@ fn a_graph_with_an_ask_node_is_run_interrupted_answered_and_finished_over_http()
     assert_eq!(waiting["values"]["draft"], "A draft about tides.");
     assert_eq!(waiting["interrupt"]["node"], "approve");
 
-    let result = run(&server, &id, json!({"resume": "yes"}));
+    // The answer a client generated from /openapi.json sends: the document takes it.
+    let answer = json!({"resume": "yes"});
+    assert_fits_the_document(&server, "/v1/threads/{id}/runs", &answer);
+    let result = run(&server, &id, answer);
     assert_eq!(result["outcome"], "completed", "{result}");
     assert_eq!(result["ok"], true);
     let (_, done) = call(&server, "GET", &format!("/v1/threads/{id}"), None);
@@ -111,4 +128,41 @@ fn without_graphs_the_threads_api_says_how_to_offer_them() {
     let (status, body) = call(&server, "GET", "/v1/graphs", None);
     assert_eq!(status, 404);
     assert!(body["error"]["message"].as_str().unwrap().contains("--graphs DIR"), "{body}");
+}
+
+#[test]
+fn a_thread_of_a_blueprint_the_server_does_not_offer_is_refused() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("graphs")).unwrap();
+    std::fs::write(env.path("graphs/approval.toml"), APPROVAL).unwrap();
+    // Another blueprint, run by `graph run` in the same store: a thread the server must not run.
+    let rogue = APPROVAL.replacen("name = \"approval\"", "name = \"rogue\"", 1);
+    std::fs::write(env.path("rogue.toml"), rogue).unwrap();
+    let script = env.script("s.json", json!(["A draft about tides.", "PUBLISHED: tides"]));
+    let out = env
+        .cmd()
+        .args(["graph", "run", "rogue.toml", "--thread", "rogue-1", "--input", r#"{"topic": "tides"}"#])
+        .args(["--provider", "mock", "--mock-script", common::s(&script)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(16), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let script = env.script("serve.json", json!(["PUBLISHED: tides"]));
+    let server = Served::start(&env, &["--graphs", "graphs", "--mock-script", common::s(&script)], None);
+    let (status, body) = call(&server, "POST", "/v1/threads/rogue-1/runs", Some(json!({"resume": "yes"})));
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("does not offer"), "{body}");
+    for (method, path, body) in [
+        ("GET", "/v1/threads/rogue-1", None),
+        ("GET", "/v1/threads/rogue-1/history", None),
+        ("POST", "/v1/threads/rogue-1/fork", Some(json!({}))),
+    ] {
+        let (status, answer) = call(&server, method, path, body);
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+    }
+    // A thread of its own graph is served.
+    let (status, thread) = call(&server, "POST", "/v1/threads", Some(json!({"graph": "approval"})));
+    assert_eq!(status, 201, "{thread}");
+    let (status, _) = call(&server, "GET", &format!("/v1/threads/{}", thread["thread_id"].as_str().unwrap()), None);
+    assert_eq!(status, 200);
 }

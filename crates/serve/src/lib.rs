@@ -19,6 +19,7 @@
 //! - [`web`]: the live web view at `/` (the runs and their trees, drawn as their events arrive).
 
 pub mod answer;
+mod body;
 pub mod conversation;
 pub mod guard;
 pub mod mcp;

@@ -33,7 +33,7 @@ use serde_json::{Map, Value, json};
 
 use crate::conversation::{MODELS, Refusal, Turn, input_name, run_request};
 use crate::runs::{RunOutput, RunRecord, RunRequest};
-use crate::server::{Busy, Server, busy, error, unsupported_parameter, wait_finished};
+use crate::server::{Busy, ErrorBody, ErrorDetail, Server, busy, error, unsupported_parameter, wait_finished};
 
 /// A chat completion request: the fields this server reads. Any other field of OpenAI's
 /// request that would change the answer is refused with 400 naming it — never silently dropped.
@@ -271,7 +271,21 @@ pub(crate) fn start_run(server: &Arc<Server>, request: RunRequest) -> Result<Arc
     if let Some(why) = request.refused_asks(server.runner.kind_of(&request)) {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "invalid_request_error", &why)));
     }
+    if let Some(why) = server.runner.tool_clash(&request) {
+        return Err(Box::new(tool_clash(&why)));
+    }
     server.start(request).map_err(|Busy| Box::new(busy()))
+}
+
+/// 400 for a client tool named like one of the server's (`param` `tools`).
+pub(crate) fn tool_clash(message: &str) -> Response {
+    let error = ErrorDetail {
+        message: message.into(),
+        kind: "invalid_request_error".into(),
+        param: Some("tools".into()),
+        code: Some("tool_name_clash".into()),
+    };
+    (StatusCode::BAD_REQUEST, Json(ErrorBody { error })).into_response()
 }
 
 /// A refusal as an OpenAI error.
@@ -295,10 +309,15 @@ pub(crate) async fn models(State(server): State<Arc<Server>>) -> Json<Value> {
         (status = 400, body = crate::server::ErrorBody), (status = 401, body = crate::server::ErrorBody),
         (status = 403, body = crate::server::ErrorBody), (status = 404, body = crate::server::ErrorBody),
         (status = 413, body = crate::server::ErrorBody), (status = 415, body = crate::server::ErrorBody),
-        (status = 422, body = crate::server::ErrorBody), (status = 429, body = crate::server::ErrorBody),
+        (status = 422, body = crate::server::ErrorBody,
+            description = "The model's answer never fit `response_format` (`code: response_format_mismatch`)"),
+        (status = 429, body = crate::server::ErrorBody),
         (status = 500, body = crate::server::ErrorBody,
             description = "The run failed; `x-should-retry: false` (a retry would run it again)")))]
-pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(request): Json<ChatRequest>) -> Response {
+pub(crate) async fn chat_completions(
+    State(server): State<Arc<Server>>,
+    crate::body::Body(request): crate::body::Body<ChatRequest>,
+) -> Response {
     let asks = match chat_asks(&request.other) {
         Ok(asks) => asks,
         Err((param, why)) => return unsupported_parameter(&param, &why),
@@ -307,6 +326,7 @@ pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(req
         Ok(turns) => turns,
         Err(e) => return refused((StatusCode::BAD_REQUEST, e)),
     };
+    let format = asks.options.response_format.clone();
     let agents = server.runner.agents();
     let run_request = match run_request(&request.model, turns, None, asks, &agents, &server.continuations) {
         Ok(r) => r,
@@ -319,13 +339,13 @@ pub(crate) async fn chat_completions(State(server): State<Arc<Server>>, Json(req
     let id = format!("chatcmpl-{}", run.id.trim_start_matches("run_"));
     if request.stream {
         let usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Sse::new(chunks(server, run, id, request.model, usage))
+        return Sse::new(chunks(server, run, id, (request.model, format), usage))
             .keep_alive(KeepAlive::default())
             .into_response();
     }
     let mut output = CancelOnDrop(run.clone()).wait().await;
     if !output.ok {
-        return failure(&output);
+        return failure(&output, format.as_ref());
     }
     server.continuations.settle(&mut output);
     let waiting = !output.tool_calls.is_empty();
@@ -440,13 +460,49 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// A run that ended without its answer: 500, marked not to be retried (`x-should-retry:
-/// false`, which the OpenAI SDKs obey) — a retry would run the whole agent again, tools and all.
-pub(crate) fn failure(output: &RunOutput) -> Response {
-    let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
-    let mut response = error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &message);
+/// The longest account of why an answer missed its format that an error carries.
+const MAX_MISMATCH_CHARS: usize = 1000;
+
+/// Why a run that ended `no_answer` under a requested `response_format` has no answer: the
+/// model's last answer checked again, the check's verdict in at most [`MAX_MISMATCH_CHARS`].
+/// `None` for any other ending.
+pub(crate) fn format_mismatch(output: &RunOutput, format: Option<&ResponseFormat>) -> Option<ErrorDetail> {
+    let format = format.filter(|_| output.outcome == recursive_core::FinishReason::NoAnswer)?;
+    let verdict =
+        crate::answer::check_for(Some(format)).ok().flatten().and_then(|check| check.0.check(&output.text).err());
+    let why = verdict.unwrap_or_else(|| "it was refused".to_string());
+    let mut message = format!(
+        "the model's answer did not match the requested `response_format`, also after it was asked to correct it: {why}"
+    );
+    if let Some((at, _)) = message.char_indices().nth(MAX_MISMATCH_CHARS) {
+        message.truncate(at);
+        message.push('…');
+    }
+    Some(ErrorDetail {
+        message,
+        kind: "invalid_request_error".into(),
+        param: Some("response_format".into()),
+        code: Some("response_format_mismatch".into()),
+    })
+}
+
+/// A run that ended without its answer: 422 `response_format_mismatch` when its answer never
+/// fit the requested format (see [`format_mismatch`]); else 500. Either is marked not to be
+/// retried (`x-should-retry: false`, which the OpenAI SDKs obey) — a retry would run the whole
+/// agent again, tools and all.
+pub(crate) fn failure(output: &RunOutput, format: Option<&ResponseFormat>) -> Response {
+    let mut response = match format_mismatch(output, format) {
+        Some(error) => (StatusCode::UNPROCESSABLE_ENTITY, Json(ErrorBody { error })).into_response(),
+        None => run_failed(output),
+    };
     response.headers_mut().insert("x-should-retry", axum::http::HeaderValue::from_static("false"));
     response
+}
+
+/// 500 for a run that failed.
+fn run_failed(output: &RunOutput) -> Response {
+    let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
+    error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &message)
 }
 
 fn usage(output: &RunOutput) -> TokenUsage {
@@ -475,7 +531,7 @@ fn chunks(
     server: Arc<Server>,
     run: Arc<RunRecord>,
     id: String,
-    model: String,
+    (model, format): (String, Option<ResponseFormat>),
     with_usage: bool,
 ) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
@@ -515,14 +571,15 @@ fn chunks(
             if let Some(output) = run.result() {
                 break output;
             }
-            if changes.changed().await.is_err() {
-                return;
+            // A client that went away while nothing was sent is noticed here: the run is
+            // cancelled (the guard) instead of going on calling the model for nobody.
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                () = tx.closed() => return,
             }
         };
         if !output.ok {
-            let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
-            let body = json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
-            let _ = send(Event::default().data(body.to_string())).await;
+            let _ = send(Event::default().data(stream_error(&output, format.as_ref()))).await;
             return;
         }
         // What the answer adds beyond the text already streamed (all of it for an RLM).
@@ -552,4 +609,15 @@ fn chunks(
         drop(guard);
     });
     tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+/// The error event that ends the stream of a run without its answer.
+fn stream_error(output: &RunOutput, format: Option<&ResponseFormat>) -> String {
+    let error = format_mismatch(output, format).unwrap_or_else(|| ErrorDetail {
+        message: output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome)),
+        kind: "server_error".into(),
+        param: None,
+        code: None,
+    });
+    json!(ErrorBody { error }).to_string()
 }

@@ -167,12 +167,14 @@ fn message_turn(item: &Value) -> Result<Turn, String> {
         (status = 400, body = crate::server::ErrorBody), (status = 401, body = crate::server::ErrorBody),
         (status = 403, body = crate::server::ErrorBody), (status = 404, body = crate::server::ErrorBody),
         (status = 413, body = crate::server::ErrorBody), (status = 415, body = crate::server::ErrorBody),
-        (status = 422, body = crate::server::ErrorBody), (status = 429, body = crate::server::ErrorBody),
+        (status = 422, body = crate::server::ErrorBody,
+            description = "The model's answer never fit `response_format` (`code: response_format_mismatch`)"),
+        (status = 429, body = crate::server::ErrorBody),
         (status = 500, body = crate::server::ErrorBody,
             description = "The run failed; `x-should-retry: false` (a retry would run it again)")))]
 pub(crate) async fn create_response(
     State(server): State<Arc<Server>>,
-    Json(request): Json<ResponsesRequest>,
+    crate::body::Body(request): crate::body::Body<ResponsesRequest>,
 ) -> Response {
     let asks = match asks(&request.other) {
         Ok(asks) => asks,
@@ -209,7 +211,7 @@ pub(crate) async fn create_response(
     }
     let mut output = CancelOnDrop(run.clone()).wait().await;
     if !output.ok {
-        return failure(&output);
+        return failure(&output, asked.request.options.response_format.as_ref());
     }
     keep(&server, &id, &asked.request, &mut output);
     let items = output_items(&id, &output.text, &output.tool_calls);
@@ -320,9 +322,16 @@ fn events(
         }
         let Some((mut output, streamed)) = stream_text(&run, &id, &mut out).await else { return };
         if !output.ok {
-            let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
+            let format = asked.request.options.response_format.as_ref();
+            let (code, message) = match crate::openai::format_mismatch(&output, format) {
+                Some(mismatch) => ("response_format_mismatch".to_string(), mismatch.message),
+                None => {
+                    let message = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
+                    ("server_error".to_string(), message)
+                }
+            };
             let mut failed = response_object(&id, &asked, "failed", Vec::new(), Some(&output));
-            failed["error"] = json!({"code": "server_error", "message": message});
+            failed["error"] = json!({"code": code, "message": message});
             let _ = out.send("response.failed", json!({"response": failed})).await;
             return;
         }
@@ -364,7 +373,11 @@ async fn stream_text(run: &RunRecord, id: &str, out: &mut Emitter) -> Option<(Ru
         if let Some(output) = run.result() {
             return Some((output, streamed));
         }
-        changes.changed().await.ok()?;
+        // A client gone while nothing was sent is noticed here too (the run is then cancelled).
+        tokio::select! {
+            changed = changes.changed() => changed.ok()?,
+            () = out.tx.closed() => return None,
+        }
     }
 }
 

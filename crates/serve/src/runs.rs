@@ -177,6 +177,12 @@ pub trait Runner: Send + Sync {
         None
     }
 
+    /// Why the client's tools of `request` cannot be offered beside the runnable's own (a tool
+    /// named like one of them), when known before the run.
+    fn tool_clash(&self, _request: &RunRequest) -> Option<String> {
+        None
+    }
+
     /// The named runnables as tool specs (name, description, input schema), for the MCP
     /// server's tool list.
     fn offered(&self) -> Vec<recursive_core::ToolSpec> {
@@ -332,6 +338,15 @@ impl RunRecord {
         let events =
             state.events.iter().enumerate().skip(skip).take(EVENT_PAGE).map(|(i, e)| (base + i, e.clone())).collect();
         (events, state.status == RunStatus::Finished)
+    }
+
+    /// Whether this run asked the permission ask `ask` (an `ask` event of its tree names it).
+    pub(crate) fn asked(&self, ask: &str) -> bool {
+        let state = self.lock();
+        state.events.iter().rev().filter(|e| e.contains(ask)).any(|e| {
+            let event = parse_event(e);
+            event["type"] == "ask" && event["ask"] == ask
+        })
     }
 
     /// The index of the record's first event (0 unless earlier attempts kept events).

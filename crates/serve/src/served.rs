@@ -20,12 +20,21 @@ pub struct Served {
     goal: Arc<dyn Runnable>,
     named: Runnables,
     max_depth: u32,
+    /// The names of the default agent's own tools (a client tool may not take one).
+    own_tools: Vec<String>,
 }
 
 impl Served {
     /// The defaults of the `run`, `rlm` and `goal` kinds, and the named runnables.
     pub fn new(agent: Arc<dyn Runnable>, rlm: Arc<dyn Runnable>, goal: Arc<dyn Runnable>, named: Runnables) -> Self {
-        Self { agent, rlm, goal, named, max_depth: recursive_core::run::DEFAULT_MAX_DEPTH }
+        Self { agent, rlm, goal, named, max_depth: recursive_core::run::DEFAULT_MAX_DEPTH, own_tools: Vec::new() }
+    }
+
+    /// Names the default agent's own tools, so a client tool named like one is refused before
+    /// its run starts (400) rather than failing it.
+    pub fn with_own_tools(mut self, names: Vec<String>) -> Self {
+        self.own_tools = names;
+        self
     }
 
     /// Caps the depth of every run tree.
@@ -91,6 +100,14 @@ impl Runner for Served {
 
     fn kind_of(&self, request: &RunRequest) -> Option<RunnableKind> {
         self.pick(request).ok().map(|r| r.kind())
+    }
+
+    fn tool_clash(&self, request: &RunRequest) -> Option<String> {
+        if request.kind != RunKind::Run || request.agent.is_some() {
+            return None;
+        }
+        let clash = request.tools.iter().find(|t| self.own_tools.contains(&t.name))?;
+        Some(format!("the client tool `{}` has the name of one of the served agent's own tools; rename it", clash.name))
     }
 
     fn agents(&self) -> Vec<String> {

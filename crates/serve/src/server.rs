@@ -427,7 +427,7 @@ async fn error_shape(request: Request, next: Next) -> Response {
 }
 
 /// OpenAI's error `type` for a status.
-fn error_type(status: StatusCode) -> &'static str {
+pub(crate) fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "authentication_error",
         403 => "permission_error",
@@ -475,7 +475,7 @@ async fn health(State(server): State<Arc<Server>>) -> Json<Value> {
     )),
     responses((status = 202, body = RunView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody, description = "Too many runs")))]
+        (status = 429, body = ErrorBody, description = "Too many runs")))]
 async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Response {
     let multipart = request
         .headers()
@@ -485,17 +485,23 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
     let request = if multipart {
         match Multipart::from_request(request, &()).await {
             Ok(form) => from_form(form).await,
-            Err(e) => Err(e.body_text()),
+            Err(e) => Err((e.status(), e.body_text())),
         }
     } else {
-        Json::<RunRequest>::from_request(request, &()).await.map(|Json(r)| r).map_err(|e| e.body_text())
+        match crate::body::Body::<RunRequest>::from_request(request, &()).await {
+            Ok(crate::body::Body(r)) => Ok(r),
+            Err(response) => return response,
+        }
     };
     let request = match request {
         Ok(r) => r,
-        Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message),
+        Err((status, message)) => return error(status, error_type(status), &message),
     };
     if let Some(why) = request.refused_asks(server.runner.kind_of(&request)) {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why);
+    }
+    if let Some(why) = server.runner.tool_clash(&request) {
+        return crate::openai::tool_clash(&why);
     }
     if let Err(why) = crate::answer::check_for(request.options.response_format.as_ref()) {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", &why);
@@ -515,17 +521,19 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
 /// A run request from a form: `kind` and `input` fields, and each uploaded file an input named
 /// by its field (or, for a field named `file` or `files`, by its file name's stem — `data.csv`
 /// and `data.json` become `data` and `data_json`).
-async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
+async fn from_form(mut form: Multipart) -> Result<RunRequest, (StatusCode, String)> {
     let mut kind = None;
     let mut input = String::new();
     let mut inputs = std::collections::BTreeMap::new();
-    while let Some(field) = form.next_field().await.map_err(|e| e.body_text())? {
+    while let Some(field) = form.next_field().await.map_err(|e| (e.status(), e.body_text()))? {
         let name = field.name().unwrap_or_default().to_string();
         let file = field.file_name().map(str::to_string);
-        let bytes = field.bytes().await.map_err(|e| e.body_text())?;
+        let bytes = field.bytes().await.map_err(|e| (e.status(), e.body_text()))?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         match (name.as_str(), file) {
-            ("kind", None) => kind = Some(serde_json::from_value(Value::String(text)).map_err(|e| e.to_string())?),
+            ("kind", None) => {
+                kind = Some(serde_json::from_value(Value::String(text)).map_err(|e| invalid(e.to_string()))?)
+            }
             ("input", None) => input = text,
             ("file" | "files", Some(file)) => {
                 let name =
@@ -535,11 +543,16 @@ async fn from_form(mut form: Multipart) -> Result<RunRequest, String> {
             (_, Some(_)) => {
                 inputs.insert(name, text);
             }
-            (other, None) => return Err(format!("unknown form field `{other}`")),
+            (other, None) => return Err(invalid(format!("unknown form field `{other}`"))),
         }
     }
-    let kind = kind.ok_or("the form needs a `kind` field (run, rlm or goal)")?;
+    let kind = kind.ok_or_else(|| invalid("the form needs a `kind` field (run, rlm or goal)".into()))?;
     Ok(RunRequest { inputs, ..RunRequest::new(kind, input) })
+}
+
+/// A client's mistake in a form: 400 and why.
+fn invalid(message: String) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, message)
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
@@ -567,6 +580,10 @@ pub struct RunList {
     pub data: Vec<RunView>,
     /// Whether older runs follow (ask with `before` = the last id).
     pub has_more: bool,
+    /// Stored runs that could not be read (damaged, or written by a newer format), left out of
+    /// `data` rather than failing the listing: their ids. Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 #[utoipa::path(get, path = "/v1/runs", params(RunFilter),
@@ -574,7 +591,10 @@ pub struct RunList {
         (status = 403, body = ErrorBody)))]
 async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFilter>) -> Response {
     match server.store.list(&filter).await {
-        Ok((data, has_more)) => Json(RunList { object: "list", data, has_more }).into_response(),
+        Ok(page) => {
+            let list = RunList { object: "list", data: page.runs, has_more: page.more, unreadable: page.unreadable };
+            Json(list).into_response()
+        }
         Err(e) if e.starts_with("no run") => error(StatusCode::BAD_REQUEST, "invalid_request_error", &e),
         Err(e) => store_failed(&e),
     }
@@ -638,14 +658,18 @@ pub struct AskAnswer {
 async fn answer_ask(
     State(server): State<Arc<Server>>,
     Path((id, ask)): Path<(String, String)>,
-    Json(answer): Json<AskAnswer>,
+    crate::body::Body(answer): crate::body::Body<AskAnswer>,
 ) -> Response {
     let Some(board) = &server.config.answers else {
         let message = "this server does not ask its clients: start it with --client-asks SECS";
         return error(StatusCode::NOT_FOUND, "invalid_request_error", message);
     };
-    if server.store.live(&id).is_none() {
+    let Some(run) = server.store.live(&id) else {
         return not_found(&id);
+    };
+    if !run.asked(&ask) {
+        let message = format!("the run `{id}` has no ask `{ask}`: answer an ask through the URL of the run that asked");
+        return error(StatusCode::NOT_FOUND, "invalid_request_error", &message);
     }
     let allow = answer.decision == recursive_core::Decision::Allow;
     if !board.answer(&ask, recursive_core::ClientAnswer { allow, reason: answer.reason }) {
@@ -825,4 +849,19 @@ struct ApiDoc;
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_runs_resume_is_typed_as_any_json_value() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let resume = &doc["components"]["schemas"]["ThreadRunRequest"]["properties"]["resume"];
+        let validator = jsonschema::validator_for(resume).unwrap();
+        for value in [json!("yes"), json!({"approved": true}), json!(3), json!(null)] {
+            assert!(validator.is_valid(&value), "{value} is refused by {resume}");
+        }
+    }
 }

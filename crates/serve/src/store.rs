@@ -171,7 +171,7 @@ impl RunStore {
     }
 
     /// A page of runs, newest first, and whether more follow.
-    pub async fn list(&self, filter: &RunFilter) -> Result<(Vec<RunView>, bool), String> {
+    pub async fn list(&self, filter: &RunFilter) -> Result<RunPage, String> {
         let limit = filter.limit.unwrap_or(PAGE.0).clamp(1, PAGE.1);
         let live: Vec<(Arc<RunRecord>, RunView)> = self.lock().values().map(|(r, _)| (r.clone(), r.view())).collect();
         let cursor = match &filter.before {
@@ -187,9 +187,17 @@ impl RunStore {
         };
         let archived = self.archive.list(&query).await.map_err(stored)?;
         let mut rows: Vec<(i64, RunView)> = Vec::new();
+        let mut unreadable = Vec::new();
         for a in &archived {
-            if live.iter().all(|(r, _)| r.id != a.id) {
-                rows.push((a.created_ms, view_of(a)?));
+            if live.iter().any(|(r, _)| r.id == a.id) {
+                continue;
+            }
+            match view_of(a) {
+                Ok(view) => rows.push((a.created_ms, view)),
+                Err(e) => {
+                    tracing::warn!("listing runs: {e}");
+                    unreadable.push(a.id.clone());
+                }
             }
         }
         for (record, view) in live {
@@ -201,7 +209,7 @@ impl RunStore {
         rows.retain(|(_, v)| filter.status.is_none_or(|s| s == v.status));
         rows.sort_by(|a, b| (b.0, &b.1.id).cmp(&(a.0, &a.1.id)));
         let more = rows.len() > limit;
-        Ok((rows.into_iter().take(limit).map(|(_, v)| v).collect(), more))
+        Ok(RunPage { runs: rows.into_iter().take(limit).map(|(_, v)| v).collect(), more, unreadable })
     }
 
     /// When the run `id` was created, and its id (a listing's cursor).
@@ -335,6 +343,17 @@ impl RunStore {
 fn view_of(archived: &ArchivedRun) -> Result<RunView, String> {
     recursive_store::format::decode(&archived.body)
         .map_err(|e| format!("the stored run `{}` is unreadable: {e}", archived.id))
+}
+
+/// A page of a listing.
+#[derive(Debug, Default)]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunView>,
+    /// Whether older runs follow.
+    pub more: bool,
+    /// The ids of stored runs of the page that could not be read (left out of `runs`).
+    pub unreadable: Vec<String>,
 }
 
 /// A run's view as the archive keeps it.

@@ -64,9 +64,10 @@ pub struct ThreadRunRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub input: Option<Map<String, Value>>,
-    /// Continue an unfinished or interrupted run; the value answers a node that asked.
+    /// Continue an unfinished or interrupted run; the value (any JSON: a string for an `ask`
+    /// node, an object, a number…) answers a node that asked.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub resume: Option<Value>,
     /// Whether to continue (`resume` may be absent when nothing asks).
     #[serde(default)]
@@ -164,7 +165,10 @@ pub(crate) async fn list_graphs(State(server): State<Arc<Server>>) -> Response {
 #[utoipa::path(post, path = "/v1/threads", request_body = NewThread,
     responses((status = 201, body = ThreadView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such graph")))]
-pub(crate) async fn create_thread(State(server): State<Arc<Server>>, Json(request): Json<NewThread>) -> Response {
+pub(crate) async fn create_thread(
+    State(server): State<Arc<Server>>,
+    crate::body::Body(request): crate::body::Body<NewThread>,
+) -> Response {
     let host = match host(&server) {
         Ok(host) => host,
         Err(response) => return *response,
@@ -210,7 +214,7 @@ pub(crate) async fn thread_history(State(server): State<Arc<Server>>, Path(id): 
 pub(crate) async fn fork_thread(
     State(server): State<Arc<Server>>,
     Path(id): Path<String>,
-    Json(request): Json<ForkRequest>,
+    crate::body::Body(request): crate::body::Body<ForkRequest>,
 ) -> Response {
     let host = match host(&server) {
         Ok(host) => host,
@@ -229,7 +233,7 @@ pub(crate) async fn fork_thread(
 pub(crate) async fn run_thread(
     State(server): State<Arc<Server>>,
     Path(id): Path<String>,
-    Json(request): Json<ThreadRunRequest>,
+    crate::body::Body(request): crate::body::Body<ThreadRunRequest>,
 ) -> Response {
     let host = match host(&server) {
         Ok(host) => host.clone(),

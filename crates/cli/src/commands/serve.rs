@@ -124,10 +124,12 @@ pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<
     super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let goal_config = recursive_goal::GoalConfig { options: harness.options(), ..Default::default() };
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
-    let agent: Arc<dyn Runnable> = Arc::new(harness.agent("main"));
+    let main = harness.agent("main");
+    let own_tools = main.tools().names();
+    let agent: Arc<dyn Runnable> = Arc::new(main);
     let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
     let goal: Arc<dyn Runnable> = Arc::new(harness.pursuer(goal_config));
-    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth))
+    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth).with_own_tools(own_tools))
 }
 
 /// Arguments of `mcp`.

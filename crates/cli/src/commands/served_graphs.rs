@@ -82,11 +82,28 @@ impl ServedGraphs {
     }
 
     async fn info(&self, thread: &str) -> Result<ThreadInfo, HostError> {
-        self.store
+        let info = self
+            .store
             .thread(thread)
             .await
             .map_err(Self::failed)?
-            .ok_or_else(|| HostError::NotFound(format!("no thread `{thread}`")))
+            .ok_or_else(|| HostError::NotFound(format!("no thread `{thread}`")))?;
+        self.offered_thread(info)
+    }
+
+    /// `info` when its blueprint is one this server offers (the same file, or the same text);
+    /// a thread of another blueprint in the same store (one `graph run` made) is not served.
+    fn offered_thread(&self, info: ThreadInfo) -> Result<ThreadInfo, HostError> {
+        let offered = self.offered.iter().any(|(_, source)| {
+            info.origin.as_deref() == Some(source.origin.as_str()) || info.blueprint.as_deref() == Some(&source.text)
+        });
+        if offered {
+            return Ok(info);
+        }
+        Err(HostError::NotFound(format!(
+            "thread `{}` runs the graph `{}`, which this server does not offer (see GET /v1/graphs)",
+            info.thread, info.graph
+        )))
     }
 }
 
@@ -167,7 +184,7 @@ impl GraphHost for ServedGraphs {
 
     async fn thread(&self, thread: &str) -> Result<Option<ThreadView>, HostError> {
         match self.store.thread(thread).await.map_err(Self::failed)? {
-            Some(info) => self.view(&info).await.map(Some),
+            Some(info) => self.view(&self.offered_thread(info)?).await.map(Some),
             None => Ok(None),
         }
     }

@@ -4,7 +4,8 @@
 //! size limit a 413, a client tool named like a server tool a 400 naming the clash, an answer
 //! that never fits `response_format` a 422 saying what the check found (not a 500), a streamed
 //! completion whose client went away stops its run, and a stored run that cannot be read is
-//! reported beside the listing instead of failing it.
+//! reported beside the listing instead of failing it. The official `openai` SDK sees the 400 and
+//! the 422 as `BadRequestError` and `UnprocessableEntityError`, and does not retry the latter.
 
 mod common;
 
@@ -268,4 +269,47 @@ fn an_unreadable_stored_run_is_reported_beside_the_listing_not_failing_it() {
     let listed: Vec<&str> = page["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(listed, vec![ids[1].as_str()], "{page}");
     assert_eq!(page["unreadable"], json!([ids[0]]), "{page}");
+}
+
+/// What the official `openai` SDK raises for a body of the wrong shape and for an answer that
+/// never fits `response_format`: its status, `code` and `param`.
+const SDK_CLIENT: &str = r#"
+import json, sys, openai
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=2)
+seen = {}
+def attempt(name, **kwargs):
+    try:
+        client.chat.completions.create(model="agent", **kwargs)
+        seen[name] = "no error"
+    except openai.APIStatusError as e:
+        seen[name] = {"class": type(e).__name__, "status": e.status_code, "code": e.code, "param": e.param}
+attempt("wrong_shape", messages="hi")
+schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+attempt("mismatch", messages=[{"role": "user", "content": "count the sheep"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "count", "schema": schema}})
+print(json.dumps(seen))
+"#;
+
+#[test]
+fn the_official_sdk_raises_a_bad_request_and_an_unprocessable_entity_without_retrying() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let model = rt.block_on(ModelServer::start());
+    model.respond_with(|request| request.body.to_string().contains("count the sheep").then(|| Reply::text("many")));
+    let env = Env::new();
+    let server = serve_against(&env, &model, &[]);
+    let out = std::process::Command::new(python).args(["-c", SDK_CLIENT, &server.url()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        seen["wrong_shape"],
+        json!({"class": "BadRequestError", "status": 400, "code": "invalid_type", "param": "messages"})
+    );
+    assert_eq!(
+        seen["mismatch"],
+        json!({"class": "UnprocessableEntityError", "status": 422, "code": "response_format_mismatch",
+            "param": "response_format"})
+    );
+    // One run: the first answer and its two corrections; the SDK did not run it again.
+    assert_eq!(model.requests().len(), 3, "{:?}", model.requests().len());
 }

@@ -287,6 +287,86 @@ impl ProviderSettings {
     }
 }
 
+/// What every HTTP provider's configuration takes from the settings.
+struct Common {
+    name: String,
+    base_url: String,
+    api_key: Option<String>,
+    model: String,
+    stream: bool,
+    timeout: Duration,
+    connect_timeout: Duration,
+    headers: BTreeMap<String, String>,
+}
+
+/// An HTTP provider's configuration: the [`Common`] fields, then its own.
+macro_rules! http_config {
+    ($config:ident, $common:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+        let Common { name, base_url, api_key, model, stream, timeout, connect_timeout, headers } = $common;
+        $config { name, base_url, api_key, model, stream, timeout, connect_timeout, headers, $($field: $value),* }
+    }};
+}
+
+/// Where a hosted API is reached and how its key is found.
+struct Endpoint {
+    /// The provider's name in a missing-key error.
+    provider: &'static str,
+    /// The environment variable with a base URL.
+    url_env: &'static str,
+    /// The base URL when neither the settings nor the environment give one.
+    default_url: &'static str,
+    /// The environment variables with a key, first found wins (the first is named in errors).
+    key_envs: &'static [&'static str],
+    /// A base URL containing this is the hosted API, which needs a key.
+    hosted: &'static str,
+}
+
+const OPENAI: Endpoint = Endpoint {
+    provider: "openai",
+    url_env: "OPENAI_BASE_URL",
+    default_url: openai::DEFAULT_BASE_URL,
+    key_envs: &["OPENAI_API_KEY"],
+    hosted: "api.openai.com",
+};
+
+const OPENAI_RESPONSES: Endpoint =
+    Endpoint { provider: "openai-responses", default_url: responses::DEFAULT_BASE_URL, ..OPENAI };
+
+const GEMINI: Endpoint = Endpoint {
+    provider: "gemini",
+    url_env: "GEMINI_BASE_URL",
+    default_url: gemini::DEFAULT_BASE_URL,
+    key_envs: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+    hosted: "googleapis.com",
+};
+
+const ANTHROPIC: Endpoint = Endpoint {
+    provider: "anthropic",
+    url_env: "ANTHROPIC_BASE_URL",
+    default_url: anthropic::DEFAULT_BASE_URL,
+    key_envs: &["ANTHROPIC_API_KEY"],
+    hosted: "api.anthropic.com",
+};
+
+impl Endpoint {
+    /// The base URL and key: the settings', else the environment's, else the default URL; the
+    /// hosted API without a key is an error.
+    fn resolve(
+        &self,
+        settings: &ProviderSettings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(String, Option<String>), LlmError> {
+        let base_url =
+            settings.base_url.clone().or_else(|| env(self.url_env)).unwrap_or_else(|| self.default_url.to_string());
+        let api_key = settings.api_key.clone().or_else(|| self.key_envs.iter().find_map(|name| env(name)));
+        if api_key.is_none() && base_url.contains(self.hosted) {
+            let env_var = self.key_envs.first().copied().unwrap_or_default();
+            return Err(LlmError::MissingApiKey { provider: self.provider.into(), env_var: env_var.into() });
+        }
+        Ok((base_url, api_key))
+    }
+}
+
 /// Builds the provider the settings describe, reading API keys and base URLs from the process
 /// environment where the settings leave them out.
 pub fn build_provider(settings: &ProviderSettings, prices: &PriceTable) -> Result<Arc<dyn ChatProvider>, LlmError> {
@@ -304,20 +384,22 @@ pub fn build_provider_with_env(
     let connect_timeout = settings.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     let model = settings.resolved_model();
 
+    let common = |name: &str, (base_url, api_key): (String, Option<String>)| Common {
+        name: name.into(),
+        base_url,
+        api_key,
+        model: model.clone(),
+        stream: settings.stream,
+        timeout,
+        connect_timeout,
+        headers: settings.headers.clone(),
+    };
     // OpenAI itself and every OpenAI-compatible server differ only in name, URL and key.
     let openai_compatible = |name: &str, base_url: String, api_key: Option<String>| {
-        let config = OpenAiConfig {
-            name: name.into(),
-            base_url,
-            api_key,
-            model: model.clone(),
-            stream: settings.stream,
+        let config = http_config!(OpenAiConfig, common(name, (base_url, api_key)), {
             use_max_completion_tokens: settings.max_completion_tokens,
             default_max_tokens: settings.max_tokens,
-            timeout,
-            connect_timeout,
-            headers: settings.headers.clone(),
-        };
+        });
         OpenAiProvider::new(config).map(|p| Arc::new(p) as Arc<dyn ChatProvider>)
     };
     let (base, is_http): (Arc<dyn ChatProvider>, bool) = match (settings.kind, &settings.replay) {
@@ -335,68 +417,21 @@ pub fn build_provider_with_env(
             None => (Arc::new(echo_mock(&model)), false),
         },
         (ProviderKind::OpenAi, None) => {
-            let base_url = settings
-                .base_url
-                .clone()
-                .or_else(|| env_nonempty("OPENAI_BASE_URL"))
-                .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string());
-            let api_key = settings.api_key.clone().or_else(|| env_nonempty("OPENAI_API_KEY"));
-            if api_key.is_none() && base_url.contains("api.openai.com") {
-                return Err(LlmError::MissingApiKey { provider: "openai".into(), env_var: "OPENAI_API_KEY".into() });
-            }
+            let (base_url, api_key) = OPENAI.resolve(settings, &env_nonempty)?;
             (openai_compatible("openai", base_url, api_key)?, true)
         }
         (ProviderKind::OpenAiResponses, None) => {
-            let base_url = settings
-                .base_url
-                .clone()
-                .or_else(|| env_nonempty("OPENAI_BASE_URL"))
-                .unwrap_or_else(|| responses::DEFAULT_BASE_URL.to_string());
-            let api_key = settings.api_key.clone().or_else(|| env_nonempty("OPENAI_API_KEY"));
-            if api_key.is_none() && base_url.contains("api.openai.com") {
-                return Err(LlmError::MissingApiKey {
-                    provider: "openai-responses".into(),
-                    env_var: "OPENAI_API_KEY".into(),
-                });
-            }
-            let config = ResponsesConfig {
-                name: "openai-responses".into(),
-                base_url,
-                api_key,
-                model: model.clone(),
-                stream: settings.stream,
+            let endpoint = OPENAI_RESPONSES.resolve(settings, &env_nonempty)?;
+            let config = http_config!(ResponsesConfig, common("openai-responses", endpoint), {
                 default_max_tokens: settings.max_tokens,
-                timeout,
-                connect_timeout,
-                headers: settings.headers.clone(),
-            };
+            });
             (Arc::new(ResponsesProvider::new(config)?), true)
         }
         (ProviderKind::Gemini, None) => {
-            let base_url = settings
-                .base_url
-                .clone()
-                .or_else(|| env_nonempty("GEMINI_BASE_URL"))
-                .unwrap_or_else(|| gemini::DEFAULT_BASE_URL.to_string());
-            let api_key = settings
-                .api_key
-                .clone()
-                .or_else(|| env_nonempty("GEMINI_API_KEY"))
-                .or_else(|| env_nonempty("GOOGLE_API_KEY"));
-            if api_key.is_none() && base_url.contains("googleapis.com") {
-                return Err(LlmError::MissingApiKey { provider: "gemini".into(), env_var: "GEMINI_API_KEY".into() });
-            }
-            let config = GeminiConfig {
-                name: "gemini".into(),
-                base_url,
-                api_key,
-                model: model.clone(),
-                stream: settings.stream,
+            let endpoint = GEMINI.resolve(settings, &env_nonempty)?;
+            let config = http_config!(GeminiConfig, common("gemini", endpoint), {
                 default_max_tokens: settings.max_tokens,
-                timeout,
-                connect_timeout,
-                headers: settings.headers.clone(),
-            };
+            });
             (Arc::new(GeminiProvider::new(config)?), true)
         }
         (ProviderKind::Ollama, None) => {
@@ -408,30 +443,11 @@ pub fn build_provider_with_env(
             (openai_compatible("ollama", base_url, settings.api_key.clone())?, true)
         }
         (ProviderKind::Anthropic, None) => {
-            let base_url = settings
-                .base_url
-                .clone()
-                .or_else(|| env_nonempty("ANTHROPIC_BASE_URL"))
-                .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string());
-            let api_key = settings.api_key.clone().or_else(|| env_nonempty("ANTHROPIC_API_KEY"));
-            if api_key.is_none() && base_url.contains("api.anthropic.com") {
-                return Err(LlmError::MissingApiKey {
-                    provider: "anthropic".into(),
-                    env_var: "ANTHROPIC_API_KEY".into(),
-                });
-            }
-            let config = AnthropicConfig {
-                name: "anthropic".into(),
-                base_url,
-                api_key,
-                model,
-                stream: settings.stream,
+            let endpoint = ANTHROPIC.resolve(settings, &env_nonempty)?;
+            let config = http_config!(AnthropicConfig, common("anthropic", endpoint), {
                 default_max_tokens: settings.max_tokens.unwrap_or(anthropic::DEFAULT_MAX_TOKENS),
-                timeout,
-                connect_timeout,
-                headers: settings.headers.clone(),
                 prompt_caching: true,
-            };
+            });
             (Arc::new(AnthropicProvider::new(config)?), true)
         }
     };

@@ -18,7 +18,9 @@
 //!
 //! Each HTTP provider is a pair of pure transforms — a request to a wire body, and wire bytes
 //! (a complete JSON answer or an SSE stream, framed by [`sse`]) back to a response — around
-//! one HTTP call; the wire types live in each provider's `wire` module.
+//! one HTTP call; the wire types live in each provider's `wire` module. The call itself —
+//! client, headers, the [`recursive_core::ChatProvider`] impl, SSE driving — is one generic
+//! shell, [`shell::HttpProvider`], under all four; each provider is its [`shell::WireApi`].
 
 pub mod anthropic;
 pub mod config;
@@ -31,6 +33,7 @@ pub mod pricing;
 pub mod replay;
 pub mod responses;
 pub mod retry;
+pub mod shell;
 pub mod sse;
 
 /// The scripted provider for tests and offline runs (defined in `recursive-core` so the core's

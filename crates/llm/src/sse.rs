@@ -15,7 +15,7 @@ use bytes::Bytes;
 use eventsource_stream::{EventStream, EventStreamError};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use recursive_core::{ChatResponse, ChatStream, ProviderError, StreamEvent};
+use recursive_core::{ChatResponse, ChatStream, Message, ProviderError, StopReason, StreamEvent, Usage};
 
 use crate::http::clip;
 
@@ -73,6 +73,27 @@ pub(crate) trait Decoder: Send + 'static {
 
     /// The assembled response, or [`ProviderError::Truncated`] if the protocol did not finish.
     fn finish(&mut self) -> Result<ChatResponse, ProviderError>;
+}
+
+/// A decoder's state: the provider's name, its protocol's accumulator, and the request's model
+/// for a response that names none.
+pub(crate) struct Decoding<A> {
+    pub(crate) provider: String,
+    pub(crate) acc: A,
+    pub(crate) fallback_model: String,
+}
+
+/// Decodes an SSE byte stream with a fresh accumulator `A`.
+pub(crate) fn decode<A: Default>(
+    provider: &str,
+    bytes: BoxStream<'static, Result<Bytes, ProviderError>>,
+    fallback_model: String,
+) -> ChatStream
+where
+    Decoding<A>: Decoder,
+{
+    let decoder = Decoding { provider: provider.to_string(), acc: A::default(), fallback_model };
+    drive(provider, frames(provider, bytes), decoder)
 }
 
 struct Drive<D> {
@@ -144,6 +165,69 @@ pub(crate) fn drive<D: Decoder>(
         }
     })
     .boxed()
+}
+
+/// The end of a decoded stream: the response `finish` assembles when the protocol's end arrived
+/// (`complete`), else [`ProviderError::Truncated`] naming what never did (`missing`); a response
+/// naming no model gets `fallback_model`.
+pub(crate) fn finished(
+    provider: &str,
+    complete: bool,
+    missing: &str,
+    fallback_model: &str,
+    finish: impl FnOnce() -> ChatResponse,
+) -> Result<ChatResponse, ProviderError> {
+    if !complete {
+        return Err(ProviderError::Truncated {
+            provider: provider.to_string(),
+            message: format!("the stream ended before {missing} arrived"),
+        });
+    }
+    let mut response = finish();
+    if response.model.is_empty() {
+        response.model = fallback_model.to_string();
+    }
+    Ok(response)
+}
+
+/// An assembled answer (no cost yet: pricing adds it).
+pub(crate) fn assembled(message: Message, stop_reason: StopReason, usage: Usage, model: &str) -> ChatResponse {
+    ChatResponse { message, stop_reason, usage, cost_usd: None, model: model.to_string() }
+}
+
+/// A frame's JSON payload, or `None` for an empty frame; `what` names it in a parse error.
+pub(crate) fn frame_json<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    frame: &SseFrame,
+    what: &str,
+) -> Result<Option<T>, ProviderError> {
+    let data = frame.data.trim();
+    if data.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(data).map(Some).map_err(|e| bad_json(provider, what, data, &e))
+}
+
+/// What a frame is called in an error: its event name, or `stream event` when it has none.
+pub(crate) fn frame_name(frame: &SseFrame) -> String {
+    if frame.event == "message" { "stream event".to_string() } else { format!("`{}` event", frame.event) }
+}
+
+/// A complete JSON answer (`what` names it in the error when it does not parse).
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    what: &str,
+    body: &[u8],
+) -> Result<T, ProviderError> {
+    serde_json::from_slice(body).map_err(|e| bad_json(provider, what, &String::from_utf8_lossy(body), &e))
+}
+
+/// A [`ProviderError::Malformed`] for a parsed answer that is no answer (`why`), quoting it.
+pub(crate) fn not_an_answer(provider: &str, why: &str, body: &[u8]) -> ProviderError {
+    ProviderError::Malformed {
+        provider: provider.to_string(),
+        message: format!("{why}: {}", clip(&String::from_utf8_lossy(body), 200)),
+    }
 }
 
 /// A [`ProviderError::Malformed`] for a frame whose JSON did not parse.

@@ -11,17 +11,16 @@ pub mod wire;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 use recursive_core::{
-    ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
-    ToolCall, ToolChoice, Usage,
+    ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason, ToolCall,
+    ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
-use crate::error::LlmError;
-use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, join_url};
+use crate::shell::{self, ByteStream, HttpProvider, WireApi};
 use crate::sse::{self, Decoder, SseFrame};
 
 /// Default base URL.
@@ -63,21 +62,7 @@ pub struct AnthropicConfig {
     pub prompt_caching: bool,
 }
 
-impl std::fmt::Debug for AnthropicConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicConfig")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .field("stream", &self.stream)
-            .field("default_max_tokens", &self.default_max_tokens)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
+shell::redacted_debug!(AnthropicConfig { default_max_tokens });
 
 impl Default for AnthropicConfig {
     fn default() -> Self {
@@ -342,18 +327,11 @@ fn status_of_error_type(kind: &str) -> u16 {
 
 /// Parses a complete (non-streamed) JSON answer.
 pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, ProviderError> {
-    let text = String::from_utf8_lossy(body);
-    let message: wire::MessageResponse =
-        serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "message", &text, &e))?;
+    let message: wire::MessageResponse = sse::parse_body(provider, "message", body)?;
     // A finished message always says why it stopped; without that (e.g. `{}`) it is no answer.
     if message.stop_reason.is_none() {
-        return Err(ProviderError::Malformed {
-            provider: provider.to_string(),
-            message: format!(
-                "the response has no stop_reason, so it is not a finished message: {}",
-                recursive_core::text::clip_chars(&text, 200)
-            ),
-        });
+        let why = "the response has no stop_reason, so it is not a finished message";
+        return Err(sse::not_an_answer(provider, why, body));
     }
     let mut acc = MessageAccumulator::new();
     acc.model = message.model;
@@ -571,7 +549,7 @@ impl MessageAccumulator {
         }
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
-        ChatResponse { message, stop_reason, usage: usage(&self.usage), cost_usd: None, model: self.model.clone() }
+        sse::assembled(message, stop_reason, usage(&self.usage), &self.model)
     }
 }
 
@@ -582,11 +560,7 @@ fn mismatch(provider: &str, index: u32, delta: &str) -> ProviderError {
     }
 }
 
-struct EventDecoder {
-    provider: String,
-    acc: MessageAccumulator,
-    fallback_model: String,
-}
+type EventDecoder = sse::Decoding<MessageAccumulator>;
 
 impl Decoder for EventDecoder {
     fn take_reasoning(&mut self) -> Vec<String> {
@@ -594,15 +568,10 @@ impl Decoder for EventDecoder {
     }
 
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
-        let data = frame.data.trim();
-        if data.is_empty() {
-            return Ok(Vec::new());
+        match sse::frame_json::<wire::StreamEvent>(&self.provider, frame, &sse::frame_name(frame))? {
+            Some(event) => self.acc.push(&self.provider, event),
+            None => Ok(Vec::new()),
         }
-        let what =
-            if frame.event == "message" { "stream event".to_string() } else { format!("`{}` event", frame.event) };
-        let event: wire::StreamEvent =
-            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, &what, data, &e))?;
-        self.acc.push(&self.provider, event)
     }
 
     fn is_done(&self) -> bool {
@@ -610,17 +579,9 @@ impl Decoder for EventDecoder {
     }
 
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
-        if !self.acc.is_stopped() && !self.acc.has_stop_reason() {
-            return Err(ProviderError::Truncated {
-                provider: self.provider.clone(),
-                message: "the stream ended before message_delta / message_stop arrived".into(),
-            });
-        }
-        let mut response = self.acc.finish();
-        if response.model.is_empty() {
-            response.model = self.fallback_model.clone();
-        }
-        Ok(response)
+        let complete = self.acc.is_stopped() || self.acc.has_stop_reason();
+        let missing = "message_delta / message_stop";
+        sse::finished(&self.provider, complete, missing, &self.fallback_model, || self.acc.finish())
     }
 }
 
@@ -629,74 +590,47 @@ pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
 where
     S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
 {
-    stream_with_model(provider, bytes, String::new())
-}
-
-fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    let decoder = EventDecoder { provider: provider.to_string(), acc: MessageAccumulator::new(), fallback_model };
-    sse::drive(provider, sse::frames(provider, bytes), decoder)
+    shell::stream_from_bytes::<AnthropicConfig, S>(provider, bytes)
 }
 
 /// A client of the Anthropic Messages API.
-#[derive(Debug, Clone)]
-pub struct AnthropicProvider {
-    config: AnthropicConfig,
-    http: HttpClient,
-    url: String,
-    headers: Vec<(String, String)>,
-}
+pub type AnthropicProvider = HttpProvider<AnthropicConfig>;
 
-impl AnthropicProvider {
-    /// A client for this configuration.
-    pub fn new(config: AnthropicConfig) -> Result<Self, LlmError> {
-        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
-        let base = config.base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") { join_url(base, "messages") } else { join_url(base, "v1/messages") };
+impl WireApi for AnthropicConfig {
+    type Body<'a> = wire::MessagesRequest;
+
+    shell::common_fields!();
+
+    /// `anthropic-version`, then the key as `x-api-key`.
+    fn auth_headers(&self) -> Vec<(String, String)> {
         let mut headers = vec![("anthropic-version".to_string(), API_VERSION.to_string())];
-        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
+        if let Some(key) = self.api_key.as_ref().filter(|k| !k.is_empty()) {
             headers.push(("x-api-key".into(), key.clone()));
         }
-        if config.stream {
-            headers.push(("accept".into(), "text/event-stream".into()));
-        }
-        headers.extend(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Ok(Self { config, http, url, headers })
+        headers
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &AnthropicConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl ChatProvider for AnthropicProvider {
-    fn name(&self) -> &str {
-        &self.config.name
+    /// The auth headers, `accept` when streaming, then the extra ones (e.g. `anthropic-beta`).
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut headers = self.auth_headers();
+        headers.extend(shell::accept(self.stream));
+        headers.extend(shell::pairs(&self.headers));
+        headers
     }
 
-    fn default_model(&self) -> &str {
-        &self.config.model
+    fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {
+        let body = self.request_body(request)?;
+        Ok((body.model.clone(), body))
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
-        let body = self.config.request_body(&request)?;
-        let model = body.model.clone();
-        let name = &self.config.name;
-        self.http
-            .exchange(
-                &self.url,
-                &self.headers,
-                &body,
-                self.config.stream,
-                model,
-                |bytes, model| stream_with_model(name, bytes, model),
-                |bytes| parse_response(name, bytes),
-            )
-            .await
+    /// `{base}/v1/messages`, or `{base}/messages` when the base already ends with `/v1`.
+    fn endpoint(&self, _model: &str) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        if base.ends_with("/v1") { join_url(base, "messages") } else { join_url(base, "v1/messages") }
+    }
+
+    fn decode(provider: &str, bytes: ByteStream, fallback_model: String) -> ChatStream {
+        sse::decode::<MessageAccumulator>(provider, bytes, fallback_model)
     }
 }
 

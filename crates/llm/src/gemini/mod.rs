@@ -21,16 +21,13 @@ pub mod wire;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::Stream;
-use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
+use recursive_core::{ChatRequest, ChatResponse, ChatStream, ProviderError};
 
 pub use request::gemini_schema;
 pub use response::{ResponseAccumulator, blocked_prompt, finish_reason, parse_response, usage};
 
-use crate::error::LlmError;
-use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, join_url};
+use crate::shell::{self, ByteStream, HttpProvider, WireApi};
 use crate::sse::{self, Decoder, SseFrame};
 
 /// Default base URL (the API version is added).
@@ -78,21 +75,7 @@ pub struct GeminiConfig {
     pub headers: BTreeMap<String, String>,
 }
 
-impl std::fmt::Debug for GeminiConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GeminiConfig")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .field("stream", &self.stream)
-            .field("default_max_tokens", &self.default_max_tokens)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
+shell::redacted_debug!(GeminiConfig { default_max_tokens });
 
 impl Default for GeminiConfig {
     fn default() -> Self {
@@ -138,11 +121,7 @@ impl GeminiConfig {
     }
 }
 
-struct ChunkDecoder {
-    provider: String,
-    acc: ResponseAccumulator,
-    fallback_model: String,
-}
+type ChunkDecoder = sse::Decoding<ResponseAccumulator>;
 
 impl Decoder for ChunkDecoder {
     fn take_reasoning(&mut self) -> Vec<String> {
@@ -150,13 +129,10 @@ impl Decoder for ChunkDecoder {
     }
 
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
-        let data = frame.data.trim();
-        if data.is_empty() {
-            return Ok(Vec::new());
+        match sse::frame_json::<wire::GenerateContentResponse>(&self.provider, frame, "response chunk")? {
+            Some(chunk) => self.acc.push(&self.provider, chunk),
+            None => Ok(Vec::new()),
         }
-        let chunk: wire::GenerateContentResponse =
-            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, "response chunk", data, &e))?;
-        self.acc.push(&self.provider, chunk)
     }
 
     /// The stream has no end event: it ends when the body does (the chunk with the finish
@@ -166,86 +142,41 @@ impl Decoder for ChunkDecoder {
     }
 
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
-        if !self.acc.is_finished() {
-            return Err(ProviderError::Truncated {
-                provider: self.provider.clone(),
-                message: "the stream ended before a chunk with a finish reason arrived".into(),
-            });
-        }
-        let mut response = self.acc.finish();
-        if response.model.is_empty() {
-            response.model = self.fallback_model.clone();
-        }
-        Ok(response)
+        let missing = "a chunk with a finish reason";
+        sse::finished(&self.provider, self.acc.is_finished(), missing, &self.fallback_model, || self.acc.finish())
     }
-}
-
-/// Decodes a Gemini SSE byte stream into text and reasoning deltas and a final response.
-pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    stream_with_model(provider, bytes, String::new())
-}
-
-fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    let decoder = ChunkDecoder { provider: provider.to_string(), acc: ResponseAccumulator::new(), fallback_model };
-    sse::drive(provider, sse::frames(provider, bytes), decoder)
 }
 
 /// A client of the Gemini API.
-#[derive(Debug, Clone)]
-pub struct GeminiProvider {
-    config: GeminiConfig,
-    http: HttpClient,
-    headers: Vec<(String, String)>,
-}
+pub type GeminiProvider = HttpProvider<GeminiConfig>;
 
-impl GeminiProvider {
-    /// A client for this configuration.
-    pub fn new(config: GeminiConfig) -> Result<Self, LlmError> {
-        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
-        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
-            headers.push(("x-goog-api-key".into(), key.clone()));
-        }
-        Ok(Self { config, http, headers })
+impl WireApi for GeminiConfig {
+    type Body<'a> = wire::GenerateContentRequest<'a>;
+
+    shell::common_fields!();
+
+    fn auth_headers(&self) -> Vec<(String, String)> {
+        let key = self.api_key.as_ref().filter(|k| !k.is_empty());
+        key.map(|k| ("x-goog-api-key".to_string(), k.clone())).into_iter().collect()
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &GeminiConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl ChatProvider for GeminiProvider {
-    fn name(&self) -> &str {
-        &self.config.name
+    /// The extra headers, then the key; the streaming URL asks for SSE itself (`alt=sse`).
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut headers = shell::pairs(&self.headers);
+        headers.extend(self.auth_headers());
+        headers
     }
 
-    fn default_model(&self) -> &str {
-        &self.config.model
+    fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {
+        self.request_body(request)
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
-        let (model, body) = self.config.request_body(&request)?;
-        let url = self.config.url(&model);
-        let name = &self.config.name;
-        self.http
-            .exchange(
-                &url,
-                &self.headers,
-                &body,
-                self.config.stream,
-                model,
-                |bytes, model| stream_with_model(name, bytes, model),
-                |bytes| parse_response(name, bytes),
-            )
-            .await
+    fn endpoint(&self, model: &str) -> String {
+        self.url(model)
+    }
+
+    fn decode(provider: &str, bytes: ByteStream, fallback_model: String) -> ChatStream {
+        sse::decode::<ResponseAccumulator>(provider, bytes, fallback_model)
     }
 }
 

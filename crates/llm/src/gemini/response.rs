@@ -198,31 +198,17 @@ impl ResponseAccumulator {
             });
         }
         message.reasoning.extend(self.call_signatures.iter().cloned());
-        ChatResponse {
-            message,
-            stop_reason,
-            usage: self.usage.as_ref().map(usage).unwrap_or_default(),
-            cost_usd: None,
-            model: self.model.clone(),
-        }
+        sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
 }
 
 /// Parses a complete (non-streamed) answer.
 pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, ProviderError> {
-    let text = String::from_utf8_lossy(body);
-    let response: wire::GenerateContentResponse =
-        serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "response", &text, &e))?;
+    let response: wire::GenerateContentResponse = sse::parse_body(provider, "response", body)?;
     let mut acc = ResponseAccumulator::new();
     acc.push(provider, response)?;
     if !acc.is_finished() && acc.calls.is_empty() && acc.text.is_empty() {
-        return Err(ProviderError::Malformed {
-            provider: provider.to_string(),
-            message: format!(
-                "the response has no candidate and no finish reason: {}",
-                recursive_core::text::clip_chars(&text, 200)
-            ),
-        });
+        return Err(sse::not_an_answer(provider, "the response has no candidate and no finish reason", body));
     }
     Ok(acc.finish())
 }

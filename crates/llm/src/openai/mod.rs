@@ -10,17 +10,16 @@ pub mod wire;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 use recursive_core::{
-    ChatProvider, ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason,
-    ToolCall, ToolChoice, Usage,
+    ChatRequest, ChatResponse, ChatStream, Message, ProviderError, ResponseFormat, Role, StopReason, ToolCall,
+    ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
-use crate::error::LlmError;
-use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, join_url};
+use crate::shell::{self, ByteStream, HttpProvider, WireApi};
 use crate::sse::{self, Decoder, SseFrame};
 
 /// Default base URL.
@@ -55,22 +54,7 @@ pub struct OpenAiConfig {
     pub headers: BTreeMap<String, String>,
 }
 
-impl std::fmt::Debug for OpenAiConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiConfig")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .field("stream", &self.stream)
-            .field("use_max_completion_tokens", &self.use_max_completion_tokens)
-            .field("default_max_tokens", &self.default_max_tokens)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
+shell::redacted_debug!(OpenAiConfig { use_max_completion_tokens, default_max_tokens });
 
 impl Default for OpenAiConfig {
     fn default() -> Self {
@@ -257,21 +241,13 @@ impl Parts {
         if !self.reasoning.is_empty() {
             message.reasoning = vec![recursive_core::Reasoning { text: self.reasoning, ..Default::default() }];
         }
-        ChatResponse {
-            message,
-            stop_reason,
-            usage: self.usage.as_ref().map(usage).unwrap_or_default(),
-            cost_usd: None,
-            model: self.model,
-        }
+        sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
 }
 
 /// Parses a complete (non-streamed) JSON answer.
 pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, ProviderError> {
-    let text = String::from_utf8_lossy(body);
-    let completion: wire::ChatCompletion =
-        serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "chat.completion", &text, &e))?;
+    let completion: wire::ChatCompletion = sse::parse_body(provider, "chat.completion", body)?;
     let choice = completion.choices.into_iter().find(|c| c.index == 0).ok_or_else(|| ProviderError::Malformed {
         provider: provider.to_string(),
         message: "the response has no choice".into(),
@@ -440,11 +416,7 @@ impl ChunkAccumulator {
     }
 }
 
-struct ChunkDecoder {
-    provider: String,
-    acc: ChunkAccumulator,
-    fallback_model: String,
-}
+type ChunkDecoder = sse::Decoding<ChunkAccumulator>;
 
 impl Decoder for ChunkDecoder {
     fn take_reasoning(&mut self) -> Vec<String> {
@@ -452,16 +424,14 @@ impl Decoder for ChunkDecoder {
     }
 
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
-        let data = frame.data.trim();
-        if data == "[DONE]" {
+        if frame.data.trim() == "[DONE]" {
             self.acc.mark_done();
             return Ok(Vec::new());
         }
-        if data.is_empty() {
+        let what = "chat.completion.chunk";
+        let Some(chunk) = sse::frame_json::<wire::ChatCompletionChunk>(&self.provider, frame, what)? else {
             return Ok(Vec::new());
-        }
-        let chunk: wire::ChatCompletionChunk =
-            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, "chat.completion.chunk", data, &e))?;
+        };
         if let Some(error) = &chunk.error {
             return Err(stream_error(&self.provider, error));
         }
@@ -473,17 +443,9 @@ impl Decoder for ChunkDecoder {
     }
 
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
-        if !self.acc.is_done() && !self.acc.has_finish_reason() {
-            return Err(ProviderError::Truncated {
-                provider: self.provider.clone(),
-                message: "the stream ended before a finish_reason or [DONE] arrived".into(),
-            });
-        }
-        let mut response = self.acc.finish();
-        if response.model.is_empty() {
-            response.model = self.fallback_model.clone();
-        }
-        Ok(response)
+        let complete = self.acc.is_done() || self.acc.has_finish_reason();
+        let missing = "a finish_reason or [DONE]";
+        sse::finished(&self.provider, complete, missing, &self.fallback_model, || self.acc.finish())
     }
 }
 
@@ -517,72 +479,32 @@ pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
 where
     S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
 {
-    stream_with_model(provider, bytes, String::new())
-}
-
-fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    let decoder = ChunkDecoder { provider: provider.to_string(), acc: ChunkAccumulator::new(), fallback_model };
-    sse::drive(provider, sse::frames(provider, bytes), decoder)
+    shell::stream_from_bytes::<OpenAiConfig, S>(provider, bytes)
 }
 
 /// A client of an OpenAI-compatible Chat Completions endpoint.
-#[derive(Debug, Clone)]
-pub struct OpenAiProvider {
-    config: OpenAiConfig,
-    http: HttpClient,
-    url: String,
-    headers: Vec<(String, String)>,
-}
+pub type OpenAiProvider = HttpProvider<OpenAiConfig>;
 
-impl OpenAiProvider {
-    /// A client for this configuration.
-    pub fn new(config: OpenAiConfig) -> Result<Self, LlmError> {
-        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
-        let url = join_url(&config.base_url, "chat/completions");
-        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
-            headers.push(("authorization".into(), format!("Bearer {key}")));
-        }
-        if config.stream {
-            headers.push(("accept".into(), "text/event-stream".into()));
-        }
-        Ok(Self { config, http, url, headers })
+impl WireApi for OpenAiConfig {
+    type Body<'a> = wire::ChatCompletionRequest<'a>;
+
+    shell::common_fields!();
+
+    fn auth_headers(&self) -> Vec<(String, String)> {
+        shell::bearer(self.api_key.as_ref())
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &OpenAiConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl ChatProvider for OpenAiProvider {
-    fn name(&self) -> &str {
-        &self.config.name
+    fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {
+        let body = self.request_body(request)?;
+        Ok((body.model.clone(), body))
     }
 
-    fn default_model(&self) -> &str {
-        &self.config.model
+    fn endpoint(&self, _model: &str) -> String {
+        join_url(&self.base_url, "chat/completions")
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
-        let body = self.config.request_body(&request)?;
-        let model = body.model.clone();
-        let name = &self.config.name;
-        self.http
-            .exchange(
-                &self.url,
-                &self.headers,
-                &body,
-                self.config.stream,
-                model,
-                |bytes, model| stream_with_model(name, bytes, model),
-                |bytes| parse_response(name, bytes),
-            )
-            .await
+    fn decode(provider: &str, bytes: ByteStream, fallback_model: String) -> ChatStream {
+        sse::decode::<ChunkAccumulator>(provider, bytes, fallback_model)
     }
 }
 

@@ -14,15 +14,12 @@ pub mod wire;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::Stream;
-use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
+use recursive_core::{ChatRequest, ChatResponse, ChatStream, ProviderError};
 
 pub use response::{ResponseAccumulator, incomplete_reason, parse_response, usage};
 
-use crate::error::LlmError;
-use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, join_url};
+use crate::shell::{self, ByteStream, HttpProvider, WireApi};
 use crate::sse::{self, Decoder, SseFrame};
 
 /// Default base URL.
@@ -54,21 +51,7 @@ pub struct ResponsesConfig {
     pub headers: BTreeMap<String, String>,
 }
 
-impl std::fmt::Debug for ResponsesConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponsesConfig")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .field("stream", &self.stream)
-            .field("default_max_tokens", &self.default_max_tokens)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
+shell::redacted_debug!(ResponsesConfig { default_max_tokens });
 
 impl Default for ResponsesConfig {
     fn default() -> Self {
@@ -104,11 +87,7 @@ impl ResponsesConfig {
     }
 }
 
-struct EventDecoder {
-    provider: String,
-    acc: ResponseAccumulator,
-    fallback_model: String,
-}
+type EventDecoder = sse::Decoding<ResponseAccumulator>;
 
 impl Decoder for EventDecoder {
     fn take_reasoning(&mut self) -> Vec<String> {
@@ -116,15 +95,13 @@ impl Decoder for EventDecoder {
     }
 
     fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError> {
-        let data = frame.data.trim();
-        if data.is_empty() || data == "[DONE]" {
+        if frame.data.trim() == "[DONE]" {
             return Ok(Vec::new());
         }
-        let what =
-            if frame.event == "message" { "stream event".to_string() } else { format!("`{}` event", frame.event) };
-        let event: wire::StreamEvent =
-            serde_json::from_str(data).map_err(|e| sse::bad_json(&self.provider, &what, data, &e))?;
-        self.acc.push(&self.provider, event)
+        match sse::frame_json::<wire::StreamEvent>(&self.provider, frame, &sse::frame_name(frame))? {
+            Some(event) => self.acc.push(&self.provider, event),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn is_done(&self) -> bool {
@@ -132,91 +109,34 @@ impl Decoder for EventDecoder {
     }
 
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
-        if !self.acc.is_done() {
-            return Err(ProviderError::Truncated {
-                provider: self.provider.clone(),
-                message: "the stream ended before response.completed or response.incomplete arrived".into(),
-            });
-        }
-        let mut response = self.acc.finish();
-        if response.model.is_empty() {
-            response.model = self.fallback_model.clone();
-        }
-        Ok(response)
+        let missing = "response.completed or response.incomplete";
+        sse::finished(&self.provider, self.acc.is_done(), missing, &self.fallback_model, || self.acc.finish())
     }
-}
-
-/// Decodes a Responses API SSE byte stream into text and reasoning deltas and a final response.
-pub fn stream_from_bytes<S>(provider: &str, bytes: S) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    stream_with_model(provider, bytes, String::new())
-}
-
-fn stream_with_model<S>(provider: &str, bytes: S, fallback_model: String) -> ChatStream
-where
-    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
-{
-    let decoder = EventDecoder { provider: provider.to_string(), acc: ResponseAccumulator::new(), fallback_model };
-    sse::drive(provider, sse::frames(provider, bytes), decoder)
 }
 
 /// A client of OpenAI's Responses API.
-#[derive(Debug, Clone)]
-pub struct ResponsesProvider {
-    config: ResponsesConfig,
-    http: HttpClient,
-    url: String,
-    headers: Vec<(String, String)>,
-}
+pub type ResponsesProvider = HttpProvider<ResponsesConfig>;
 
-impl ResponsesProvider {
-    /// A client for this configuration.
-    pub fn new(config: ResponsesConfig) -> Result<Self, LlmError> {
-        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
-        let url = join_url(&config.base_url, "responses");
-        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if let Some(key) = config.api_key.as_ref().filter(|k| !k.is_empty()) {
-            headers.push(("authorization".into(), format!("Bearer {key}")));
-        }
-        if config.stream {
-            headers.push(("accept".into(), "text/event-stream".into()));
-        }
-        Ok(Self { config, http, url, headers })
+impl WireApi for ResponsesConfig {
+    type Body<'a> = wire::ResponsesRequest<'a>;
+
+    shell::common_fields!();
+
+    fn auth_headers(&self) -> Vec<(String, String)> {
+        shell::bearer(self.api_key.as_ref())
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ResponsesConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl ChatProvider for ResponsesProvider {
-    fn name(&self) -> &str {
-        &self.config.name
+    fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {
+        let body = self.request_body(request)?;
+        Ok((body.model.clone(), body))
     }
 
-    fn default_model(&self) -> &str {
-        &self.config.model
+    fn endpoint(&self, _model: &str) -> String {
+        join_url(&self.base_url, "responses")
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
-        let body = self.config.request_body(&request)?;
-        let model = body.model.clone();
-        let name = &self.config.name;
-        self.http
-            .exchange(
-                &self.url,
-                &self.headers,
-                &body,
-                self.config.stream,
-                model,
-                |bytes, model| stream_with_model(name, bytes, model),
-                |bytes| parse_response(name, bytes),
-            )
-            .await
+    fn decode(provider: &str, bytes: ByteStream, fallback_model: String) -> ChatStream {
+        sse::decode::<ResponseAccumulator>(provider, bytes, fallback_model)
     }
 }
 

@@ -291,34 +291,20 @@ impl ResponseAccumulator {
         }
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
-        ChatResponse {
-            message,
-            stop_reason,
-            usage: self.usage.as_ref().map(usage).unwrap_or_default(),
-            cost_usd: None,
-            model: self.model.clone(),
-        }
+        sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
 }
 
 /// Parses a complete (non-streamed) response object.
 pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, ProviderError> {
-    let text = String::from_utf8_lossy(body);
-    let response: wire::Response =
-        serde_json::from_slice(body).map_err(|e| sse::bad_json(provider, "response", &text, &e))?;
+    let response: wire::Response = sse::parse_body(provider, "response", body)?;
     let mut acc = ResponseAccumulator::new();
     let event = match response.status.as_deref() {
         Some("failed") => wire::StreamEvent::Failed { response },
         Some("incomplete") => wire::StreamEvent::Incomplete { response },
         Some("completed") => wire::StreamEvent::Completed { response },
         _ if response.output.is_empty() => {
-            return Err(ProviderError::Malformed {
-                provider: provider.to_string(),
-                message: format!(
-                    "the response has no output and no final status: {}",
-                    recursive_core::text::clip_chars(&text, 200)
-                ),
-            });
+            return Err(sse::not_an_answer(provider, "the response has no output and no final status", body));
         }
         _ => wire::StreamEvent::Completed { response },
     };

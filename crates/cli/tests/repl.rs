@@ -53,6 +53,8 @@ fn a_person_drives_cells_models_tools_agents_and_graphs_in_a_terminal() {
     tmux.line("for i in range(4):");
     tmux.line("    total += i * 10");
     tmux.line("");
+    // The block has run when a fresh prompt follows the two lines typed at one.
+    tmux.wait_for(">>> ", 3);
     tmux.line("print('total', total)");
     tmux.wait_for("total 60", 1);
 

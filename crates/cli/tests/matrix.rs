@@ -20,7 +20,7 @@ use recursive_core::{
 use recursive_goal::{ActionRegistry, DelegateAction, GoalConfig, GoalPursuer};
 use recursive_graph::GraphRunnable;
 use recursive_graph::blueprint::{self, Allowlist, Source};
-use recursive_rlm::{Rlm, RlmConfig};
+use recursive_rlm::{Rlm, RlmConfig, RlmEvent};
 use serde_json::{Value, json};
 
 fn use_worker_binary() {
@@ -370,10 +370,16 @@ async fn cancellation_reaches_a_snippet_two_levels_down() {
         agent("middle", &calling("spinner", json!({"input": "x"})), tools(&[spinner])),
     ));
     let parent = agent("main", &calling("middle", json!({"input": "go"})), tools(&[middle]));
-    let (scope, _sink) = root(BudgetLimits::default());
+    let (scope, sink) = root(BudgetLimits::default());
     let token = scope.cancel_token().clone();
+    // Cancelled once the spinner's snippet is running, two levels down.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let spinning = |e: &AgentEvent| {
+            e.ids.depth == 2 && matches!(e.kind.extension::<RlmEvent>(), Some(RlmEvent::RlmSnippet { .. }))
+        };
+        while !sink.events().iter().any(spinning) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         token.cancel();
     });
     let t0 = Instant::now();

@@ -105,11 +105,17 @@ fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
     assert_eq!(status, 429, "{body}");
     assert!(head.contains("retry-after: 1"), "{head}");
 
-    // Follow the first run's events while the server is told to stop.
-    let addr = server.addr.clone();
-    let path = format!("/v1/runs/{id}/events");
-    let reader = std::thread::spawn(move || http(&addr, "GET", &path, &[], None).2);
-    std::thread::sleep(Duration::from_millis(300));
+    // Follow the first run's events (the stream has begun: its head arrived) while the server is
+    // told to stop.
+    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let request = format!("GET /v1/runs/{id}/events HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n", server.addr);
+    std::io::Write::write_all(&mut stream, request.as_bytes()).unwrap();
+    let mut stream = std::io::BufReader::new(stream);
+    let mut status_line = String::new();
+    std::io::BufRead::read_line(&mut stream, &mut status_line).unwrap();
+    assert!(status_line.contains(" 200 "), "{status_line}");
+    let reader = std::thread::spawn(move || std::io::read_to_string(stream).unwrap());
     signal(server.child.id(), "TERM");
     let events = reader.join().unwrap();
     let status = server.child.wait().unwrap();
@@ -201,7 +207,11 @@ fn named_agents_are_models_and_a_cancelled_run_ends_cancelled() {
     let (_, _, body) =
         http(&server.addr, "POST", "/v1/runs", &[], Some(&json!({"kind": "run", "input": "sleep please"})));
     let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
-    std::thread::sleep(Duration::from_millis(500));
+    // Cancelled once its command runs.
+    common::wait_for("the run's command", Duration::from_secs(30), || {
+        let (_, _, body) = http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None);
+        serde_json::from_str::<Value>(&body).unwrap()["events"].as_u64().unwrap_or(0) >= 4
+    });
     let (status, _, _) = http(&server.addr, "POST", &format!("/v1/runs/{id}/cancel"), &[], None);
     assert_eq!(status, 202);
     let events = http(&server.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;

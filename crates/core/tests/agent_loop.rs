@@ -243,11 +243,18 @@ async fn cancellation_gives_in_flight_calls_synthetic_results() {
     ])]);
     let scope = RunScope::detached("main");
     let token = scope.cancel_token().clone();
+    let (tools, echo) = tools();
+    // Cancelled once both calls are running.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        while echo.in_flight.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
         token.cancel();
     });
-    let result = agent(&provider, RunLimits::default()).run_in("go", &scope).await.unwrap();
+    let agent = Agent::new(Arc::new(provider.clone()))
+        .with_tools(tools)
+        .with_config(AgentConfig { name: "main".into(), ..Default::default() });
+    let result = agent.run_in("go", &scope).await.unwrap();
     assert_eq!(result.finish_reason, FinishReason::Cancelled);
     let results = tool_results(&result.messages);
     assert_eq!(results.len(), 2);

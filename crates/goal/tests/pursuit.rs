@@ -985,10 +985,14 @@ async fn cancelling_the_pursuit_never_ends_it_completed() {
         .plan("Survey the field", json!([sub("Read survey one", &[]), sub("Read survey two", &[])]))
         .provider()
         .with_latency(Duration::from_millis(50));
-    let scope = RunScope::detached("t");
+    let sink = MemorySink::new();
+    let scope = observed_root(sink.clone());
     let token = scope.cancel_token().clone();
+    // Cancelled once the pursuit has made its first model call.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        while !sink.events().iter().any(|e| matches!(e.kind, EventKind::Usage { .. })) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         token.cancel();
     });
     let out = pursuer(&provider, GoalConfig::default()).pursue("Survey the field", &scope).await.unwrap();

@@ -623,10 +623,13 @@ async fn works_on_a_current_thread_runtime() {
 #[tokio::test(flavor = "multi_thread")]
 async fn cancelling_the_run_stops_a_running_snippet_and_the_run() {
     let p = primary(&[py("while True:\n    pass"), py("submit('x')")]);
-    let scope = RunScope::detached("t");
+    let (scope, sink) = scope_with_sink();
     let cancel = scope.cancel_token().clone();
+    // Cancelled once the looping snippet is running.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        while custom(&sink.events(), "rlm_snippet").is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         cancel.cancel();
     });
     let r = rlm(&p, &echo_sub(), RlmConfig::default()).run("q", Inputs::new(), &scope).await.unwrap();

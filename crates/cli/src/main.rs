@@ -33,7 +33,13 @@ struct Cli {
 enum Command {
     /// Run the agent loop on a goal, with the built-in tools scoped to the workspace.
     Run(commands::run::RunArgs),
-    /// Talk with the agent line by line in one session (streamed answers, tool approvals, /commands).
+    /// Talk with the agent in one session: a full-screen terminal UI, or one message per line when piped.
+    ///
+    /// On a terminal the chat is a full-screen UI: the conversation, a status line, an input box
+    /// (Enter sends, Alt-Enter adds a line; during a turn Enter queues and Ctrl-S steers), the run
+    /// tree (Ctrl-T), and tool approvals shown with what the call would do. When stdin or stdout
+    /// is not a terminal (or with --plain) it reads one message per line and streams the answers
+    /// to stdout. /help lists the commands.
     Chat(commands::chat::ChatArgs),
     /// List the sessions of `run` and `chat`, most recent first.
     Sessions(commands::sessions::SessionsArgs),

@@ -45,6 +45,9 @@ const TYPING_GAP: Duration = Duration::from_millis(60);
 /// What the shown question says once its keys answer (typing has paused long enough).
 const KEYS_ANSWER_NOW: &str = "(these keys answer now)";
 
+/// What the status line says while a question waits for the person.
+const WAITING_FOR_ANSWER: &str = "waiting for your answer";
+
 /// Types `text` a character at a time, as a person does.
 fn type_slowly(tmux: &Tmux, text: &str) {
     for c in text.chars() {
@@ -177,6 +180,9 @@ fn a_question_appearing_mid_sentence_is_not_answered_by_typing_and_always_is_del
     // The person starts the next sentence while the model works; the question arrives mid-way.
     type_slowly(&tmux, "so tell me, ");
     tmux.wait_for("allow `run_shell`", 1);
+    // While the question waits, the status says so, not that the tool runs.
+    let asked = tmux.wait_for(&format!(" {WAITING_FOR_ANSWER} (Esc interrupts)"), 1);
+    assert!(!asked.contains("running run_shell"), "{asked}");
     let sentence = "so tell me, what is this? yes and no, really, any rain";
     type_slowly(&tmux, sentence.trim_start_matches("so tell me, "));
     // Every letter went to the message box; nothing was answered, nothing ran.
@@ -358,4 +364,76 @@ fn a_message_typed_during_a_streamed_answer_is_sent_once_after_it() {
     assert_eq!(server.request_count(), 2);
     assert_eq!(user_messages(&server.request(0)), ["tell me a story"]);
     assert_eq!(user_messages(&server.request(1)), ["tell me a story", "then a shorter one"]);
+}
+
+#[test]
+fn a_turn_that_fails_shows_its_error_once() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::error(400, r#"{"error": {"message": "the model is on strike", "type": "invalid_request_error"}}"#),
+        Reply::text("back to work"),
+    ]));
+    let tmux = start_chat(&env, &server, "");
+    tmux.line("hello");
+    let screen = tmux.wait_for("the model is on strike", 1);
+    // The chat goes on; the error was shown once, not once from its event and again at the turn's end.
+    tmux.line("again");
+    let screen_after = tmux.wait_for("back to work", 1);
+    assert_eq!(screen_after.matches("the model is on strike").count(), 1, "{screen}\n---\n{screen_after}");
+}
+
+#[test]
+fn help_describes_the_terminal_ui_and_the_line_mode() {
+    let env = Env::new();
+    let top = env.cmd().arg("--help").output().unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(!top.contains("line by line"), "{top}");
+    let chat = env.cmd().args(["chat", "--help"]).output().unwrap();
+    let chat = String::from_utf8_lossy(&chat.stdout);
+    assert!(chat.contains("full-screen terminal UI"), "{chat}");
+    assert!(chat.contains("one message per line"), "{chat}");
+    // The per-turn settings are offered, and say that they apply to each turn.
+    for flag in ["--reasoning-effort", "--timeout", "--max-tokens", "--max-cost"] {
+        assert!(chat.contains(flag), "{flag}: {chat}");
+    }
+    assert!(chat.contains("Token budget of each turn"), "{chat}");
+}
+
+#[test]
+fn reasoning_effort_goes_with_every_request_and_the_token_budget_applies_to_each_turn() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("read_file", json!({"path": "notes.txt"})).with_usage(40, 30),
+        Reply::text("a fresh budget").with_usage(10, 5),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes --reasoning-effort low --max-tokens 50");
+    tmux.line("read the notes");
+    // 70 tokens spent of the turn's 50: the turn stops before its next model call.
+    let screen = tmux.wait_for("the turn stopped: token_budget_exceeded", 1);
+    assert_eq!(server.request_count(), 1, "{screen}");
+    // The next turn has a budget of its own.
+    tmux.line("and now?");
+    tmux.wait_for("a fresh budget", 1);
+    assert_eq!(server.request_count(), 2);
+    for i in 0..2 {
+        assert_eq!(server.request(i).body["reasoning_effort"], "low", "request {i}");
+    }
+}
+
+#[test]
+fn tabs_in_a_tools_output_are_shown_as_spaces() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("run_shell", json!({"command": "printf 'name\\tsize\\nalpha\\t12\\n'"})),
+        Reply::text("listed"),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.line("list them");
+    tmux.wait_for("listed", 1);
+    tmux.keys(&["C-o"]);
+    let unfolded = tmux.wait_for("│ alpha   12", 1);
+    assert!(unfolded.contains("│ name    size"), "{unfolded}");
 }

@@ -2,7 +2,9 @@
 //! stream to stdout, notes go to stderr, tool approvals follow `--yes`/`--no-ask` (asking on
 //! a terminal when one is there), and Ctrl-C ends the chat with 8.
 
+use super::tui::settle;
 use super::{Chat, HELP, Input, parse};
+use crate::commands::chat::TurnSettings;
 
 /// Reads prompt lines on a thread of its own, one line per request, so a blocked read neither
 /// holds up the runtime nor keeps the process alive after Ctrl-C, and stdin is left alone
@@ -39,7 +41,7 @@ impl Prompter {
 }
 
 /// Runs the chat line by line; returns the exit status.
-pub async fn run(mut chat: Chat) -> anyhow::Result<u8> {
+pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
     use std::io::Write;
     eprintln!(
         "recursive chat — session {} ({} earlier message(s)); /help lists the commands",
@@ -102,12 +104,13 @@ pub async fn run(mut chat: Chat) -> anyhow::Result<u8> {
             }
             Some(Input::Message(text)) => text,
         };
-        let (turn, notes) = chat.prepare(&text).await?;
+        let (mut turn, notes) = chat.prepare(&text).await?;
         for note in notes {
             eprintln!("{note}");
         }
         let before = chat.totals();
-        let end = turn.run(chat.scope.clone()).await;
+        let scope = settle(&mut turn, chat.scope.clone(), &settings);
+        let end = turn.run(scope).await;
         if let Some(error) = &end.error {
             eprintln!("\nerror: {error}");
             code = 1;

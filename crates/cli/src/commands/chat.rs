@@ -31,6 +31,20 @@ pub struct ChatArgs {
     /// One message per line, even on a terminal (no full-screen UI).
     #[arg(long)]
     pub plain: bool,
+    /// How hard a reasoning model thinks (OpenAI's `reasoning_effort`), for every turn.
+    #[arg(long, value_parser = ["minimal", "low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
+    /// Wall-clock limit of each turn (one message and all it sets off), in seconds; a turn that
+    /// reaches it stops and the chat goes on.
+    #[arg(long, alias = "max-time", value_name = "SECS", value_parser = crate::flags::secs)]
+    pub timeout: Option<f64>,
+    /// Token budget of each turn (one message and all it sets off).
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// USD budget of each turn (one message and all it sets off; refused when the model's price
+    /// is unknown).
+    #[arg(long, value_parser = crate::flags::usd)]
+    pub max_cost: Option<f64>,
     #[command(flatten)]
     pub conversation: super::ConversationArgs,
     #[command(flatten)]
@@ -39,6 +53,16 @@ pub struct ChatArgs {
     pub runnables: super::RunnableArgs,
     #[command(flatten)]
     pub provider: ProviderArgs,
+}
+
+/// What applies to every turn of a chat: `--reasoning-effort` and the budget flags (a turn is
+/// the chat's counterpart of a `run`: one message and everything it sets off).
+#[derive(Debug, Clone, Default)]
+pub struct TurnSettings {
+    /// `--reasoning-effort`.
+    pub reasoning_effort: Option<String>,
+    /// `--timeout`, `--max-tokens`, `--max-cost`, for each turn.
+    pub limits: BudgetLimits,
 }
 
 /// Runs the command.
@@ -60,6 +84,10 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
+    let budget = super::BudgetArgs { timeout: args.timeout, max_tokens: args.max_tokens, max_cost: args.max_cost };
+    let settings =
+        TurnSettings { reasoning_effort: args.reasoning_effort.clone(), limits: budget.limits(&harness.provider)? };
+    settings.limits.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup = &harness.setup;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let model = harness.provider.model();
@@ -93,8 +121,8 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     match events {
         Some(events) => {
             let asks = asks.unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
-            crate::chat::tui::run(chat, events, asks).await
+            crate::chat::tui::run(chat, events, asks, settings).await
         }
-        None => crate::chat::plain::run(chat).await,
+        None => crate::chat::plain::run(chat, settings).await,
     }
 }

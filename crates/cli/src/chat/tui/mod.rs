@@ -23,6 +23,7 @@ mod question;
 mod queue;
 mod tree;
 mod view;
+mod working;
 
 use std::time::{Duration, Instant};
 
@@ -32,14 +33,15 @@ use recursive_core::{AgentEvent, EventKind, InboxEvent, RunScope};
 use recursive_tools::Approval;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use self::approval::Ask;
 use self::editor::Editor;
 use self::question::{Choice, QuestionKeys, Verdict};
 use self::queue::Queue;
 use self::tree::RunTree;
-use super::{Chat, HELP, Input, TurnEnd, parse};
+use self::working::Working;
+use super::{Chat, HELP, Input, Turn, TurnEnd, parse};
+use crate::commands::chat::TurnSettings;
 
 /// One thing shown in the conversation.
 #[derive(Debug)]
@@ -98,8 +100,12 @@ pub struct App {
     queue: Queue,
     /// Messages steered into the running turn and not yet taken by it, as typed.
     steering: std::collections::VecDeque<String>,
-    /// The running turn: since when, what it is doing, its cancel token.
-    working: Option<(Instant, String, CancellationToken)>,
+    /// The running turn: what it is doing, since when, its cancel token.
+    working: Option<Working>,
+    /// Where the running turn's entries begin.
+    turn_from: usize,
+    /// What applies to every turn.
+    settings: TurnSettings,
     /// The text streamed by the running turn (kept if it is interrupted).
     streamed: String,
     interrupted: bool,
@@ -120,7 +126,7 @@ pub struct App {
 }
 
 impl App {
-    fn new(chat: &Chat) -> Self {
+    fn new(chat: &Chat, settings: TurnSettings) -> Self {
         let mut entries = vec![Entry::Note(format!(
             "recursive chat — session {} ({} earlier message(s)). Enter sends, Alt-Enter adds a line, /help lists the commands.",
             chat.session.meta.id,
@@ -145,6 +151,8 @@ impl App {
             steering: Default::default(),
             question: QuestionKeys::new(question::QUIET),
             working: None,
+            turn_from: 0,
+            settings,
             streamed: String::new(),
             interrupted: false,
             tree: RunTree::default(),
@@ -233,13 +241,39 @@ impl App {
     }
 
     fn set_doing(&mut self, what: &str) {
-        if let Some((_, doing, _)) = &mut self.working {
-            *doing = what.to_string();
+        if let Some(working) = &mut self.working {
+            working.set_doing(what, Instant::now());
         }
+    }
+
+    /// Tells the running turn's clock whether a question waits for the person.
+    fn set_asking(&mut self) {
+        let asking = !self.asks.is_empty();
+        if let Some(working) = &mut self.working {
+            working.set_asking(asking, Instant::now());
+        }
+    }
+
+    /// Shows the error a turn ended with, unless it is already shown: the event of the fault
+    /// came first, and the end repeats it (perhaps with more context, which then replaces it).
+    fn turn_error(&mut self, error: &str) {
+        let from = self.turn_from.min(self.entries.len());
+        for e in self.entries[from..].iter_mut().rev() {
+            if let Entry::Error(shown) = e
+                && (error.contains(shown.as_str()) || shown.contains(error))
+            {
+                if error.len() > shown.len() {
+                    *shown = error.to_string();
+                }
+                return;
+            }
+        }
+        self.entries.push(Entry::Error(error.to_string()));
     }
 
     /// Shows the next question, if one waits and none is shown.
     fn show_ask(&mut self, root: &std::path::Path) {
+        self.set_asking();
         let Some(ask) = self.asks.front() else {
             self.question.hide();
             return;
@@ -314,10 +348,11 @@ pub async fn run(
     mut chat: Chat,
     mut events: UnboundedReceiver<AgentEvent>,
     mut asks: UnboundedReceiver<Ask>,
+    settings: TurnSettings,
 ) -> anyhow::Result<u8> {
     let mut terminal = ratatui::init();
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableBracketedPaste);
-    let outcome = drive(&mut chat, &mut terminal, &mut events, &mut asks).await;
+    let outcome = drive(&mut chat, &mut terminal, &mut events, &mut asks, &settings).await;
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableBracketedPaste);
     ratatui::restore();
     eprintln!("session {} saved; continue it with `recursive chat --resume {0}`", chat.session.meta.id);
@@ -342,9 +377,10 @@ async fn drive(
     terminal: &mut ratatui::DefaultTerminal,
     events: &mut UnboundedReceiver<AgentEvent>,
     asks: &mut UnboundedReceiver<Ask>,
+    settings: &TurnSettings,
 ) -> anyhow::Result<u8> {
     let root = chat.harness.setup.workspace.root().to_path_buf();
-    let mut app = App::new(chat);
+    let mut app = App::new(chat, settings.clone());
     let mut keys = EventStream::new();
     let mut tick = tokio::time::interval(Duration::from_millis(120));
     let mut turn: Option<JoinHandle<TurnEnd>> = None;
@@ -370,8 +406,8 @@ async fn drive(
                     Action::Nothing => {}
                     Action::Leave => break,
                     Action::Interrupt => {
-                        if let Some((_, _, token)) = &app.working {
-                            token.cancel();
+                        if let Some(working) = &app.working {
+                            working.token.cancel();
                             app.interrupted = true;
                             app.note("interrupting…");
                         }
@@ -406,8 +442,8 @@ async fn drive(
             _ = tick.tick(), if app.working.is_some() => app.spinner += 1,
             // SIGINT from outside (the terminal's Ctrl-C arrives as a key): as the key does.
             _ = sigint.recv() => match &app.working {
-                Some((_, _, token)) => {
-                    token.cancel();
+                Some(working) => {
+                    working.token.cancel();
                     app.interrupted = true;
                 }
                 None => break,
@@ -418,8 +454,8 @@ async fn drive(
             }
         }
     }
-    if let Some((_, _, token)) = &app.working {
-        token.cancel();
+    if let Some(working) = &app.working {
+        working.token.cancel();
     }
     if let Some(handle) = turn
         && let Ok(end) = handle.await
@@ -438,10 +474,12 @@ fn finish_turn(app: &mut App, chat: &mut Chat, end: Option<TurnEnd>, before: (re
     };
     let interrupted = app.interrupted.then(|| app.streamed.clone());
     if let Some(error) = &end.error {
-        app.entries.push(Entry::Error(error.clone()));
+        app.turn_error(error);
         app.code = 1;
     } else if interrupted.is_some() {
         app.note("interrupted; the chat goes on");
+    } else if !end.result.finish_reason.is_success() {
+        app.note(format!("the turn stopped: {}; the chat goes on", end.result.finish_reason.as_str()));
     }
     if let Some(warning) = chat.finish(&end, before, interrupted.as_deref()) {
         app.entries.push(Entry::Error(warning));
@@ -526,18 +564,31 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
         Input::Message(message) => {
             app.entries.push(Entry::User(message.clone()));
             app.scroll = 0;
-            let (turn, notes) = chat.prepare(&message).await?;
+            let (mut turn, notes) = chat.prepare(&message).await?;
             for note in notes {
                 app.note(note);
             }
             app.tree.clear();
             let token = chat.scope.cancel_token().child_token();
-            let scope: RunScope = chat.scope.clone().with_cancel(token.clone());
-            app.working = Some((Instant::now(), "thinking".into(), token));
+            let scope = settle(&mut turn, chat.scope.clone().with_cancel(token.clone()), &app.settings);
+            app.turn_from = app.entries.len();
+            app.working = Some(Working::new(token, Instant::now()));
             return Ok(Some(tokio::spawn(turn.run(scope))));
         }
     }
     Ok(None)
+}
+
+/// Applies the chat's per-turn settings to `turn`: its reasoning effort, and its budget (carved
+/// from the session's `scope`, which the returned scope narrows).
+pub(super) fn settle(turn: &mut Turn, scope: RunScope, settings: &TurnSettings) -> RunScope {
+    if settings.reasoning_effort.is_some() {
+        turn.agent.config_mut().options.reasoning_effort = settings.reasoning_effort.clone();
+    }
+    if settings.limits == recursive_core::BudgetLimits::default() {
+        return scope;
+    }
+    scope.with_budget(settings.limits.clone())
 }
 
 /// Offers a key to the shown question first; whether it took it. Typing goes on to the message

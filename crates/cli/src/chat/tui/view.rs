@@ -17,6 +17,30 @@ const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "�
 /// Most lines of an unfolded tool result.
 const UNFOLDED_LINES: usize = 200;
 
+/// Columns between tab stops.
+const TAB_STOP: usize = 8;
+
+/// `line` with each tab expanded to spaces up to the next tab stop (a terminal widget drops
+/// tabs, which would glue the columns of a tool's output together).
+pub fn expand_tabs(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('\t') {
+        return line.into();
+    }
+    let mut out = String::with_capacity(line.len() + TAB_STOP);
+    let mut column = 0;
+    for c in line.chars() {
+        if c == '\t' {
+            let spaces = TAB_STOP - column % TAB_STOP;
+            out.extend(std::iter::repeat_n(' ', spaces));
+            column += spaces;
+        } else {
+            out.push(c);
+            column += Span::raw(c.to_string()).width();
+        }
+    }
+    out.into()
+}
+
 /// Draws the whole screen.
 pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     let input_height = (app.editor.lines().len() as u16).clamp(1, 8) + 2;
@@ -66,7 +90,7 @@ fn draw_conversation(f: &mut Frame, app: &App, area: Rect) {
 fn styled_lines(text: &str, prefix: &str, style: Style, out: &mut Vec<Line<'static>>) {
     for (i, line) in text.lines().enumerate() {
         let head = if i == 0 { prefix.to_string() } else { " ".repeat(prefix.chars().count()) };
-        out.push(Line::from(vec![Span::styled(head, style), Span::styled(line.to_string(), style)]));
+        out.push(Line::from(vec![Span::styled(head, style), Span::styled(expand_tabs(line).into_owned(), style)]));
     }
 }
 
@@ -90,10 +114,10 @@ fn entry_lines(entry: &Entry, unfold: bool, keys: Keys, out: &mut Vec<Line<'stat
                 let count = output.lines().count();
                 if unfold {
                     for line in output.lines().take(UNFOLDED_LINES) {
-                        out.push(Line::styled(format!("  │ {line}"), style));
+                        out.push(Line::styled(format!("  │ {}", expand_tabs(line)), style));
                     }
                 } else {
-                    let first = recursive_core::text::one_line(output.lines().next().unwrap_or(""), 100);
+                    let first = recursive_core::text::one_line(&expand_tabs(output.lines().next().unwrap_or("")), 100);
                     let more =
                         if count > 1 { format!(" (+{} lines, Ctrl-O unfolds)", count - 1) } else { String::new() };
                     out.push(Line::styled(format!("  ⎿ {first}{more}"), style));
@@ -149,9 +173,9 @@ fn question_keys(keys: Keys, out: &mut Vec<Line<'static>>) {
 
 fn status_line(app: &App, chat: &Chat) -> Line<'static> {
     let mut spans = Vec::new();
-    if let Some((since, doing, _)) = &app.working {
+    if let Some(working) = &app.working {
         spans.push(Span::styled(
-            format!("{} {doing} {:.1}s ", SPINNER[app.spinner % SPINNER.len()], since.elapsed().as_secs_f64()),
+            format!("{} {} ", SPINNER[app.spinner % SPINNER.len()], working.status(std::time::Instant::now())),
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
         spans.push(Span::styled("(Esc interrupts) ", Style::new().fg(Color::DarkGray)));
@@ -233,4 +257,35 @@ fn draw_input(f: &mut Frame, app: &App, area: Rect) {
         inner.x + x.min(inner.width.saturating_sub(1)),
         inner.y + (row - first) as u16,
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tabs_become_spaces_up_to_the_next_tab_stop() {
+        assert_eq!(expand_tabs("a\tb"), "a       b");
+        assert_eq!(expand_tabs("name\tsize\n"), "name    size\n");
+        assert_eq!(expand_tabs("12345678\tx"), "12345678        x");
+        assert_eq!(expand_tabs("\t\tx"), format!("{}x", " ".repeat(16)));
+        assert_eq!(expand_tabs("né\tx"), "né      x");
+        assert_eq!(expand_tabs("no tabs"), "no tabs");
+    }
+
+    #[test]
+    fn a_tool_results_tabs_are_shown_as_spaces() {
+        let tool = Entry::Tool {
+            id: "c1".into(),
+            title: "run_shell(ls)".into(),
+            result: Some(("alpha\t1\nbeta\t22".into(), false)),
+        };
+        let keys = Keys { armed: false, highlight: None };
+        for (unfold, want) in [(false, "  ⎿ alpha   1"), (true, "  │ beta    22")] {
+            let mut out = Vec::new();
+            entry_lines(&tool, unfold, keys, &mut out);
+            let text: Vec<String> = out.iter().map(|l| l.to_string()).collect();
+            assert!(text.iter().any(|l| l.starts_with(want)), "{text:?}");
+        }
+    }
 }

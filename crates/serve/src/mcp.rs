@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -66,7 +66,41 @@ fn schema<T: JsonSchema>() -> Arc<Map<String, Value>> {
     };
     object.remove("$schema");
     object.remove("title");
-    Arc::new(object)
+    Arc::new(plain_formats(object))
+}
+
+/// A schema without the number formats schemars names (`uint64`, `int32`, `double`…): they are
+/// not JSON Schema formats, and MCP clients validating with a standard validator warn about each
+/// on every call. The range they imply stays as `minimum` where schemars gave one.
+fn plain_formats(mut object: Map<String, Value>) -> Map<String, Value> {
+    let numeric = |f: &str| {
+        matches!(f, "float" | "double")
+            || f.strip_prefix("uint")
+                .or_else(|| f.strip_prefix("int"))
+                .is_some_and(|bits| bits.chars().all(|c| c.is_ascii_digit()))
+    };
+    if object.get("format").and_then(Value::as_str).is_some_and(numeric) {
+        object.remove("format");
+    }
+    for value in object.values_mut() {
+        plain_values(value);
+    }
+    object
+}
+
+fn plain_values(value: &mut Value) {
+    match value {
+        Value::Object(o) => *o = plain_formats(std::mem::take(o)),
+        Value::Array(items) => items.iter_mut().for_each(plain_values),
+        _ => {}
+    }
+}
+
+/// What a client is told of every tool: a title; each runs a model with the server's tools under
+/// its permission rules, so none is read-only, and each reaches an open world (a model API).
+fn annotated(mut tool: Tool, title: &str) -> Tool {
+    tool.annotations = Some(ToolAnnotations::with_title(title).read_only(false).open_world(true));
+    tool
 }
 
 /// The tools offered: `run`, `rlm`, `goal`, and every runnable the server names (with its
@@ -78,7 +112,8 @@ pub fn tools(offered: &[recursive_core::ToolSpec]) -> Vec<Tool> {
             Value::Object(o) => o.clone(),
             _ => Map::new(),
         };
-        tools.push(Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema)));
+        let tool = Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(plain_formats(schema)));
+        tools.push(annotated(tool, &spec.name));
     }
     // Every tool's result carries the run's output as structured content.
     let output = schema::<crate::runs::RunOutput>();
@@ -93,21 +128,30 @@ const BUILTIN: &[&str] = &["run", "rlm", "goal"];
 
 fn builtin_tools() -> Vec<Tool> {
     vec![
-        Tool::new(
-            "run",
-            "Run the agent loop on a goal with the server's tools; returns its answer.",
-            schema::<RunArgs>(),
+        annotated(
+            Tool::new(
+                "run",
+                "Run the agent loop on a goal with the server's tools; returns its answer.",
+                schema::<RunArgs>(),
+            ),
+            "Run an agent",
         ),
-        Tool::new(
-            "rlm",
-            "Answer a question over long inputs with a recursive language model (the inputs live in a Python \
-             REPL; the model reads them in pieces and calls sub-models).",
-            schema::<RlmArgs>(),
+        annotated(
+            Tool::new(
+                "rlm",
+                "Answer a question over long inputs with a recursive language model (the inputs live in a \
+                 Python REPL; the model reads them in pieces and calls sub-models).",
+                schema::<RlmArgs>(),
+            ),
+            "Ask a recursive language model",
         ),
-        Tool::new(
-            "goal",
-            "Pursue an objective by recursive goal decomposition; returns the synthesis.",
-            schema::<GoalArgs>(),
+        annotated(
+            Tool::new(
+                "goal",
+                "Pursue an objective by recursive goal decomposition; returns the synthesis.",
+                schema::<GoalArgs>(),
+            ),
+            "Pursue a goal",
         ),
     ]
 }
@@ -234,4 +278,51 @@ pub async fn serve_stdio(server: Arc<Server>) -> Result<(), String> {
     let running = McpServer::new(server).serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
     running.waiting().await.map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    fn formats(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(o) => {
+                if let Some(f) = o.get("format").and_then(Value::as_str) {
+                    out.push(f.to_string());
+                }
+                o.values().for_each(|v| formats(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| formats(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn tools_carry_annotations_and_no_number_formats_a_standard_validator_warns_about() {
+        let offered = recursive_core::ToolSpec {
+            name: "reader".into(),
+            description: "Reads.".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {
+                "input": {"type": "string"},
+                "pages": {"type": "integer", "format": "uint64", "minimum": 0},
+                "when": {"type": "string", "format": "date-time"}
+            }}),
+        };
+        let tools = tools(&[offered]);
+        assert_eq!(tools.len(), 4);
+        for tool in &tools {
+            let value = serde_json::to_value(tool).unwrap();
+            let mut found = Vec::new();
+            formats(&value["inputSchema"], &mut found);
+            formats(&value["outputSchema"], &mut found);
+            assert!(found.iter().all(|f| f == "date-time"), "{}: {found:?}", tool.name);
+            assert_eq!(value["annotations"]["readOnlyHint"], false, "{value}");
+            assert_eq!(value["annotations"]["openWorldHint"], true, "{value}");
+            assert!(value["annotations"]["title"].is_string(), "{value}");
+        }
+        let reader = serde_json::to_value(&tools[3]).unwrap();
+        assert_eq!(reader["inputSchema"]["properties"]["pages"]["minimum"], 0, "the range stays");
+        let usage = serde_json::to_string(&tools[0].output_schema).unwrap();
+        assert!(!usage.contains("uint"), "{usage}");
+    }
 }

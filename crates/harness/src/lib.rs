@@ -17,6 +17,7 @@
 pub mod blueprint_tool;
 pub mod config;
 pub mod files;
+pub mod mcp;
 pub mod provider;
 pub mod rlm;
 pub mod setup;
@@ -39,6 +40,7 @@ use recursive_rlm::{Reach, Rlm};
 pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
 pub use files::{RunnableFile, RunnableSpec};
+pub use mcp::{McpServers, StartingMcp};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
 pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
 pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
@@ -113,6 +115,10 @@ pub struct Harness {
     /// The command's RLM settings.
     pub rlm_options: RlmOptions,
     runnables: Runnables,
+    /// The runnable files, in order (built again once MCP servers start).
+    files: Vec<RunnableFile>,
+    /// The tools of the MCP servers started by [`Harness::start_mcp`].
+    mcp_tools: ToolRegistry,
 }
 
 impl std::fmt::Debug for Harness {
@@ -131,24 +137,42 @@ impl Harness {
         let setup =
             ToolSetup::load(&config, options.workspace.as_deref(), options.approver.clone(), options.max_steps)?;
         let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
-        let mut harness =
-            Self { config, provider, setup, rlm_file, rlm_options: options.rlm, runnables: Runnables::new() };
+        let mut harness = Self {
+            config,
+            provider,
+            setup,
+            rlm_file,
+            rlm_options: options.rlm,
+            runnables: Runnables::new(),
+            files: Vec::new(),
+            mcp_tools: ToolRegistry::new(),
+        };
         for (model, origin) in
             [(&harness.rlm_options.model, "--model"), (&harness.rlm_options.sub_model, "--sub-model")]
         {
             harness.provider.note_model(model.as_deref().unwrap_or_default(), origin);
         }
-        for file in files {
+        for file in &files {
             for model in file.models() {
                 harness.provider.note_model(model, &format!("named by {}", file.path.display()));
             }
-            if harness.runnables.get(&file.name).is_some() {
+        }
+        harness.files = files;
+        harness.rebuild_runnables()?;
+        Ok(harness)
+    }
+
+    /// Builds the runnables of the runnable files, each using those of earlier files.
+    fn rebuild_runnables(&mut self) -> Result<(), ConfigError> {
+        self.runnables = Runnables::new();
+        for file in &self.files {
+            if self.runnables.get(&file.name).is_some() {
                 return Err(ConfigError(format!("--agent {}: two runnables have that name", file.name)));
             }
-            let runnable = harness.runnable_from(&file)?;
-            harness.runnables.register(runnable);
+            let runnable = self.runnable_from(file)?;
+            self.runnables.register(runnable);
         }
-        Ok(harness)
+        Ok(())
     }
 
     /// Call options of the configuration's model.
@@ -282,8 +306,8 @@ impl Harness {
             .map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// A goal pursuer of this configuration: the read-only tools, and every runnable as a
-    /// delegate.
+    /// A goal pursuer of this configuration: the read-only tools and those of started MCP
+    /// servers, and every runnable as a delegate.
     pub fn pursuer(&self, config: GoalConfig) -> GoalPursuer {
         self.pursuer_with(config, &self.runnables)
     }
@@ -293,7 +317,9 @@ impl Harness {
         if config.options.model.is_empty() {
             config.options.model = self.provider.model();
         }
-        let tools = self.setup.invoker(self.setup.read_only.clone());
+        let mut tools = self.setup.read_only.clone();
+        tools.extend(&self.mcp_tools);
+        let tools = self.setup.invoker(tools);
         let mut pursuer = GoalPursuer::new(self.provider.provider.clone(), tools, config);
         if !delegates.is_empty() {
             let action = delegates.iter().fold(DelegateAction::new(), |a, r| a.with(r.clone()));
@@ -369,6 +395,8 @@ impl Harness {
                     match (self.setup.builtin.get(name), earlier.get(name)) {
                         (Some(tool), _) => tools.register(tool.clone()),
                         (None, Some(r)) => tools.register(Arc::new(RunnableTool::new(r.clone()))),
+                        // Offered once the servers start (`start_mcp` builds the files again).
+                        (None, None) if self.may_be_mcp_tool(name) => &mut tools,
                         (None, None) => return Err(ConfigError(named(&format!("unknown tool `{name}`")))),
                     };
                 }

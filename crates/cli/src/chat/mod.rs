@@ -159,16 +159,7 @@ impl Chat {
         let ChatParts { harness, session, history, scope, system, append_system, context_window } = parts;
         let tools = harness.tools();
         let system = harness.setup.system_prompt(&tools, system.as_deref(), append_system.as_deref());
-        let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
-        let late = recursive_core::LateTools::new();
-        let starting = {
-            let (late, scope) = (late.clone(), scope.clone());
-            tokio::spawn(async move {
-                let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
-                late.add(mcp.registry().clone());
-                mcp
-            })
-        };
+        let (late, starting) = harness.spawn_mcp(&scope)?.into_parts();
         let model = harness.provider.model();
         Ok(Chat {
             harness,

@@ -93,7 +93,7 @@ pub struct GoalArgs {
 
 /// Runs the command.
 pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
-    let harness = super::harness(
+    let mut harness = super::harness(
         &args.provider,
         args.workspace.as_deref(),
         args.approval.approver(),
@@ -134,6 +134,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     // is `[limits] max_depth`, raised to what `--max-depth` goal levels need.
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
     let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?.with_max_depth(depth);
+    let mcp = harness.start_mcp(&scope).await?;
     let mut pursuer = harness.pursuer_with(goal_config, &delegates(&harness, &args.inputs)?);
     if let Some(url) = &args.embeddings_url {
         let mut embedder = recursive_goal::HttpEmbedder::new(url.clone(), args.embeddings_model.clone());
@@ -157,10 +158,12 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
             None => eprintln!("goal log: {}", log_path.display()),
         }
     }
-    let (outcome, finish) = match resume {
-        Some(log) => pursuer.resume_as_run(log, &scope).await?,
-        None => pursuer.pursue_as_run(args.objective.as_deref().unwrap_or_default(), &scope).await?,
+    let pursued = match resume {
+        Some(log) => pursuer.resume_as_run(log, &scope).await,
+        None => pursuer.pursue_as_run(args.objective.as_deref().unwrap_or_default(), &scope).await,
     };
+    mcp.shutdown().await;
+    let (outcome, finish) = pursued?;
     report(&args, &outcome, &finish, &log_path)?;
     Ok(finish.exit_code() as u8)
 }

@@ -348,7 +348,7 @@ pub(crate) fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) 
 async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     let exec = &args.exec;
     let max_steps = args.max_steps.unwrap_or(recursive_core::RunLimits::default().max_steps);
-    let harness = super::harness(
+    let mut harness = super::harness(
         &exec.provider,
         exec.bind.workspace.as_deref(),
         exec.approval.approver(),
@@ -360,6 +360,7 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     let limits = exec.budget.limits(&harness.provider)?;
     let scope =
         super::root_scope("graph-new", &exec.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
+    let mcp = harness.start_mcp(&scope).await?;
     let tool = harness.blueprint_tool(&harness.tools());
     let tool = std::sync::Arc::new(if args.run { tool } else { tool.check_only() });
     let mut tools = recursive_core::ToolRegistry::new();
@@ -368,7 +369,9 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     // goes through the policy as every tool call does.
     let config = harness.agent_config("graph-new", Some(NEW_GRAPH_PROMPT.into()));
     let agent = recursive_core::Agent::new(harness.provider.provider.clone()).with_tools(tools).with_config(config);
-    let (result, error) = match agent.run_in(&args.objective, &scope).await {
+    let ran = agent.run_in(&args.objective, &scope).await;
+    mcp.shutdown().await;
+    let (result, error) = match ran {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
     };
@@ -585,7 +588,7 @@ async fn execute_graph(
     thread: &str,
     start: Start,
 ) -> anyhow::Result<u8> {
-    let harness = super::harness(
+    let mut harness = super::harness(
         &args.provider,
         args.bind.workspace.as_deref(),
         args.approval.approver(),
@@ -599,13 +602,16 @@ async fn execute_graph(
     // checks for its own nodes.
     let scope =
         super::root_scope("graph", &args.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
+    let mcp = harness.start_mcp(&scope).await?;
     if !args.provider.quiet {
         let address = store_address(&args.store, args.bind.workspace.as_deref())?;
         eprintln!("thread {thread} (store: {})", shown_address(&address));
     }
     // One runner per thread: a second one is refused (exit 2) or, with --wait, waits.
     let run = ThreadRun { source, subgraphs, new_thread, thread: thread.to_string(), start, wait: args.wait };
-    match harness.run_thread(store, run, &scope).await {
+    let ran = harness.run_thread(store, run, &scope).await;
+    mcp.shutdown().await;
+    match ran {
         Ok(o) => report(&o, args.store.json),
         Err(ThreadError::Bind(e)) => Err(ConfigError(e).into()),
         Err(ThreadError::Lease(e @ recursive_store::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),

@@ -58,6 +58,15 @@ pub async fn harness(
     Ok(harness)
 }
 
+/// Starts the configured MCP servers for a command whose runs have no root scope yet (`serve`,
+/// `worker`): their start-up shows as the runs' events do; every agent built from `harness`
+/// afterwards offers their tools.
+pub async fn start_mcp(harness: &mut Harness, args: &ProviderArgs) -> anyhow::Result<recursive_harness::McpServers> {
+    let display = Arc::new(CliSink::new(false, args.quiet));
+    let scope = harness.root_scope("mcp", display, BudgetLimits::default())?;
+    Ok(harness.start_mcp(&scope).await?)
+}
+
 /// The `[telemetry]` table of the configuration the command loaded.
 static TELEMETRY: std::sync::OnceLock<recursive_telemetry::TelemetryFile> = std::sync::OnceLock::new();
 /// The span exporter of this process, once a run scope started it.

@@ -117,20 +117,11 @@ impl RlmArgs {
     }
 }
 
-/// The MCP servers the named host tools need (started only when a name is not a built-in
-/// tool or a runnable).
-async fn mcp_for(
-    names: Option<Vec<String>>,
-    harness: &recursive_harness::Harness,
-    scope: &recursive_core::RunScope,
-) -> anyhow::Result<Option<recursive_tools::McpTools>> {
-    let Some(names) = names else { return Ok(None) };
+/// Whether the named host tools need the MCP servers (a name is not a built-in tool or a
+/// runnable).
+fn needs_mcp(names: Option<&Vec<String>>, harness: &recursive_harness::Harness) -> bool {
     let known = |n: &String| harness.setup.builtin.get(n).is_some() || harness.runnables().get(n).is_some();
-    if names.iter().all(known) {
-        return Ok(None);
-    }
-    let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
-    Ok(Some(recursive_tools::start_servers(&mcp_config, scope).await))
+    names.is_some_and(|names| !names.iter().all(known))
 }
 
 /// Runs the command.
@@ -143,7 +134,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         workspace: args.workspace.clone(),
         resume: args.resume.clone(),
     }));
-    let harness = super::harness(
+    let mut harness = super::harness(
         &args.provider,
         args.workspace.as_deref(),
         args.approval.approver(),
@@ -187,13 +178,14 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
             store.spend_restored = true;
         }
     }
-    let mcp = mcp_for(tool_names, &harness, &scope).await?;
-    let rlm = match harness.rlm(mcp.as_ref().map(|m| m.registry())) {
+    let mcp = match needs_mcp(tool_names.as_ref(), &harness) {
+        true => harness.start_mcp(&scope).await?,
+        false => recursive_harness::McpServers::default(),
+    };
+    let rlm = match harness.rlm(None) {
         Ok(rlm) => rlm,
         Err(e) => {
-            if let Some(m) = mcp {
-                m.shutdown().await;
-            }
+            mcp.shutdown().await;
             return Err(e.into());
         }
     };
@@ -216,9 +208,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     if let Some(lease) = lease {
         lease.release().await;
     }
-    if let Some(m) = mcp {
-        m.shutdown().await;
-    }
+    mcp.shutdown().await;
     let (result, error) = match ran {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),

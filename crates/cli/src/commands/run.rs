@@ -151,7 +151,6 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     )
     .await?;
     let budget = args.budget.limits(&harness.provider)?;
-    let mcp_config: recursive_tools::McpConfig = harness.config.section(&harness.config.file.mcp, "mcp")?;
     super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
 
     let scope =
@@ -174,21 +173,9 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     }
     // MCP servers start in the background: the first model call does not wait for them, and
     // their tools join the run as they become ready.
-    let late = recursive_core::LateTools::new();
-    let mut starting = {
-        let (late, scope) = (late.clone(), scope.clone());
-        tokio::spawn(async move {
-            let mcp = recursive_tools::start_servers(&mcp_config, &scope).await;
-            late.add(mcp.registry().clone());
-            mcp
-        })
-    };
+    let mut mcp = harness.spawn_mcp(&scope)?;
     // Servers that start quickly are there for the first call; Ctrl-C stops the wait.
-    let started = tokio::select! {
-        done = &mut starting => Some(done.ok()),
-        _ = tokio::time::sleep(MCP_START_GRACE) => None,
-        _ = scope.cancel_token().cancelled() => None,
-    };
+    mcp.wait(MCP_START_GRACE, &scope).await;
 
     let model_name = harness.provider.model();
     let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
@@ -204,7 +191,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     config.plan_mode = args.plan;
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
-    let agent = harness.agent_from(tools, config).with_late_tools(late);
+    let agent = harness.agent_from(tools, config).with_late_tools(mcp.late());
     let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
     for _ in 0..MAX_PLAN_REVISIONS {
         let Ok(result) = &outcome else { break };
@@ -226,18 +213,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    // Servers still starting are abandoned (their processes are killed as they are dropped).
-    let mcp = match started {
-        Some(mcp) => mcp,
-        None if starting.is_finished() => starting.await.ok(),
-        None => {
-            starting.abort();
-            None
-        }
-    };
-    if let Some(mcp) = mcp {
-        mcp.shutdown().await;
-    }
+    mcp.shutdown().await;
     let (result, error) = match outcome {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),

@@ -100,18 +100,20 @@ pub struct ServeArgs {
 
 /// The runner of `serve` and `mcp`: this program's configuration through the harness — its
 /// agent, RLM and goal pursuer as the kinds' defaults, the `--agent` runnables by name — with
-/// asks denied (nobody can be asked in server mode).
+/// asks denied (nobody can be asked in server mode); the configured MCP servers started (stop
+/// them when the command ends).
 async fn served(
     provider_args: &ProviderArgs,
     workspace: Option<&std::path::Path>,
     max_steps: u32,
     runnable_specs: &[String],
     approver: Arc<dyn recursive_tools::ApprovalHandler>,
-) -> anyhow::Result<(Served, Arc<recursive_harness::Harness>)> {
-    let harness =
+) -> anyhow::Result<(Served, Arc<recursive_harness::Harness>, recursive_harness::McpServers)> {
+    let mut harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
+    let mcp = super::start_mcp(&mut harness, provider_args).await?;
     let served = served_by(&harness)?;
-    Ok((served, Arc::new(harness)))
+    Ok((served, Arc::new(harness), mcp))
 }
 
 /// The runner of `serve` over a built harness (also `recursive worker`'s, for queued runs).
@@ -171,7 +173,7 @@ fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
 /// SIGINT or SIGTERM (which cancel the runs and exit 0).
 pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
     let approver = Arc::new(recursive_tools::ServerApprover);
-    let (runner, _) =
+    let (runner, _, mcp) =
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
@@ -181,6 +183,7 @@ pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
         }
         () = shutdown_signal() => server.shutdown().await,
     }
+    mcp.shutdown().await;
     Ok(0)
 }
 
@@ -238,7 +241,8 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
         recursive_store::open_archive(&address)
     );
-    let ((runner, harness), archive) = (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
+    let ((runner, harness, mcp), archive) =
+        (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
     let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
         Some(dir) => {
             let store =
@@ -278,6 +282,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
             }
         })
         .await;
+    mcp.shutdown().await;
     match served {
         Ok(()) => Ok(0),
         Err(e @ recursive_serve::ServeError::NoToken(_)) => Err(ConfigError(e.to_string()).into()),

@@ -74,7 +74,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     }
     let options = options(&args);
     let approver = super::ApprovalArgs { yes: args.yes, no_ask: !args.yes }.approver();
-    let harness = super::harness(
+    let mut harness = super::harness(
         &args.provider,
         args.bind.workspace.as_deref(),
         approver,
@@ -84,6 +84,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     )
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
+    let mcp = super::start_mcp(&mut harness, &args.provider).await?;
     let template =
         super::scope_with("worker", &args.provider, Arc::new(recursive_core::NullSink), limits.clone(), None)?;
     let max_depth = harness.limits().max_depth;
@@ -109,6 +110,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     let name = options.name.clone();
     let worker = Worker::new(queue, Arc::new(handler), options, watcher(args.provider.quiet));
     let report = worker.run(drain, abort).await;
+    mcp.shutdown().await;
     if !args.provider.quiet {
         eprintln!(
             "worker {name}: stopped: {} done, {} failed, {} put back",

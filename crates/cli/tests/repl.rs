@@ -149,6 +149,23 @@ fn a_piped_script_runs_non_interactively_with_its_exit_status() {
 }
 
 #[test]
+fn a_syntax_error_in_a_piped_script_names_the_line_of_the_mistake() {
+    let env = Env::new();
+    // The bracket opened on line 3 is never closed; the parser gives up on line 5.
+    let code = "x = 1\n\nprint(x\n\nz = 3\nw = 4\n";
+    let out = run_piped(&env, &["--provider", "mock"], code);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(", line 3\n    print(x\n"), "{stderr}");
+    assert!(stderr.contains("SyntaxError: '(' was never closed"), "{stderr}");
+    assert!(!stderr.contains("line 5"), "{stderr}");
+    // A mistake where the parser stopped is named there.
+    let out = run_piped(&env, &["--provider", "mock"], "x = 1\ny = [1,\n 2 +* 3]\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(", line 3\n") && stderr.contains("SyntaxError"), "{stderr}");
+}
+
+#[test]
 fn a_piped_script_past_the_token_budget_exits_with_the_budgets_status() {
     let env = Env::new();
     let script = env.script("s.json", json!(["one", "two", "three"]));

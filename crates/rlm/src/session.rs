@@ -18,7 +18,7 @@ use crate::inputs::Inputs;
 use crate::prompt::{snippet_observation, truncate_middle};
 use crate::repl::Repl;
 use crate::rlm::{Rlm, RunHost, stopped_by_tree};
-use crate::sandbox::SnippetOutcome;
+use crate::sandbox::{SnippetErrorKind, SnippetOutcome};
 
 /// A live sandbox session (see the module docs).
 pub struct RlmSession {
@@ -55,6 +55,12 @@ impl RlmSession {
         self.scope.emit(cell, RlmEvent::RlmSnippet { iteration: cell, block: 1, code: code.to_string() }.into_kind());
         let stop = self.scope.stop_token();
         let mut outcome = self.repl.run_cell(code, self.host.clone(), &stop, interrupt).await;
+        if let Some(error) = outcome.error.as_mut()
+            && error.kind == SnippetErrorKind::Syntax
+            && let Some(named) = name_unclosed_bracket(code, &error.message)
+        {
+            error.message = named;
+        }
         stopped_by_tree(&mut outcome, &self.scope);
         let observation = truncate_middle(&snippet_observation(&outcome), self.observation_max_chars);
         self.scope.emit(
@@ -84,6 +90,111 @@ impl RlmSession {
     }
 }
 
+/// A syntax error that Monty's parser reports where it gave up — the line after a bracket that
+/// is never closed — said as CPython says it: the line of the bracket left open, and "'(' was
+/// never closed". `None` when the error is another one (every bracket of `code` is closed, or
+/// the open one is on the reported line).
+fn name_unclosed_bracket(code: &str, message: &str) -> Option<String> {
+    let (file, reported) = message.lines().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("File \"")?;
+        let (file, rest) = rest.split_once("\", line ")?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((file.to_string(), digits.parse::<usize>().ok()?))
+    })?;
+    let (bracket, line, column) = unclosed_brackets(code)?.pop()?;
+    if line >= reported {
+        return None;
+    }
+    let text = code.lines().nth(line - 1).unwrap_or_default();
+    Some(format!(
+        "Traceback (most recent call last):\n  File \"{file}\", line {line}\n    {text}\n    {}~\nSyntaxError: '{bracket}' was never closed",
+        " ".repeat(column)
+    ))
+}
+
+/// The brackets of `code` still open at its end, outermost first, with their line (from 1) and
+/// column (in characters); strings and comments skipped. `None` when a bracket is closed by the
+/// wrong one (the parser's message is the better one then).
+fn unclosed_brackets(code: &str) -> Option<Vec<(char, usize, usize)>> {
+    let mut open = Vec::new();
+    let (mut line, mut column) = (1, 0);
+    let mut chars = code.chars().peekable();
+    // The string being read: its quote and whether it is triple-quoted.
+    let mut string: Option<(char, bool)> = None;
+    let mut rest = String::new();
+    while let Some(c) = chars.next() {
+        let at = (line, column);
+        if c == '\n' {
+            line += 1;
+            column = 0;
+        } else {
+            column += 1;
+        }
+        match string {
+            Some((q, triple)) => {
+                if c == '\\' {
+                    if chars.next() == Some('\n') {
+                        line += 1;
+                        column = 0;
+                    } else {
+                        column += 1;
+                    }
+                } else if c == q && !triple {
+                    string = None;
+                } else if c == '\n' && !triple {
+                    // An unterminated one-line string: the parser says so itself.
+                    return None;
+                } else if c == q && triple {
+                    rest.clear();
+                    rest.extend(chars.clone().take(2));
+                    if rest.chars().all(|r| r == q) && rest.len() == 2 {
+                        chars.next();
+                        chars.next();
+                        column += 2;
+                        string = None;
+                    }
+                }
+            }
+            None => match c {
+                '#' => {
+                    for n in chars.by_ref() {
+                        if n == '\n' {
+                            line += 1;
+                            column = 0;
+                            break;
+                        }
+                    }
+                }
+                '"' | '\'' => {
+                    rest.clear();
+                    rest.extend(chars.clone().take(2));
+                    let triple = rest.len() == 2 && rest.chars().all(|r| r == c);
+                    if triple {
+                        chars.next();
+                        chars.next();
+                        column += 2;
+                    }
+                    string = Some((c, triple));
+                }
+                '(' | '[' | '{' => open.push((c, at.0, at.1)),
+                ')' | ']' | '}' => {
+                    let want = match c {
+                        ')' => '(',
+                        ']' => '[',
+                        _ => '{',
+                    };
+                    match open.pop() {
+                        Some((o, ..)) if o == want => {}
+                        _ => return None,
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+    Some(open)
+}
+
 /// Whether a cell typed at a prompt goes on (as CPython's interactive prompt decides, by
 /// Monty's parser): an open bracket, string or decorator continues; a cell whose first
 /// statement opens a block (`for …:`, `def …:`) goes on until a blank line ends it.
@@ -99,7 +210,33 @@ pub fn needs_more_input(cell: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_more_input;
+    use super::{name_unclosed_bracket, needs_more_input, unclosed_brackets};
+
+    /// Monty's message for `print(x` on line 2 of a script, naming line 3 where it gave up.
+    const MONTY_SAID: &str = "Traceback (most recent call last):\n  File \"<python-input-1>\", line 3\n    z = 3\n    \
+                              ~\nSyntaxError: Expected `,`, found name";
+
+    #[test]
+    fn a_bracket_never_closed_is_named_on_its_own_line() {
+        let named = name_unclosed_bracket("x = 1\nprint(x\nz = 3\n", MONTY_SAID).unwrap();
+        assert!(named.contains("File \"<python-input-1>\", line 2\n    print(x\n         ~\n"), "{named}");
+        assert!(named.ends_with("SyntaxError: '(' was never closed"), "{named}");
+    }
+
+    #[test]
+    fn other_syntax_errors_keep_the_parsers_message() {
+        // Every bracket is closed: the error is where the parser said.
+        assert_eq!(name_unclosed_bracket("x = [1,\n 2 +* 3]\nz = 3\n", MONTY_SAID), None);
+        // The open bracket is on the reported line itself.
+        assert_eq!(name_unclosed_bracket("x = 1\ny = 2\nz = (3\n", MONTY_SAID), None);
+    }
+
+    #[test]
+    fn brackets_in_strings_and_comments_do_not_count() {
+        let code = "s = '('  # [\nt = \"\"\"\n{ \\\"x\"\"\"\nu = f(\"a)\", [\n1]\nv = {\n";
+        assert_eq!(unclosed_brackets(code), Some(vec![('(', 4, 5), ('{', 6, 4)]));
+        assert_eq!(unclosed_brackets("a = (1]"), None);
+    }
 
     #[test]
     fn a_plain_statement_is_complete() {

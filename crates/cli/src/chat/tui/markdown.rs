@@ -60,7 +60,8 @@ impl Renderer {
         for line in text.split_inclusive('\n') {
             let mut spans = self.prefix();
             spans.push(Span::styled("  ", Style::new()));
-            spans.push(Span::styled(line.trim_end_matches('\n').to_string(), Style::new().fg(Color::Green)));
+            let line = super::view::expand_tabs(line.trim_end_matches('\n')).into_owned();
+            spans.push(Span::styled(line, Style::new().fg(Color::Green)));
             self.lines.push(Line::from(spans));
         }
     }
@@ -211,6 +212,12 @@ mod tests {
         assert!(bold.style.add_modifier.contains(Modifier::BOLD));
         assert!(text.contains(&"• one".to_string()) && text.contains(&"• two".to_string()), "{text:?}");
         assert!(text.iter().any(|l| l.contains("fn main() {}")), "{text:?}");
+    }
+
+    #[test]
+    fn tabs_in_a_code_block_are_shown_as_spaces() {
+        let text = plain(&render("```\nname\tsize\n```\n"));
+        assert!(text.iter().any(|l| l.contains("name    size")), "{text:?}");
     }
 
     #[test]

@@ -189,3 +189,36 @@ fn a_graphs_tool_node_calls_a_configured_mcp_servers_tool() {
     let asked: Vec<String> = model.requests().iter().filter_map(RecordedRequest::last_user_text).collect();
     assert!(asked.iter().any(|t| t.contains("Say: Echo: echo graphed")), "the echo came back: {asked:?}");
 }
+
+#[test]
+fn a_runnable_file_agent_naming_an_mcp_tool_gets_it_in_a_run() {
+    let Some(env) = env_with_server() else { return };
+    let helper =
+        format!("kind = \"agent\"\ndescription = \"Echoes.\"\nsystem_prompt = \"HELPER\"\ntools = [\"{TOOL}\"]\n");
+    std::fs::write(env.path("helper.toml"), helper).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let model = runtime.block_on(ModelServer::start());
+    model.respond_with(|r| {
+        let helper = r.body["messages"][0]["content"].as_str().is_some_and(|s| s.contains("HELPER"));
+        Some(match (tool_results(r).last(), helper) {
+            (Some(result), _) => Reply::text(format!("done: {result}")),
+            (None, true) => Reply::tool_call(TOOL, json!({"message": "echo helped"})),
+            (None, false) => Reply::tool_call("helper", json!({"input": "echo it"})),
+        })
+    });
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "go", "--agent", "helper=helper.toml", "--json"])
+        .args(provider(&model))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let helped: Vec<RecordedRequest> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["messages"][0]["content"].as_str().is_some_and(|s| s.contains("HELPER")))
+        .collect();
+    assert!(helped.iter().any(|r| offered(r).iter().any(|n| n == TOOL)), "the helper was offered the MCP tool");
+    assert_echoed(&model, "helped");
+}

@@ -119,6 +119,8 @@ pub struct Harness {
     files: Vec<RunnableFile>,
     /// The tools of the MCP servers started by [`Harness::start_mcp`].
     mcp_tools: ToolRegistry,
+    /// The tools of the MCP servers [`Harness::spawn_mcp`] starts, as they become ready.
+    mcp_late: recursive_core::LateTools,
 }
 
 impl std::fmt::Debug for Harness {
@@ -146,6 +148,7 @@ impl Harness {
             runnables: Runnables::new(),
             files: Vec::new(),
             mcp_tools: ToolRegistry::new(),
+            mcp_late: recursive_core::LateTools::new(),
         };
         for (model, origin) in
             [(&harness.rlm_options.model, "--model"), (&harness.rlm_options.sub_model, "--sub-model")]
@@ -391,12 +394,17 @@ impl Harness {
         Ok(match &file.spec {
             RunnableSpec::Agent(spec) => {
                 let mut tools = ToolRegistry::new();
+                let mut waits_for_mcp = false;
                 for name in &spec.tools {
                     match (self.setup.builtin.get(name), earlier.get(name)) {
                         (Some(tool), _) => tools.register(tool.clone()),
                         (None, Some(r)) => tools.register(Arc::new(RunnableTool::new(r.clone()))),
-                        // Offered once the servers start (`start_mcp` builds the files again).
-                        (None, None) if self.may_be_mcp_tool(name) => &mut tools,
+                        // Offered once the servers start: `start_mcp` builds the files again, and
+                        // the servers `spawn_mcp` starts join as they become ready.
+                        (None, None) if self.may_be_mcp_tool(name) => {
+                            waits_for_mcp = true;
+                            &mut tools
+                        }
                         (None, None) => return Err(ConfigError(named(&format!("unknown tool `{name}`")))),
                     };
                 }
@@ -405,7 +413,11 @@ impl Harness {
                     config.options.model = model.clone();
                 }
                 config.limits.max_steps = spec.max_steps.unwrap_or(config.limits.max_steps);
-                Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), self.agent_from(tools, config)))
+                let mut agent = self.agent_from(tools, config);
+                if waits_for_mcp {
+                    agent = agent.with_late_tools(self.mcp_late.clone());
+                }
+                Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), agent))
             }
             RunnableSpec::Rlm(spec) => {
                 let mut options = spec.options.clone();

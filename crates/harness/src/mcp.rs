@@ -115,10 +115,11 @@ impl Harness {
     }
 
     /// Starts the configured MCP servers in the background (one `mcp_server` event each on
-    /// `scope`): an agent given [`StartingMcp::late`] offers their tools as they become ready.
+    /// `scope`): an agent given [`StartingMcp::late`] offers their tools as they become ready,
+    /// as do the runnable-file agents that name one.
     pub fn spawn_mcp(&self, scope: &RunScope) -> Result<StartingMcp, ConfigError> {
         let config = self.mcp_config()?;
-        let late = LateTools::new();
+        let late = self.mcp_late.clone();
         let starting = {
             let (late, scope) = (late.clone(), scope.clone());
             tokio::spawn(async move {

@@ -8,14 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, stdout_json};
-use recursive_testkit::{ModelServer, RecordedRequest, Reply};
-use serde_json::json;
+use recursive_testkit::ModelServer;
 
-fn phase(r: &RecordedRequest) -> (String, String) {
-    common::goal_phase(r)
-}
-
-const OBJECTIVE: &str = "Survey sixteen regions";
+const OBJECTIVE: &str = common::SIXTEEN_REGIONS;
 
 /// Usage of every reply: 2,000 in and 4,000 out, $0.0027 at gpt-4o-mini's price.
 const PER_CALL: f64 = 2000.0 * 0.15e-6 + 4000.0 * 0.6e-6;
@@ -25,36 +20,7 @@ fn eight_goals_at_once_overshoot_the_cost_cap_by_at_most_one_call() {
     let env = Env::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(ModelServer::start());
-    server.respond_with(|r| {
-        let (step, goal) = phase(r);
-        let reply = match step.as_str() {
-            "assess" if goal == OBJECTIVE => {
-                json!({ "reasoning": "many", "executable": false, "action": null, "why_decompose": "regions" })
-            }
-            "assess" => json!({
-                "reasoning": "one look", "executable": true,
-                "action": {"type": "analyze", "target": "", "input": "look"}, "why_decompose": ""
-            }),
-            "decompose" => json!({
-                "reasoning": "one per region",
-                "sub_goals": (1..=16).map(|i| json!({
-                    "goal": format!("Survey region {i}"), "rationale": "needed", "depends_on": [], "complexity": "atomic"
-                })).collect::<Vec<_>>(),
-                "coverage": "all"
-            }),
-            "check" => json!({ "reasoning": "j", "achieved": false, "confidence": 0.9, "remaining_gaps": [] }),
-            "synthesize" => json!({
-                "summary": "s", "key_findings": [], "confidence": 0.8, "limitations": [], "contradictions": []
-            }),
-            "action:analyze" => json!(format!("findings of {goal}")),
-            _ => return None,
-        };
-        let text = match reply {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
-        };
-        Some(Reply::text(text).with_usage(2000, 4000).after(Duration::from_millis(40)))
-    });
+    server.respond_with(|r| common::sixteen_regions(r).map(|reply| reply.after(Duration::from_millis(40))));
     let cap = 0.012;
     let out = env
         .cmd()

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use common::{Env, s, signal, stdout_json, wait_for};
 use recursive_testkit::{ModelServer, RecordedRequest, Reply};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-const OBJECTIVE: &str = "Survey sixteen regions";
+const OBJECTIVE: &str = common::SIXTEEN_REGIONS;
 
 /// Usage of every answered call: 2,000 tokens in and 4,000 out, at gpt-4o-mini's price
 /// ($0.15 and $0.60 per million).
@@ -34,34 +34,7 @@ fn provider_args(server: &ModelServer) -> Vec<String> {
 /// The scripted pursuit: the objective splits into sixteen regions, each assessed and analysed
 /// in one call each, a check after each; every answer reports [`PER_CALL`]'s usage.
 fn answer(r: &RecordedRequest) -> Option<Reply> {
-    let (step, goal) = common::goal_phase(r);
-    let reply = match step.as_str() {
-        "assess" if goal == OBJECTIVE => {
-            json!({ "reasoning": "many", "executable": false, "action": null, "why_decompose": "regions" })
-        }
-        "assess" => json!({
-            "reasoning": "one look", "executable": true,
-            "action": {"type": "analyze", "target": "", "input": "look"}, "why_decompose": ""
-        }),
-        "decompose" => json!({
-            "reasoning": "one per region",
-            "sub_goals": (1..=16).map(|i| json!({
-                "goal": format!("Survey region {i}"), "rationale": "needed", "depends_on": [], "complexity": "atomic"
-            })).collect::<Vec<_>>(),
-            "coverage": "all"
-        }),
-        "check" => json!({ "reasoning": "j", "achieved": false, "confidence": 0.9, "remaining_gaps": [] }),
-        "synthesize" => {
-            json!({ "summary": "s", "key_findings": [], "confidence": 0.8, "limitations": [], "contradictions": [] })
-        }
-        "action:analyze" => Value::String(format!("findings of {goal}")),
-        _ => return None,
-    };
-    let text = match reply {
-        Value::String(s) => s,
-        other => other.to_string(),
-    };
-    Some(Reply::text(text).with_usage(2000, 4000))
+    common::sixteen_regions(r)
 }
 
 /// The calls of a spend ledger that hold but never settled: their held USD.

@@ -215,3 +215,40 @@ pub fn terminate(mut child: Child, name: &str) -> Option<i32> {
     signal(child.id(), "TERM");
     wait_exit(&mut child, &format!("{name} after SIGTERM")).and_then(|s| s.code())
 }
+
+/// The objective of the sixteen-region pursuit ([`sixteen_regions`]).
+pub const SIXTEEN_REGIONS: &str = "Survey sixteen regions";
+
+/// A scripted model's answer in a pursuit of [`SIXTEEN_REGIONS`]: the objective decomposes into
+/// sixteen atomic sub-goals, each analysed at once; every answer reports 2,000 input and 4,000
+/// output tokens. `None` for a request it has no answer for.
+pub fn sixteen_regions(r: &recursive_testkit::RecordedRequest) -> Option<recursive_testkit::Reply> {
+    let (step, goal) = goal_phase(r);
+    let reply = match step.as_str() {
+        "assess" if goal == SIXTEEN_REGIONS => {
+            serde_json::json!({ "reasoning": "many", "executable": false, "action": null, "why_decompose": "regions" })
+        }
+        "assess" => serde_json::json!({
+            "reasoning": "one look", "executable": true,
+            "action": {"type": "analyze", "target": "", "input": "look"}, "why_decompose": ""
+        }),
+        "decompose" => serde_json::json!({
+            "reasoning": "one per region",
+            "sub_goals": (1..=16).map(|i| serde_json::json!({
+                "goal": format!("Survey region {i}"), "rationale": "needed", "depends_on": [], "complexity": "atomic"
+            })).collect::<Vec<_>>(),
+            "coverage": "all"
+        }),
+        "check" => serde_json::json!({ "reasoning": "j", "achieved": false, "confidence": 0.9, "remaining_gaps": [] }),
+        "synthesize" => serde_json::json!({
+            "summary": "s", "key_findings": [], "confidence": 0.8, "limitations": [], "contradictions": []
+        }),
+        "action:analyze" => Value::String(format!("findings of {goal}")),
+        _ => return None,
+    };
+    let text = match reply {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some(recursive_testkit::Reply::text(text).with_usage(2000, 4000))
+}

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The configured MCP servers start for every command that runs agents, not only `run`, `chat`
 //! and `rlm`: an agent served by `serve`, one a `recursive worker` runs from the PostgreSQL
-//! queue, and a `graph run` agent node each call the reference MCP server's `echo` tool
+//! queue, a `graph run` tool node and a goal's tool action each call the reference MCP server's `echo` tool
 //! (`@modelcontextprotocol/server-everything`, at `MCP_EVERYTHING_SERVER`). The scripted model
 //! server's requests show the tool offered and its result coming back.
 
@@ -221,4 +221,38 @@ fn a_runnable_file_agent_naming_an_mcp_tool_gets_it_in_a_run() {
         .collect();
     assert!(helped.iter().any(|r| offered(r).iter().any(|n| n == TOOL)), "the helper was offered the MCP tool");
     assert_echoed(&model, "helped");
+}
+
+#[test]
+fn a_goals_tool_action_calls_a_configured_mcp_servers_tool() {
+    let Some(env) = env_with_server() else { return };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let model = runtime.block_on(ModelServer::start());
+    model.respond_with(|r| {
+        let (step, _) = common::goal_phase(r);
+        let reply = match step.as_str() {
+            "assess" => json!({
+                "reasoning": "one call", "executable": true, "why_decompose": "",
+                "action": {"type": "tool", "target": TOOL, "input": json!({"message": "echo goal-marker"}).to_string()}
+            }),
+            "check" => json!({ "reasoning": "seen", "achieved": true, "confidence": 0.9, "remaining_gaps": [] }),
+            "synthesize" => json!({
+                "summary": "echoed", "key_findings": [], "confidence": 0.9, "limitations": [], "contradictions": []
+            }),
+            _ => return Some(Reply::text("noted")),
+        };
+        Some(Reply::text(reply.to_string()))
+    });
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["goal", "echo something", "--json"])
+        .args(provider(&model))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let offered = model.requests()[0].body.to_string();
+    assert!(offered.contains(&format!("tool {TOOL}(")), "the goal's capabilities list the MCP tool");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Echo: echo goal-marker"), "the tool's result is the goal's: {stdout}");
 }

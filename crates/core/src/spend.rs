@@ -49,9 +49,21 @@ pub enum SpendRecord {
         #[serde(default)]
         usage: Usage,
     },
+    /// Written when a run of a ledger that several runs share (a graph thread's, resumed after
+    /// each pause) ended whole: what came before is that run's, so a later run's resume starts
+    /// after it ([`SpendTotal::since_last_end`]).
+    Ended {
+        /// The record's format version ([`SPEND_FORMAT`]).
+        v: u32,
+    },
 }
 
 impl SpendRecord {
+    /// The end of a whole run.
+    pub fn ended() -> Self {
+        SpendRecord::Ended { v: SPEND_FORMAT }
+    }
+
     /// The hold of call `call`, `usd` estimated.
     pub fn hold(call: &str, usd: f64) -> Self {
         SpendRecord::Hold { v: SPEND_FORMAT, call: call.to_string(), usd: finite(usd) }
@@ -106,11 +118,19 @@ impl SpendTotal {
                     total.usage.add(usage);
                     total.settled_calls += 1;
                 }
+                SpendRecord::Ended { .. } => {}
             }
         }
         total.unsettled_calls = open.len();
         total.unsettled_usd = open.values().sum();
         total
+    }
+
+    /// What the records after the last [`SpendRecord::Ended`] add up to: the spend of a run that
+    /// did not end whole (killed), for its resume.
+    pub fn since_last_end(records: &[SpendRecord]) -> Self {
+        let start = records.iter().rposition(|r| matches!(r, SpendRecord::Ended { .. })).map_or(0, |i| i + 1);
+        Self::of(&records[start..])
     }
 
     /// USD spent: settled plus unsettled holds.
@@ -180,6 +200,17 @@ pub fn ledger_path_beside(record: &Path) -> PathBuf {
     stem.with_file_name(name)
 }
 
+/// The records of the ledger at `path` for a resume (a missing file holds none), its end repaired
+/// as [`read_ledger`] does; with the cut record, if any.
+pub fn read_ledger_records(path: &Path) -> Result<(Vec<SpendRecord>, Option<CutRecord>), JsonlReadError> {
+    if !path.exists() {
+        return Ok((Vec::new(), None));
+    }
+    let read = read_jsonl_records::<SpendRecord>(path)?;
+    read.repair(path)?;
+    Ok((read.records.into_iter().map(|(_, r)| r).collect(), read.cut))
+}
+
 /// A spend ledger in memory.
 #[derive(Debug, Default)]
 pub struct MemorySpendLedger {
@@ -211,6 +242,23 @@ mod tests {
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage { input_tokens: input, output_tokens: output, ..Default::default() }
+    }
+
+    #[test]
+    fn a_resume_counts_only_what_the_run_after_the_last_whole_end_spent() {
+        let records = [
+            SpendRecord::hold("a", 0.05),
+            SpendRecord::settle("a", 0.02, usage(10, 5)),
+            SpendRecord::ended(),
+            SpendRecord::hold("b", 0.04),
+            SpendRecord::settle("b", 0.03, usage(1, 1)),
+            SpendRecord::hold("c", 0.06),
+        ];
+        let total = SpendTotal::since_last_end(&records);
+        assert!((total.usd() - (0.03 + 0.06)).abs() < 1e-12, "{total:?}");
+        assert_eq!((total.settled_calls, total.unsettled_calls), (1, 1));
+        assert!(SpendTotal::since_last_end(&records[..3]).is_empty(), "a run that ended whole leaves nothing");
+        assert!((SpendTotal::of(&records).usd() - (0.02 + 0.03 + 0.06)).abs() < 1e-12, "of counts every run");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord, SpendTotal, read_ledger_records};
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
@@ -102,8 +103,20 @@ impl Harness {
                 return Err(e.into());
             }
         }
+        let (scope, ledger) = match self.thread_ledger(&run.thread, scope) {
+            Ok(ledgered) => ledgered,
+            Err(e) => {
+                lease.release().await;
+                return Err(e);
+            }
+        };
+        let scope = &scope;
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
         let outcome = graph.run(run.start, &Thread::new(lease.store(), &run.thread), scope).await;
+        // This run ended whole: a later run of the thread starts its spend afresh.
+        if let Err(e) = ledger.record(&SpendRecord::ended()) {
+            scope.emit(0, EventKind::Error { message: format!("the thread's spend ledger: {e}") });
+        }
         lease.release().await;
         let (finish_reason, error) = match &outcome {
             Ok(o) => (o.finish.finish_reason(), None),
@@ -112,6 +125,34 @@ impl Harness {
         scope
             .emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
         Ok(outcome?)
+    }
+
+    /// `scope` with the thread's spend ledger (`.recursive/runs/thread-ID.spend.jsonl` in the
+    /// workspace) on a budget level of its own: every model call of the run is held there before
+    /// it is sent. What a run of the thread that did not end whole (killed) spent is restored, so
+    /// its resume's budget counts it; a run that ended whole left an end record, and a later run
+    /// starts afresh, as a run of a thread does.
+    fn thread_ledger(&self, thread: &str, scope: &RunScope) -> Result<(RunScope, Arc<JsonlSpendLedger>), ThreadError> {
+        let failed = |e: String| ThreadError::Store(StoreError::Backend(format!("the thread's spend ledger: {e}")));
+        let path = self
+            .setup
+            .workspace
+            .state_path(&format!("runs/thread-{thread}.spend.jsonl"))
+            .map_err(|e| failed(e.to_string()))?;
+        let (records, cut) = read_ledger_records(&path).map_err(|e| failed(e.to_string()))?;
+        if let Some(cut) = cut {
+            eprintln!("warning: {cut}");
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| failed(e.to_string()))?;
+        }
+        let ledger = Arc::new(JsonlSpendLedger::open(&path).map_err(|e| failed(e.to_string()))?);
+        let ledgered = scope.clone().with_ledger(ledger.clone());
+        let killed = SpendTotal::since_last_end(&records);
+        if !killed.is_empty() {
+            ledgered.restore_spend(&killed);
+        }
+        Ok((ledgered, ledger))
     }
 
     /// A stored thread's next run: its pinned blueprint and sub-graphs.

@@ -612,7 +612,7 @@ async fn execute_graph(
     let ran = harness.run_thread(store, run, &scope).await;
     mcp.shutdown().await;
     match ran {
-        Ok(o) => report(&o, args.store.json),
+        Ok(o) => report(&o, args.store.json, &scope),
         Err(ThreadError::Bind(e)) => Err(ConfigError(e).into()),
         Err(ThreadError::Lease(e @ recursive_store::LeaseError::Held { .. })) => Err(ConfigError(e.to_string()).into()),
         Err(ThreadError::Lease(e)) => Err(e.into()),
@@ -632,7 +632,7 @@ async fn execute_graph(
     }
 }
 
-fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
+fn report(o: &GraphOutcome, json_out: bool, scope: &recursive_core::RunScope) -> anyhow::Result<u8> {
     let code = u8::try_from(o.finish.finish_reason().exit_code()).unwrap_or(1);
     if let limit @ (Finish::SuperstepLimit { .. } | Finish::VisitLimit { .. }) = &o.finish {
         eprintln!(
@@ -648,6 +648,8 @@ fn report(o: &GraphOutcome, json_out: bool) -> anyhow::Result<u8> {
             "state": o.state,
             "checkpoint": o.checkpoint,
             "step": o.step,
+            "usage": crate::output::usage_json(&scope.usage()),
+            "cost_usd": scope.cost_usd(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(code);

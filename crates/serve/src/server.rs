@@ -188,7 +188,8 @@ impl Server {
             run.set_running();
             let output = job(run_scope(&run, server.observer.clone())).await;
             run.finish(output);
-            server.store.nudge();
+            // The slot is free once the run is in the store (see `RunStore::kept`).
+            server.store.kept(&run.id).await;
             drop(permit);
         });
         Ok(record)

@@ -52,6 +52,8 @@ pub struct RunStore {
     archive: Arc<dyn RunArchive>,
     retention: Retention,
     wake: Notify,
+    /// Told when runs were let go (written away, or deleted): what [`RunStore::kept`] waits on.
+    released: Notify,
     archiver: AtomicBool,
     /// Held by a flush and by a delete: one flush at a time (a flush that read a run before it
     /// finished must not write over the one that wrote it finished), and no flush in progress
@@ -83,6 +85,7 @@ impl RunStore {
             archive,
             retention,
             wake: Notify::new(),
+            released: Notify::new(),
             archiver: AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
             fence: None,
@@ -230,7 +233,11 @@ impl RunStore {
         let was_live = {
             let mut live = self.lock();
             match live.get(id).map(|(run, _)| run.view().status) {
-                Some(RunStatus::Finished) => live.remove(id).is_some(),
+                Some(RunStatus::Finished) => {
+                    live.remove(id);
+                    self.released.notify_waiters();
+                    true
+                }
                 Some(status) => return Ok(Err(status)),
                 None => false,
             }
@@ -307,6 +314,7 @@ impl RunStore {
         }
         drop(writing);
         if released > 0 {
+            self.released.notify_waiters();
             self.prune().await?;
         }
         Ok(())
@@ -317,6 +325,24 @@ impl RunStore {
             return Ok(());
         }
         self.archive.prune(self.retention.at(unix_ms())).await.map(|_| ()).map_err(stored)
+    }
+
+    /// Waits until the run `id` is no longer held here: written to the archive and let go (or
+    /// deleted). A finished run's slot is given back only then, so the runs waiting to be written
+    /// are at most the slots: when the store writes slower than runs finish, new runs wait for it
+    /// (and past the queue get 429) instead of memory holding every finished run until it is
+    /// written — with 100 KB requests, hundreds of MB a server's allocator then kept.
+    pub(crate) async fn kept(&self, id: &str) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.lock().contains_key(id) {
+                return;
+            }
+            self.nudge();
+            released.await;
+        }
     }
 
     /// Asks the archiver to write now.
@@ -371,6 +397,20 @@ fn archived_of(view: &RunView, created_ms: i64) -> Result<ArchivedRun, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_finished_run_is_kept_once_written_and_not_before() {
+        use futures::FutureExt;
+        let store = Arc::new(RunStore::default());
+        let record = store.create(RunKind::Run, "t".into());
+        record.finish(RunOutput::failed("done"));
+        let kept = store.kept(&record.id);
+        tokio::pin!(kept);
+        assert!(kept.as_mut().now_or_never().is_none(), "a finished run not yet written is held");
+        store.flush().await.unwrap();
+        assert!(kept.now_or_never().is_some(), "written and let go, its slot is free");
+        assert!(store.live(&record.id).is_none());
+    }
 
     #[tokio::test]
     async fn a_fenced_store_stops_writing_once_its_writer_lost_the_run() {

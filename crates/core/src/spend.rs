@@ -171,7 +171,9 @@ impl SpendLedger for JsonlSpendLedger {
 /// A spend ledger file read back for a resume.
 #[derive(Debug, Clone, Default)]
 pub struct LedgerRead {
-    /// What its records add up to.
+    /// Its whole records, in order.
+    pub records: Vec<SpendRecord>,
+    /// What they add up to.
     pub total: SpendTotal,
     /// A last record a kill cut short: skipped (a hold cut short was never followed by its
     /// request), and cut off the file so appending goes on after whole records.
@@ -186,7 +188,8 @@ pub fn read_ledger(path: &Path) -> Result<LedgerRead, JsonlReadError> {
     }
     let read = read_jsonl_records::<SpendRecord>(path)?;
     read.repair(path)?;
-    Ok(LedgerRead { total: SpendTotal::of(read.records.iter().map(|(_, r)| r)), cut: read.cut })
+    let records: Vec<SpendRecord> = read.records.into_iter().map(|(_, r)| r).collect();
+    Ok(LedgerRead { total: SpendTotal::of(&records), records, cut: read.cut })
 }
 
 /// The spend ledger kept beside a durable run's JSONL record: `run.jsonl` → `run.spend.jsonl`.
@@ -198,17 +201,6 @@ pub fn ledger_path_beside(record: &Path) -> PathBuf {
     let mut name = stem.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".spend.jsonl");
     stem.with_file_name(name)
-}
-
-/// The records of the ledger at `path` for a resume (a missing file holds none), its end repaired
-/// as [`read_ledger`] does; with the cut record, if any.
-pub fn read_ledger_records(path: &Path) -> Result<(Vec<SpendRecord>, Option<CutRecord>), JsonlReadError> {
-    if !path.exists() {
-        return Ok((Vec::new(), None));
-    }
-    let read = read_jsonl_records::<SpendRecord>(path)?;
-    read.repair(path)?;
-    Ok((read.records.into_iter().map(|(_, r)| r).collect(), read.cut))
 }
 
 /// A spend ledger in memory.

@@ -17,6 +17,7 @@
 pub mod blueprint_tool;
 pub mod config;
 pub mod files;
+mod ledger;
 pub mod mcp;
 pub mod provider;
 pub mod rlm;

@@ -145,11 +145,9 @@ impl BuiltProvider {
     }
 
     /// Whether calls to `model` (empty: the configured one) cost money at a price not known.
-    /// Mock and replay calls spend nothing; a local Ollama's are free.
     pub fn is_unpriced(&self, model: &str) -> bool {
         let model = if model.is_empty() { self.settings.resolved_model() } else { model.to_string() };
-        !matches!(self.settings.kind, ProviderKind::Mock | ProviderKind::Replay | ProviderKind::Ollama)
-            && self.prices.lookup(&model).is_none()
+        self.settings.charges() && self.prices.lookup(&model).is_none()
     }
 
     /// Notes a model chosen by `origin` (a runnable file, a flag), so that a cost budget that

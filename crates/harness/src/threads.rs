@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord, SpendTotal, read_ledger_records};
+use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord, SpendTotal};
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
@@ -127,28 +127,17 @@ impl Harness {
         Ok(outcome?)
     }
 
-    /// `scope` with the thread's spend ledger (`.recursive/runs/thread-ID.spend.jsonl` in the
-    /// workspace) on a budget level of its own: every model call of the run is held there before
-    /// it is sent. What a run of the thread that did not end whole (killed) spent is restored, so
-    /// its resume's budget counts it; a run that ended whole left an end record, and a later run
-    /// starts afresh, as a run of a thread does.
+    /// `scope` with the thread's spend ledger ([`Harness::run_ledger`], `thread-ID`) on a budget
+    /// level of its own: every model call of the run is held there before it is sent. What a run
+    /// of the thread that did not end whole (killed) spent is restored, so its resume's budget
+    /// counts it; a run that ended whole left an end record, and a later run starts afresh, as a
+    /// run of a thread does.
     fn thread_ledger(&self, thread: &str, scope: &RunScope) -> Result<(RunScope, Arc<JsonlSpendLedger>), ThreadError> {
-        let failed = |e: String| ThreadError::Store(StoreError::Backend(format!("the thread's spend ledger: {e}")));
-        let path = self
-            .setup
-            .workspace
-            .state_path(&format!("runs/thread-{thread}.spend.jsonl"))
-            .map_err(|e| failed(e.to_string()))?;
-        let (records, cut) = read_ledger_records(&path).map_err(|e| failed(e.to_string()))?;
-        if let Some(cut) = cut {
-            eprintln!("warning: {cut}");
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| failed(e.to_string()))?;
-        }
-        let ledger = Arc::new(JsonlSpendLedger::open(&path).map_err(|e| failed(e.to_string()))?);
+        let (ledger, read) = self
+            .run_ledger(&format!("thread-{thread}"))
+            .map_err(|e| ThreadError::Store(StoreError::Backend(format!("the thread's spend ledger: {e}"))))?;
         let ledgered = scope.clone().with_ledger(ledger.clone());
-        let killed = SpendTotal::since_last_end(&records);
+        let killed = SpendTotal::since_last_end(&read.records);
         if !killed.is_empty() {
             ledgered.restore_spend(&killed);
         }

@@ -129,16 +129,9 @@ impl<'s> Walk<'s> {
     /// The schema node `node` stands for: through `$ref`s and an `Option`'s `anyOf`.
     fn resolve(&self, mut node: &'s serde_json::Value) -> &'s serde_json::Value {
         for _ in 0..8 {
-            if let Some(target) = node.get("$ref").and_then(|r| r.as_str()) {
-                let pointer = target.trim_start_matches('#');
-                match self.schema.pointer(pointer) {
-                    Some(n) => node = n,
-                    None => return node,
-                }
-            } else if let Some(branch) = node.get("anyOf").and_then(|a| a.as_array()).and_then(|a| non_null(a)) {
-                node = branch;
-            } else {
-                return node;
+            match self.resolve_once(node) {
+                Some(next) => node = next,
+                None => return node,
             }
         }
         node
@@ -156,6 +149,7 @@ impl<'s> Walk<'s> {
         None
     }
 
+    /// One step of [`Self::resolve`]: the `$ref` target, or the one non-null branch of an `anyOf`.
     fn resolve_once(&self, node: &'s serde_json::Value) -> Option<&'s serde_json::Value> {
         if let Some(target) = node.get("$ref").and_then(|r| r.as_str()) {
             return self.schema.pointer(target.trim_start_matches('#'));

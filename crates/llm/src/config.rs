@@ -271,6 +271,12 @@ impl ProviderSettings {
         self
     }
 
+    /// Whether calls under these settings cost money: a hosted API's do; scripted, replayed and a
+    /// local Ollama's do not.
+    pub fn charges(&self) -> bool {
+        self.replay.is_none() && !matches!(self.kind, ProviderKind::Mock | ProviderKind::Replay | ProviderKind::Ollama)
+    }
+
     /// The model these settings resolve to.
     pub fn resolved_model(&self) -> String {
         self.model.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| self.kind.default_model().to_string())
@@ -461,8 +467,7 @@ pub fn build_provider_with_env(
     if let Some(path) = &settings.record {
         provider = Arc::new(RecordingProvider::new(provider, path)?);
     }
-    // A local Ollama's calls are free, as are scripted and replayed ones.
-    if is_http && settings.kind != ProviderKind::Ollama {
+    if settings.charges() {
         Ok(Arc::new(PricedProvider::new(provider, prices.clone())))
     } else {
         Ok(Arc::new(PricedProvider::free(provider, prices.clone())))

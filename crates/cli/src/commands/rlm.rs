@@ -171,10 +171,11 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         super::root_scope("rlm", &args.provider, false, budget, extra)?.with_max_depth(harness.limits().max_depth);
     let mut durable = durable;
     if let Some((store, _, _)) = durable.as_mut() {
-        let ledger = spend_ledger(&store.slot.name(), args.workspace.as_deref(), args.resume.is_some())?;
-        scope = scope.with_ledger(ledger.ledger);
-        if let Some(total) = ledger.restored {
-            scope.restore_spend(&total);
+        // A resumed run's ledger holds what its earlier processes spent (a new run's is empty).
+        let (ledger, earlier) = harness.run_ledger(&store.slot.name()).map_err(anyhow::Error::msg)?;
+        scope = scope.with_ledger(ledger);
+        if !earlier.total.is_empty() {
+            scope.restore_spend(&earlier.total);
             store.spend_restored = true;
         }
     }
@@ -314,41 +315,6 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
         None => None,
     };
     Ok(Some((durable, meta, lease)))
-}
-
-/// A durable run's spend ledger ([`recursive_core::spend`]): `.recursive/runs/KEY.spend.jsonl`
-/// in the workspace, and on a resume what the earlier processes spent.
-struct RunLedger {
-    ledger: std::sync::Arc<dyn recursive_core::spend::SpendLedger>,
-    restored: Option<recursive_core::spend::SpendTotal>,
-}
-
-/// Opens the spend ledger of run `key`; on a resume reads what it holds first (a record cut by
-/// a kill is skipped with a warning).
-fn spend_ledger(key: &str, workspace: Option<&std::path::Path>, resume: bool) -> anyhow::Result<RunLedger> {
-    let dir = match workspace {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir()?,
-    };
-    let path = recursive_tools::Workspace::new(&dir)
-        .and_then(|ws| ws.state_path(&format!("runs/{key}.spend.jsonl")))
-        .map_err(|e| anyhow::anyhow!("the run's spend ledger: {e}"))?;
-    let restored = if resume {
-        let read = recursive_core::spend::read_ledger(&path)
-            .map_err(|e| anyhow::anyhow!("cannot read the spend ledger {}: {e}", path.display()))?;
-        if let Some(cut) = &read.cut {
-            eprintln!("warning: {cut}");
-        }
-        Some(read.total).filter(|t| !t.is_empty())
-    } else {
-        None
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let ledger = recursive_core::spend::JsonlSpendLedger::open(&path)
-        .map_err(|e| anyhow::anyhow!("cannot open the spend ledger {}: {e}", path.display()))?;
-    Ok(RunLedger { ledger: std::sync::Arc::new(ledger), restored })
 }
 
 /// How a run was started, kept with its checkpoints: the question and the inputs (as absolute

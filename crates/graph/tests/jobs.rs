@@ -17,11 +17,6 @@ use recursive_testkit::postgres::TestSchema;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-async fn schema(prefix: &str) -> Option<TestSchema> {
-    let url = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL")?;
-    Some(TestSchema::create(&url, prefix).await.unwrap())
-}
-
 async fn queue(url: &str) -> (PostgresCheckpointer, JobQueue) {
     let store = PostgresCheckpointer::connect(url).await.unwrap();
     let queue = JobQueue::open(&store).await.unwrap();
@@ -56,7 +51,7 @@ fn chain(runs: &Runs) -> Graph {
 
 #[tokio::test]
 async fn workers_drain_queued_threads_running_each_node_once() {
-    let Some(schema) = schema("queue_workers").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_workers").await else { return };
     let (store, q) = queue(&schema.url).await;
     let store: Arc<dyn Checkpointer> = Arc::new(store);
     let runs: Runs = Arc::default();

@@ -12,11 +12,6 @@ use recursive_store::queue::{DEFAULT_QUEUE, JobQueue, KIND_GRAPH, NewJob, QueueE
 use recursive_testkit::postgres::TestSchema;
 use serde_json::json;
 
-async fn schema(prefix: &str) -> Option<TestSchema> {
-    let url = recursive_testkit::require_env("RECURSIVE_TEST_POSTGRES_URL")?;
-    Some(TestSchema::create(&url, prefix).await.unwrap())
-}
-
 async fn queue(url: &str) -> (PostgresCheckpointer, JobQueue) {
     let store = PostgresCheckpointer::connect(url).await.unwrap();
     let queue = JobQueue::open(&store).await.unwrap();
@@ -37,7 +32,7 @@ const TTL: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn a_ready_job_goes_to_exactly_one_of_many_concurrent_claimers() {
-    let Some(schema) = schema("queue_claim").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_claim").await else { return };
     let (_store, q) = queue(&schema.url).await;
     for i in 0..60 {
         q.enqueue(&job(&format!("t{i}"), 3)).await.unwrap();
@@ -71,7 +66,7 @@ async fn a_ready_job_goes_to_exactly_one_of_many_concurrent_claimers() {
 
 #[tokio::test]
 async fn a_failing_job_backs_off_then_fails_for_good_with_its_error() {
-    let Some(schema) = schema("queue_retry").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_retry").await else { return };
     let (_store, q) = queue(&schema.url).await;
     let id = q.enqueue(&job("t", 2)).await.unwrap();
     let first = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "w", TTL).await.unwrap().unwrap();
@@ -94,7 +89,7 @@ async fn a_failing_job_backs_off_then_fails_for_good_with_its_error() {
 
 #[tokio::test]
 async fn a_job_whose_claimer_stopped_heartbeating_is_put_back_and_the_late_claimer_cannot_finish_it() {
-    let Some(schema) = schema("queue_reap").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_reap").await else { return };
     let (_store, q) = queue(&schema.url).await;
     let id = q.enqueue(&job("t", 3)).await.unwrap();
     q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "dead", Duration::from_millis(100)).await.unwrap().unwrap();
@@ -116,7 +111,7 @@ async fn a_job_whose_claimer_stopped_heartbeating_is_put_back_and_the_late_claim
 
 #[tokio::test]
 async fn a_thread_has_at_most_one_open_job() {
-    let Some(schema) = schema("queue_open").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_open").await else { return };
     let (_store, q) = queue(&schema.url).await;
     let id = q.enqueue(&job("t", 3)).await.unwrap();
     let again = q.enqueue(&job("t", 3)).await.unwrap_err();
@@ -129,7 +124,7 @@ async fn a_thread_has_at_most_one_open_job() {
 
 #[tokio::test]
 async fn a_job_of_a_newer_format_waits_for_a_worker_that_reads_it_and_an_unversioned_one_is_claimed() {
-    let Some(schema) = schema("queue_format").await else { return };
+    let Some(schema) = TestSchema::from_env("queue_format").await else { return };
     let (_store, q) = queue(&schema.url).await;
     let (client, connection) = tokio_postgres::connect(&schema.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);

@@ -27,6 +27,16 @@ async fn connect(url: &str) -> Result<tokio_postgres::Client, SchemaError> {
 }
 
 impl TestSchema {
+    /// A fresh schema on the test server named by `RECURSIVE_TEST_POSTGRES_URL` (see
+    /// [`crate::require_env`]: missing, it fails under CI and skips elsewhere).
+    pub async fn from_env(prefix: &str) -> Option<TestSchema> {
+        let url = crate::require_env("RECURSIVE_TEST_POSTGRES_URL")?;
+        match TestSchema::create(&url, prefix).await {
+            Ok(schema) => Some(schema),
+            Err(e) => panic!("cannot create a test schema on {url}: {e}"),
+        }
+    }
+
     /// Creates a schema named `<prefix>_<unique suffix>` on the server at `url`.
     pub async fn create(url: &str, prefix: &str) -> Result<TestSchema, SchemaError> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());

@@ -140,6 +140,17 @@ impl Session {
     /// transcript, so the conversation can go on. A last line a kill cut short is skipped with a
     /// warning naming it (and cut off the file); a damaged line before it is an error.
     pub fn history(&self) -> anyhow::Result<Vec<Message>> {
+        self.read_history(true)
+    }
+
+    /// The conversation as a kill left it, under the system prompt its last turn was asked under:
+    /// a turn cut off keeps its calls awaiting results, for a resume that goes on with that turn
+    /// ([`recursive_core::runtime::cut_off`]).
+    pub fn history_as_left(&self) -> anyhow::Result<Vec<Message>> {
+        self.read_history(false)
+    }
+
+    fn read_history(&self, repair: bool) -> anyhow::Result<Vec<Message>> {
         if !self.meta.transcript.exists() {
             return Ok(Vec::new());
         }
@@ -151,8 +162,13 @@ impl Session {
         let transcript = recovered.transcript;
         let pending: Vec<String> = transcript.pending_calls().map(str::to_string).collect();
         let mut messages = transcript.into_messages();
+        let system = messages.iter().rev().find(|m| m.role == recursive_core::Role::System).cloned();
         messages.retain(|m| m.role != recursive_core::Role::System);
-        if !pending.is_empty() {
+        if let Some(system) = system.filter(|_| !repair) {
+            // The turn goes on as it was asked: under the system prompt it was asked under.
+            messages.insert(0, system);
+        }
+        if repair && !pending.is_empty() {
             let mut log = TranscriptLog::open(&self.meta.transcript)
                 .with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
             for id in pending {

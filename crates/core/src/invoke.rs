@@ -134,9 +134,23 @@ impl ToolInvoker {
         for c in calls {
             scope.emit(step, EventKind::ToolCall { call: c.clone() });
         }
+        let journal = scope.journal();
+        let keys: Vec<Option<String>> = calls.iter().map(|c| journal.map(|_| crate::journal::tool_key(c))).collect();
+        // Calls the resumed run already had finished are not asked about or run again.
+        let replayed: Vec<Option<ToolOutcome>> = calls
+            .iter()
+            .zip(&keys)
+            .map(|(c, key)| journal.zip(key.as_deref()).and_then(|(j, k)| j.replay_tool(k)).map(|r| replayed(c, r)))
+            .collect();
+        // What is read back is recorded already.
+        let keys: Vec<Option<String>> =
+            keys.into_iter().zip(&replayed).map(|(k, r)| k.filter(|_| r.is_none())).collect();
         let mut denials = Vec::with_capacity(calls.len());
-        for c in calls {
-            denials.push(self.check(c, scope, step).await);
+        for (c, done) in calls.iter().zip(&replayed) {
+            denials.push(match done {
+                Some(_) => None,
+                None => self.check(c, scope, step).await,
+            });
         }
         let deadline = earliest(deadline, scope.budget().deadline());
         // Read-only calls share the lock; any other call holds it alone. The lock is fair and
@@ -144,7 +158,10 @@ impl ToolInvoker {
         // write sees it.
         let order = tokio::sync::RwLock::new(());
         let order = &order;
-        let runs = calls.iter().cloned().zip(denials).map(|(call, denial)| async move {
+        let runs = calls.iter().cloned().zip(denials).zip(replayed).map(|((call, denial), done)| async move {
+            if let Some(done) = done {
+                return done;
+            }
             match denial {
                 Some(reason) => {
                     ToolOutcome { denied: true, ..synthetic(&call, format!("permission denied: {reason}")) }
@@ -164,6 +181,7 @@ impl ToolInvoker {
         for o in &outcomes {
             emit_result(scope, step, o);
         }
+        record(scope, step, &keys, &outcomes);
         outcomes
     }
 
@@ -231,6 +249,33 @@ impl ToolInvoker {
         };
         let output = cap(output, self.limits.max_output_chars);
         ToolOutcome { id: call.id, name: call.name, output, is_error, denied: false, duration_ms: ms, stop }
+    }
+}
+
+/// Records, in a journaled run, the outcomes of the calls that finished (a call cut off by the
+/// run's stop did not).
+fn record(scope: &RunScope, step: u32, keys: &[Option<String>], outcomes: &[ToolOutcome]) {
+    let Some(journal) = scope.journal() else { return };
+    for (key, outcome) in keys.iter().zip(outcomes) {
+        if let (Some(key), None) = (key, &outcome.stop)
+            && let Err(e) = journal.record_tool(key, outcome)
+        {
+            let message = format!("the run's journal could not record a tool call's result: {e}");
+            scope.emit(step, EventKind::Error { message });
+        }
+    }
+}
+
+/// The outcome of a call read back from the journal.
+fn replayed(call: &ToolCall, recorded: crate::journal::RecordedTool) -> ToolOutcome {
+    ToolOutcome {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        output: recorded.output,
+        is_error: recorded.is_error,
+        denied: recorded.denied,
+        duration_ms: 0,
+        stop: None,
     }
 }
 
@@ -395,6 +440,29 @@ mod tests {
         fn read_only(&self) -> bool {
             self.reads
         }
+    }
+
+    #[tokio::test]
+    async fn a_journaled_call_finished_before_a_kill_is_read_back_not_run_or_asked_again() {
+        use crate::journal::RunJournal;
+        use crate::spend::MemorySpendLedger;
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let ledger = Arc::new(MemorySpendLedger::default());
+        let first = RunScope::detached("t").with_journal(Arc::new(RunJournal::new(ledger.clone(), &[])));
+        let write = |id: &str| ToolCall { id: id.into(), name: "write".into(), arguments: json!({ "id": id }) };
+        let calls = [write("w1"), write("w2")];
+        logged(&log).invoke_all(&calls[..1], &first, 1, None).await;
+        let resumed =
+            RunScope::detached("t").with_journal(Arc::new(RunJournal::new(ledger.clone(), &ledger.records())));
+        let sink = Arc::new(MemorySink::new());
+        let inv = logged(&log).with_gate(Arc::new(DenyAll));
+        let out = inv.invoke_all(&calls[..1], &resumed, 1, None).await;
+        assert_eq!((out[0].output.as_str(), out[0].is_error), ("w1", false), "read back, not denied: {out:?}");
+        assert_eq!(*log.lock().unwrap(), ["start w1", "end w1"], "the tool ran once");
+        let gated = RunScope::root("t", sink.clone(), Arc::new(crate::Budget::unlimited()))
+            .with_journal(Arc::new(RunJournal::new(ledger.clone(), &ledger.records())));
+        inv.invoke_all(&calls[1..], &gated, 1, None).await;
+        assert!(sink.events().iter().any(|e| matches!(e.kind, EventKind::Permission { .. })), "a new call is asked");
     }
 
     fn logged(log: &Arc<std::sync::Mutex<Vec<String>>>) -> ToolInvoker {

@@ -238,6 +238,7 @@ pub struct RunScope {
     parent: Option<Arc<RunScope>>,
     max_depth: u32,
     steps: Arc<std::sync::atomic::AtomicU32>,
+    journal: Option<Arc<crate::journal::RunJournal>>,
 }
 
 impl std::fmt::Debug for RunScope {
@@ -268,6 +269,7 @@ impl RunScope {
             parent: None,
             max_depth: DEFAULT_MAX_DEPTH,
             steps: Arc::default(),
+            journal: None,
         }
     }
 
@@ -316,6 +318,7 @@ impl RunScope {
             parent: Some(Arc::new(self.clone())),
             max_depth: self.max_depth,
             steps: Arc::default(),
+            journal: self.journal.clone(),
         })
     }
 
@@ -339,6 +342,21 @@ impl RunScope {
     pub fn with_ledger(mut self, ledger: Arc<dyn crate::spend::SpendLedger>) -> Self {
         self.budget = self.budget.child_with_ledger(BudgetLimits::default(), ledger);
         self
+    }
+
+    /// This node journaled ([`crate::journal`]): its model and tool calls, and those of every
+    /// node under it, are recorded in `journal` (whose ledger also holds their spend, as
+    /// [`RunScope::with_ledger`]), and answered from it where the run being resumed finished
+    /// them.
+    pub fn with_journal(self, journal: Arc<crate::journal::RunJournal>) -> Self {
+        let mut scope = self.with_ledger(journal.ledger());
+        scope.journal = Some(journal);
+        scope
+    }
+
+    /// The journal of the durable run this node belongs to, if any.
+    pub fn journal(&self) -> Option<&Arc<crate::journal::RunJournal>> {
+        self.journal.as_ref()
     }
 
     /// Starts this node from what earlier processes of a durable run spent (a ledger's total):
@@ -433,7 +451,9 @@ impl RunScope {
     ///
     /// Under a budget node with a spend ledger ([`crate::spend`]), the call's cost hold is
     /// written there before the request is sent (a hold that cannot be written stops the call)
-    /// and settled after, so its spend survives a kill of the process.
+    /// and settled after, so its spend survives a kill of the process. In a journaled run
+    /// ([`RunScope::with_journal`]) a request the resumed run already had answered is answered
+    /// from the journal, with nothing sent, held or counted again; a new answer is recorded.
     pub async fn call_model(
         &self,
         provider: &dyn ChatProvider,
@@ -442,6 +462,11 @@ impl RunScope {
     ) -> Result<ChatResponse, ModelCallError> {
         if let Some(reason) = self.stop_reason() {
             return Err(ModelCallError::Stopped(reason));
+        }
+        let key = self.journal.as_ref().map(|_| crate::journal::request_key(&request));
+        if let Some(answer) = self.journal.as_ref().zip(key.as_deref()).and_then(|(j, k)| j.replay_answer(k)) {
+            // Answered before the kill: its spend was restored with the run's.
+            return Ok(answer);
         }
         // One prompt-cache key per run tree: its calls share prefixes (a system prompt, an input).
         if request.options.prompt_cache_key.is_none() {
@@ -471,6 +496,12 @@ impl RunScope {
         let result = self.send(provider, request, call).await;
         if let Some(id) = written {
             self.write_settle(call.step, &id, &result);
+        }
+        if let (Some(journal), Some(key), Ok(response)) = (&self.journal, &key, &result)
+            && let Err(e) = journal.record_answer(key, response)
+        {
+            let message = format!("the run's journal could not record a model call's answer: {e}");
+            self.emit(call.step, EventKind::Error { message });
         }
         result
     }
@@ -892,6 +923,24 @@ mod tests {
         let SpendRecord::Settle { call: settled, usd, usage, .. } = &records[1] else { panic!("{records:?}") };
         assert_eq!((settled, *usd, usage.total()), (call, 0.02, 120));
         assert_eq!(provider.ledger.total().unsettled_calls, 0);
+    }
+
+    #[tokio::test]
+    async fn a_journaled_request_answered_before_a_kill_is_read_back_and_not_sent_or_counted() {
+        use crate::journal::RunJournal;
+        let (provider, _) = ledgered(false);
+        let ledger = Arc::new(crate::spend::MemorySpendLedger::default());
+        let killed = RunScope::detached("m").with_journal(Arc::new(RunJournal::new(ledger.clone(), &[])));
+        let child = killed.child("c").unwrap();
+        let first = child.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await.unwrap();
+        let resumed =
+            RunScope::detached("m").with_journal(Arc::new(RunJournal::new(ledger.clone(), &ledger.records())));
+        let child = resumed.child("c").unwrap();
+        let again = child.call_model(provider.as_ref(), unpriced_request(), ModelCall::at(1)).await.unwrap();
+        assert_eq!(again, first);
+        assert_eq!(provider.mock.request_count(), 1, "sent once");
+        assert_eq!(resumed.cost_usd(), 0.0, "its spend comes back with the run's restore, not twice");
+        assert_eq!(ledger.total().settled_calls, 1, "nothing held or settled again");
     }
 
     #[tokio::test]

@@ -93,6 +93,13 @@ pub struct AgentConfig {
 pub const PLAN_MODE_PROMPT: &str = "Plan mode: do not call any tools yet. Reply with a short numbered plan of the \
 steps and tool calls you would make to reach the goal. The plan will be reviewed before anything runs.";
 
+/// Whether a conversation ends in a turn cut off before its answer (a kill): with the person's
+/// message, with tool calls still awaiting results, or with results the model has not seen.
+/// Continued with no new message, such a turn goes on where it was.
+pub fn cut_off(messages: &[Message], balanced: bool) -> bool {
+    !balanced || messages.last().is_some_and(|m| matches!(m.role, Role::User | Role::Tool))
+}
+
 /// `system` without the plan-mode instruction [`start`](Agent::continue_in) adds in plan mode.
 pub fn without_plan_mode(system: &str) -> String {
     match system.strip_suffix(PLAN_MODE_PROMPT) {
@@ -382,7 +389,36 @@ impl Agent {
         if input.is_empty() && answered && rec.transcript.is_balanced() {
             return Ok(());
         }
+        if input.is_empty() && cut_off(rec.transcript.messages(), rec.transcript.is_balanced()) {
+            return Ok(());
+        }
         rec.push(Message::user(input))
+    }
+
+    /// Runs the calls a cut-off turn left without results (its last assistant message's), so
+    /// the turn goes on where it was: in a journaled run, those that had finished are read
+    /// back. Returns a finish reason when the run must stop.
+    async fn answer_pending(
+        &self,
+        rec: &mut Recorder,
+        scope: &RunScope,
+        invoker: &ToolInvoker,
+        deadline: Option<Instant>,
+    ) -> Result<Option<FinishReason>, AgentError> {
+        let pending: Vec<ToolCall> = match rec.transcript.messages().iter().rev().find(|m| m.role == Role::Assistant) {
+            Some(last) => {
+                let open: Vec<&str> = rec.transcript.pending_calls().collect();
+                last.tool_calls.iter().filter(|c| open.contains(&c.id.as_str())).cloned().collect()
+            }
+            None => Vec::new(),
+        };
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let outcomes = invoker.invoke_all(&pending, scope, 0, deadline).await;
+        let stop = outcomes.iter().find_map(|o| o.stop.clone());
+        rec.push_outcomes(outcomes)?;
+        Ok(stop)
     }
 
     /// The system message of a new conversation (with the plan-mode rules in plan mode).
@@ -416,6 +452,9 @@ impl Agent {
         let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
         let mut denials = 0u32;
         let mut stuck = StuckDetector::new(limits.stuck_threshold);
+        if let Some(reason) = self.answer_pending(rec, scope, &invoker, deadline).await? {
+            return Ok(reason);
+        }
         loop {
             if *step >= limits.max_steps {
                 return Ok(FinishReason::BudgetExceeded);

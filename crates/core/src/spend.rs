@@ -1,5 +1,6 @@
 //! Spend written ahead: a [`SpendLedger`] is where a durable run records what its model calls
-//! cost, so the spend survives a kill. The guarded model call ([`crate::RunScope::call_model`])
+//! cost, so the spend survives a kill (and, for a journaled run, what its finished calls
+//! returned: [`crate::journal`]). The guarded model call ([`crate::RunScope::call_model`])
 //! writes a [`SpendRecord::Hold`] (the call's estimated cost) to every ledger of its budget
 //! tree before the request goes out, and a [`SpendRecord::Settle`] (its real usage and cost)
 //! after. A resumed run starts its budget from [`SpendTotal`]: what settled, plus the holds of
@@ -55,6 +56,32 @@ pub enum SpendRecord {
     Ended {
         /// The record's format version ([`SPEND_FORMAT`]).
         v: u32,
+    },
+    /// Written after a model call of a journaled run answered ([`crate::journal`]): the answer,
+    /// under the key of the request, so a resume that asks the same again reads it back.
+    Answer {
+        /// The record's format version ([`SPEND_FORMAT`]).
+        v: u32,
+        /// The request's key ([`crate::journal::request_key`]).
+        key: String,
+        /// The answer.
+        response: Box<crate::provider::ChatResponse>,
+    },
+    /// Written after a tool call of a journaled run finished: its result, under the key of the
+    /// call, so a resume that makes the same call again reads it back instead of running it.
+    Tool {
+        /// The record's format version ([`SPEND_FORMAT`]).
+        v: u32,
+        /// The call's key ([`crate::journal::tool_key`]).
+        key: String,
+        /// What the model was given.
+        output: String,
+        /// Whether the output is an error.
+        #[serde(default)]
+        is_error: bool,
+        /// Whether the permission gate refused the call.
+        #[serde(default)]
+        denied: bool,
     },
 }
 
@@ -118,7 +145,7 @@ impl SpendTotal {
                     total.usage.add(usage);
                     total.settled_calls += 1;
                 }
-                SpendRecord::Ended { .. } => {}
+                SpendRecord::Ended { .. } | SpendRecord::Answer { .. } | SpendRecord::Tool { .. } => {}
             }
         }
         total.unsettled_calls = open.len();
@@ -129,8 +156,7 @@ impl SpendTotal {
     /// What the records after the last [`SpendRecord::Ended`] add up to: the spend of a run that
     /// did not end whole (killed), for its resume.
     pub fn since_last_end(records: &[SpendRecord]) -> Self {
-        let start = records.iter().rposition(|r| matches!(r, SpendRecord::Ended { .. })).map_or(0, |i| i + 1);
-        Self::of(&records[start..])
+        Self::of(after_last_end(records))
     }
 
     /// USD spent: settled plus unsettled holds.
@@ -142,6 +168,12 @@ impl SpendTotal {
     pub fn is_empty(&self) -> bool {
         self.settled_calls == 0 && self.unsettled_calls == 0
     }
+}
+
+/// The records after the last [`SpendRecord::Ended`]: those of a run that did not end whole.
+pub fn after_last_end(records: &[SpendRecord]) -> &[SpendRecord] {
+    let start = records.iter().rposition(|r| matches!(r, SpendRecord::Ended { .. })).map_or(0, |i| i + 1);
+    &records[start..]
 }
 
 /// A spend ledger in a JSONL file, one flushed line per record.

@@ -16,8 +16,8 @@
 
 pub mod blueprint_tool;
 pub mod config;
+mod durable;
 pub mod files;
-mod ledger;
 pub mod mcp;
 pub mod provider;
 pub mod rlm;
@@ -40,6 +40,7 @@ use recursive_rlm::{Reach, Rlm};
 
 pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
+pub use durable::Durable;
 pub use files::{RunnableFile, RunnableSpec};
 pub use mcp::{McpServers, StartingMcp};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};

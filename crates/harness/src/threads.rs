@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord, SpendTotal};
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
@@ -103,19 +102,19 @@ impl Harness {
                 return Err(e.into());
             }
         }
-        let (scope, ledger) = match self.thread_ledger(&run.thread, scope) {
-            Ok(ledgered) => ledgered,
+        let durable = match self.durable(&format!("thread-{}", run.thread), scope) {
+            Ok(durable) => durable,
             Err(e) => {
                 lease.release().await;
-                return Err(e);
+                return Err(ThreadError::Store(StoreError::Backend(e)));
             }
         };
-        let scope = &scope;
+        let scope = &durable.scope;
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
         let outcome = graph.run(run.start, &Thread::new(lease.store(), &run.thread), scope).await;
-        // This run ended whole: a later run of the thread starts its spend afresh.
-        if let Err(e) = ledger.record(&SpendRecord::ended()) {
-            scope.emit(0, EventKind::Error { message: format!("the thread's spend ledger: {e}") });
+        // This run ended whole: a later run of the thread starts afresh.
+        if let Err(e) = durable.end() {
+            scope.emit(0, EventKind::Error { message: e });
         }
         lease.release().await;
         let (finish_reason, error) = match &outcome {
@@ -125,23 +124,6 @@ impl Harness {
         scope
             .emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
         Ok(outcome?)
-    }
-
-    /// `scope` with the thread's spend ledger ([`Harness::run_ledger`], `thread-ID`) on a budget
-    /// level of its own: every model call of the run is held there before it is sent. What a run
-    /// of the thread that did not end whole (killed) spent is restored, so its resume's budget
-    /// counts it; a run that ended whole left an end record, and a later run starts afresh, as a
-    /// run of a thread does.
-    fn thread_ledger(&self, thread: &str, scope: &RunScope) -> Result<(RunScope, Arc<JsonlSpendLedger>), ThreadError> {
-        let (ledger, read) = self
-            .run_ledger(&format!("thread-{thread}"))
-            .map_err(|e| ThreadError::Store(StoreError::Backend(format!("the thread's spend ledger: {e}"))))?;
-        let ledgered = scope.clone().with_ledger(ledger.clone());
-        let killed = SpendTotal::since_last_end(&read.records);
-        if !killed.is_empty() {
-            ledgered.restore_spend(&killed);
-        }
-        Ok((ledgered, ledger))
     }
 
     /// A stored thread's next run: its pinned blueprint and sub-graphs.

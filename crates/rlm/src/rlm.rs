@@ -902,7 +902,8 @@ impl Rlm {
         if checkpoint.messages.get(1) != messages.get(1) {
             return Err(RlmError::Checkpoint("its inputs differ from this run's".into()));
         }
-        if !self.durable.as_ref().is_some_and(|d| d.spend_restored) {
+        // A journaled run's host restored the whole tree's spend, this node's included.
+        if !self.durable.as_ref().is_some_and(|d| d.spend_restored) && scope.journal().is_none() {
             scope.record_usage(&checkpoint.usage, Some(checkpoint.cost_usd));
         }
         let _ = node.sub_scope.budget().reserve_calls(checkpoint.sub_calls);

@@ -170,15 +170,17 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     let mut scope =
         super::root_scope("rlm", &args.provider, false, budget, extra)?.with_max_depth(harness.limits().max_depth);
     let mut durable = durable;
-    if let Some((store, _, _)) = durable.as_mut() {
-        // A resumed run's ledger holds what its earlier processes spent (a new run's is empty).
-        let (ledger, earlier) = harness.run_ledger(&store.slot.name()).map_err(anyhow::Error::msg)?;
-        scope = scope.with_ledger(ledger);
-        if !earlier.total.is_empty() {
-            scope.restore_spend(&earlier.total);
-            store.spend_restored = true;
+    // A resumed run's journal holds what its earlier processes spent and what their calls
+    // answered (a new run's is empty).
+    let journal = match durable.as_mut() {
+        Some((store, _, _)) => {
+            let journal = harness.durable(&store.slot.name(), &scope).map_err(anyhow::Error::msg)?;
+            store.spend_restored = journal.resumed();
+            scope = journal.scope.clone();
+            Some(journal)
         }
-    }
+        None => None,
+    };
     let mcp = match needs_mcp(tool_names.as_ref(), &harness) {
         true => harness.start_mcp(&scope).await?,
         false => recursive_harness::McpServers::default(),
@@ -206,6 +208,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let run_key = rlm.durable_key();
     let ran = rlm.run(&question, inputs, &scope).await;
+    // The run's key is this run's alone: its journal is never ended, so a `--resume` of it
+    // (after a kill, a cancel or a limit) restores all of it.
+    drop(journal);
     if let Some(lease) = lease {
         lease.release().await;
     }

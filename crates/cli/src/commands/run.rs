@@ -16,8 +16,10 @@ use crate::output;
 /// Arguments of `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// What the agent should do.
-    pub goal: String,
+    /// What the agent should do. Without it, `--resume`/`--continue` goes on with the session's
+    /// turn a kill cut off, where it was.
+    #[arg(required_unless_present_any = ["resume", "continue_session"])]
+    pub goal: Option<String>,
     #[command(flatten)]
     pub provider: ProviderArgs,
     /// Most model turns.
@@ -132,10 +134,23 @@ fn open_session(
         (Some(id), _) => Session::open(id)?,
         (None, true) => Session::latest_for(workspace)?,
         (None, false) => {
-            return Ok((Session::create(workspace, model, &args.goal, args.transcript.as_deref())?, Vec::new()));
+            let goal = args.goal.as_deref().unwrap_or_default();
+            return Ok((Session::create(workspace, model, goal, args.transcript.as_deref())?, Vec::new()));
         }
     };
-    let history = session.history()?;
+    if args.goal.is_some() {
+        let history = session.history()?;
+        return Ok((session, history));
+    }
+    let history = session.history_as_left()?;
+    let balanced = recursive_core::Transcript::from_messages(history.clone()).is_ok_and(|t| t.is_balanced());
+    if !recursive_core::runtime::cut_off(&history, balanced) {
+        let id = &session.meta.id;
+        return Err(crate::ConfigError(format!(
+            "session {id} has no turn cut off to go on with; give a goal to continue it with"
+        ))
+        .into());
+    }
     Ok((session, history))
 }
 
@@ -179,6 +194,9 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 
     let model_name = harness.provider.model();
     let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
+    // Each turn is a durable run: killed, its resume reads back what it had finished.
+    let durable = harness.durable(&format!("session-{}", session.meta.id), &scope).map_err(anyhow::Error::msg)?;
+    let scope = durable.scope.clone();
     let system_prompt = harness.setup.system_prompt(
         &tools,
         args.conversation.system.as_deref(),
@@ -192,7 +210,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
     let agent = harness.agent_from(tools, config).with_late_tools(mcp.late());
-    let mut outcome = agent.continue_in(history, &args.goal, &scope).await;
+    let mut outcome = agent.continue_in(history, args.goal.as_deref().unwrap_or_default(), &scope).await;
     for _ in 0..MAX_PLAN_REVISIONS {
         let Ok(result) = &outcome else { break };
         if result.finish_reason != FinishReason::PlanPending {
@@ -214,6 +232,9 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         }
     }
     mcp.shutdown().await;
+    if let Err(e) = durable.end() {
+        eprintln!("warning: {e}");
+    }
     let (result, error) = match outcome {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),

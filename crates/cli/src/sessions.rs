@@ -208,6 +208,15 @@ impl Session {
         self.save()
     }
 
+    /// Adds the spend of a turn a kill cut off (restored from the session's journal).
+    pub fn add_spend(&mut self, usage: &recursive_core::Usage, cost_usd: f64) -> anyhow::Result<()> {
+        self.meta.input_tokens += usage.input_tokens;
+        self.meta.output_tokens += usage.output_tokens;
+        self.meta.cost_usd += cost_usd;
+        self.meta.updated = chrono::Local::now().to_rfc3339();
+        self.save()
+    }
+
     /// Writes `session.json` whole: into a fresh file beside it (whatever was planted under
     /// that name is removed, never followed), renamed over it.
     fn save(&self) -> anyhow::Result<()> {

@@ -236,3 +236,45 @@ fn a_mixed_tree_killed_at_three_depths_resumes_to_the_uninterrupted_answer_witho
         "reported ${reported}: the server priced ${served} of answered calls, ${held} was in flight at the kills"
     );
 }
+
+#[test]
+fn a_chat_turn_killed_mid_call_leaves_its_spend_in_the_session_it_resumes() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start());
+    server.respond_with(|r| match r.index {
+        0 => Some(Reply::hang()),
+        _ => Some(Reply::text("two").with_usage(2000, 4000)),
+    });
+    let chat = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test")
+            .arg("chat")
+            .args(args)
+            .args(["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini", "-q"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let mut first = chat(&[]);
+    let mut stdin = first.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"one\n").unwrap();
+    wait_for("the first turn's call", Duration::from_secs(30), || server.request_count() > 0);
+    signal(first.id(), "KILL");
+    assert_eq!(first.wait().unwrap().code(), None);
+    let session = only_session(&env);
+    let held: f64 = unsettled(&env, &session).iter().sum();
+    assert!(held > 0.0, "the call in flight held its estimate");
+
+    let mut second = chat(&["--resume", &session]);
+    std::io::Write::write_all(&mut second.stdin.take().unwrap(), b"two\n/cost\n").unwrap();
+    let out = second.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: Value = serde_json::from_slice(&env.run(&["sessions", "--json"]).stdout).unwrap();
+    let cost = list[0]["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost - (held + PER_CALL)).abs() < 1e-9,
+        "the session counts ${cost}: ${held} held by the killed turn + ${PER_CALL}"
+    );
+}

@@ -42,7 +42,7 @@ fn unsettled_holds(ledger: &std::path::Path) -> Vec<f64> {
     let mut holds: HashMap<String, f64> = HashMap::new();
     for line in std::fs::read_to_string(ledger).unwrap().lines() {
         let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        let call = record["call"].as_str().unwrap().to_string();
+        let call = record["call"].as_str().unwrap_or_default().to_string();
         match record["spend"].as_str() {
             Some("hold") => {
                 holds.insert(call, record["usd"].as_f64().unwrap());
@@ -50,7 +50,8 @@ fn unsettled_holds(ledger: &std::path::Path) -> Vec<f64> {
             Some("settle") => {
                 holds.remove(&call);
             }
-            other => panic!("not a spend record: {other:?} in {line}"),
+            Some("answer" | "tool") => {}
+            other => panic!("not a journal record: {other:?} in {line}"),
         }
     }
     holds.into_values().collect()

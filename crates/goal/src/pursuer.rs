@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use recursive_core::journal::RunJournal;
 use recursive_core::spend::ledger_path_beside;
 use recursive_core::{
     BudgetLimits, ChatProvider, ChatRequest, EventKind, Extension, FinishReason, JsonlSpendLedger, Message, ModelCall,
@@ -301,8 +302,12 @@ impl GoalPursuer {
             ..Default::default()
         };
         let mut pursuit_scope = scope.clone().with_budget(limits);
-        if let Some(ledger) = &self.ledger {
-            pursuit_scope = pursuit_scope.with_ledger(ledger.clone());
+        // A pursuit with a log is durable: its calls are journaled beside it (unless it runs
+        // inside a durable run, whose journal holds them), and a resume reads back those the
+        // killed attempts finished.
+        if let Some(ledger) = self.ledger.as_ref().filter(|_| scope.journal().is_none()) {
+            let earlier = resume.as_ref().map(ResumeLog::journal_records).unwrap_or_default();
+            pursuit_scope = pursuit_scope.with_journal(Arc::new(RunJournal::new(ledger.clone(), earlier)));
         }
         // What earlier attempts spent counts against the same caps.
         let earlier = resume.as_ref().map(|log| log.earlier_spend(&id)).unwrap_or_default();

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use recursive_core::jsonl::{CutRecord, JsonlReadError, read_jsonl_records};
-use recursive_core::spend::{SpendTotal, ledger_path_beside, read_ledger};
+use recursive_core::spend::{SpendRecord, SpendTotal, ledger_path_beside, read_ledger};
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -37,6 +37,8 @@ pub struct ResumeLog {
     cuts: Vec<CutRecord>,
     /// What the spend ledger beside the log says earlier attempts spent.
     ledger: SpendTotal,
+    /// The ledger's records: the journal the resumed pursuit answers from.
+    records: Vec<SpendRecord>,
 }
 
 /// A log that cannot be resumed from.
@@ -74,12 +76,19 @@ impl ResumeLog {
         let ledger_path = ledger_path_beside(&path);
         let ledger = read_ledger(&ledger_path).map_err(|e| read_error(&ledger_path, e))?;
         let cuts = read.cut.into_iter().chain(ledger.cut).collect();
-        Ok(Self { path, events: read.records.into_iter().map(|(_, e)| e).collect(), cuts, ledger: ledger.total })
+        let events = read.records.into_iter().map(|(_, e)| e).collect();
+        Ok(Self { path, events, cuts, ledger: ledger.total, records: ledger.records })
     }
 
     /// A log from events already in memory (e.g. [`crate::ExecutionLog::events`]).
     pub fn from_events(path: impl Into<PathBuf>, events: Vec<GoalEvent>) -> Self {
-        Self { path: path.into(), events, cuts: Vec::new(), ledger: SpendTotal::default() }
+        Self { path: path.into(), events, cuts: Vec::new(), ledger: SpendTotal::default(), records: Vec::new() }
+    }
+
+    /// The spend ledger's records ([`recursive_core::journal`]): what the earlier attempts'
+    /// finished calls answered.
+    pub fn journal_records(&self) -> &[SpendRecord] {
+        &self.records
     }
 
     /// Whether a torn last line was cut off (the log's or its ledger's).

@@ -24,12 +24,22 @@ pub struct Durable {
     /// What the killed processes of this run spent (nothing for a new run, or when nested).
     pub restored: SpendTotal,
     ledger: Option<Arc<JsonlSpendLedger>>,
+    journal: Option<Arc<RunJournal>>,
 }
 
 impl Durable {
     /// Whether this run continues one that did not end whole (a process of it was killed).
     pub fn resumed(&self) -> bool {
         !self.restored.is_empty()
+    }
+
+    /// `scope` (a node made after this run was opened, e.g. a chat turn's) recording in this
+    /// run's journal.
+    pub fn attach(&self, scope: RunScope) -> RunScope {
+        match &self.journal {
+            Some(journal) if scope.journal().is_none() => scope.with_journal(journal.clone()),
+            _ => scope,
+        }
     }
 
     /// Marks the run whole: a later run under the same name starts afresh. A run nested in
@@ -46,17 +56,18 @@ impl Harness {
     /// The run `name` made durable in `scope` (see the module docs).
     pub fn durable(&self, name: &str, scope: &RunScope) -> Result<Durable, String> {
         if scope.journal().is_some() {
-            return Ok(Durable { scope: scope.clone(), restored: SpendTotal::default(), ledger: None });
+            let restored = SpendTotal::default();
+            return Ok(Durable { scope: scope.clone(), restored, ledger: None, journal: None });
         }
         let (ledger, read) = self.run_ledger(name)?;
         let earlier = after_last_end(&read.records);
         let journal = Arc::new(RunJournal::new(ledger.clone(), earlier));
-        let scope = scope.clone().with_journal(journal);
+        let scope = scope.clone().with_journal(journal.clone());
         let restored = SpendTotal::of(earlier);
         if !restored.is_empty() {
             scope.restore_spend(&restored);
         }
-        Ok(Durable { scope, restored, ledger: Some(ledger) })
+        Ok(Durable { scope, restored, ledger: Some(ledger), journal: Some(journal) })
     }
 
     /// The spend ledger of the run `name` and what it held before this process.

@@ -115,6 +115,8 @@ pub struct Turn {
     agent: Agent,
     history: Vec<Message>,
     input: String,
+    /// The turn as a durable run of the session: killed, its spend comes back with the session.
+    durable: recursive_harness::Durable,
 }
 
 /// How a turn ended.
@@ -128,10 +130,15 @@ pub struct TurnEnd {
 impl Turn {
     /// Runs the turn under `scope`.
     pub async fn run(self, scope: RunScope) -> TurnEnd {
-        match self.agent.continue_in(self.history, &self.input, &scope).await {
+        let scope = self.durable.attach(scope);
+        let mut end = match self.agent.continue_in(self.history, &self.input, &scope).await {
             Ok(result) => TurnEnd { result, error: None },
             Err(e) => TurnEnd { result: *e.partial, error: Some(format!("{:#}", anyhow::Error::new(e.error))) },
+        };
+        if let Err(e) = self.durable.end() {
+            end.error.get_or_insert(e);
         }
+        end
     }
 }
 
@@ -204,7 +211,15 @@ impl Chat {
         self.await_servers().await;
         let (input, notes) = attach_mentions(&self.harness.setup.workspace, text);
         self.harness.setup.workspace.journal().begin();
-        let turn = Turn { agent: self.agent()?, history: std::mem::take(&mut self.history), input };
+        // A turn a kill cut off before this process left its spend in the session's journal:
+        // opening the next turn's restores it into the session's totals.
+        let name = format!("session-{}", self.session.meta.id);
+        let durable = self.harness.durable(&name, &self.scope).map_err(anyhow::Error::msg)?;
+        if durable.resumed() {
+            self.session.add_spend(&durable.restored.usage, durable.restored.usd())?;
+        }
+        let history = std::mem::take(&mut self.history);
+        let turn = Turn { agent: self.agent()?, history, input, durable };
         Ok((turn, notes))
     }
 

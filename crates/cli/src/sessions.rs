@@ -208,6 +208,12 @@ impl Session {
         self.save()
     }
 
+    /// Names the session (`/rename`, or its first message when it was started without one).
+    pub fn retitle(&mut self, title: &str) -> anyhow::Result<()> {
+        self.meta.title = recursive_core::text::clip_chars(title.trim(), 80);
+        self.save()
+    }
+
     /// Adds the spend of a turn a kill cut off (restored from the session's journal).
     pub fn add_spend(&mut self, usage: &recursive_core::Usage, cost_usd: f64) -> anyhow::Result<()> {
         self.meta.input_tokens += usage.input_tokens;
@@ -326,4 +332,48 @@ pub fn list() -> anyhow::Result<Vec<SessionMeta>> {
         .collect();
     metas.sort_by(|a, b| b.updated.cmp(&a.updated).then(b.id.cmp(&a.id)));
     Ok(metas)
+}
+
+/// One session in `chat --resume`'s picker: its title, how long ago it changed, its turns and
+/// what it cost.
+pub fn picker_line(meta: &SessionMeta, now: chrono::DateTime<chrono::Local>) -> String {
+    let age = chrono::DateTime::parse_from_rfc3339(&meta.updated)
+        .map(|t| ago(now.signed_duration_since(t)))
+        .unwrap_or_else(|_| "?".into());
+    let title = if meta.title.is_empty() { "(untitled)" } else { meta.title.as_str() };
+    format!("{title} — {age} ago, {} turn(s), ${:.4}  [{}]", meta.turns, meta.cost_usd, meta.id)
+}
+
+/// A duration as people say it: `42s`, `5m`, `3h`, `2d`.
+fn ago(d: chrono::TimeDelta) -> String {
+    let secs = d.num_seconds().max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_picker_says_title_age_turns_and_cost() {
+        let now = chrono::Local::now();
+        let meta = super::SessionMeta {
+            id: "20261127-1".into(),
+            created: String::new(),
+            updated: (now - chrono::TimeDelta::minutes(5)).to_rfc3339(),
+            workspace: "/w".into(),
+            model: "m".into(),
+            title: "fix the parser".into(),
+            transcript: "/t".into(),
+            turns: 3,
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: 0.0125,
+            last_outcome: String::new(),
+        };
+        assert_eq!(super::picker_line(&meta, now), "fix the parser — 5m ago, 3 turn(s), $0.0125  [20261127-1]");
+    }
 }

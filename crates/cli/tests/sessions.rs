@@ -10,7 +10,7 @@ use std::process::Stdio;
 
 use common::{Env, stdout_json};
 use recursive_testkit::{ModelServer, Reply};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn provider_args(server: &ModelServer) -> Vec<String> {
     ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
@@ -470,4 +470,38 @@ fn a_fifo_planted_as_session_json_hangs_neither_sessions_nor_continue() {
     let stderr = String::from_utf8_lossy(&resumed.stderr);
     assert_eq!(resumed.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("not a regular file"), "{stderr}");
+}
+
+#[test]
+fn chat_starts_with_a_prompt_titles_the_session_by_it_and_continue_and_rename_find_it() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([
+        Reply::text("first answer").with_usage(1000, 10),
+        Reply::text("second answer").with_usage(1000, 10),
+    ]));
+    let mut first = spawn_chat(&env, &["-q", "fix the flaky parser test"], Some(&server));
+    drop(first.stdin.take());
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("first answer"), "the prompt was sent first");
+    let list: Value = serde_json::from_slice(&env.run(&["sessions", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["title"], "fix the flaky parser test", "{list}");
+
+    let mut again = spawn_chat(&env, &["-q", "--continue"], Some(&server));
+    again.stdin.take().unwrap().write_all(b"and now?\n/rename parser work\n/cost\n").unwrap();
+    let out = again.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is now \"parser work\""), "{stderr}");
+    assert!(stderr.contains("2 turn(s), 2000 tokens in"), "the session's totals span both processes: {stderr}");
+    assert_eq!(contents(&server.request(1).body)[1..], ["fix the flaky parser test", "first answer", "and now?"]);
+    let list: Value = serde_json::from_slice(&env.run(&["sessions", "--json"]).stdout).unwrap();
+    assert_eq!((list.as_array().unwrap().len(), &list[0]["title"]), (1, &json!("parser work")));
+
+    let mut pick = env.cmd();
+    pick.env("OPENAI_API_KEY", "sk-test").args(["chat", "--resume"]).args(provider_args(&server));
+    let picked = pick.stdin(Stdio::null()).output().unwrap();
+    assert_eq!(picked.status.code(), Some(2), "no terminal to pick on");
+    assert!(String::from_utf8_lossy(&picked.stderr).contains("give the id"), "{picked:?}");
 }

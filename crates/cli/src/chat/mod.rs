@@ -26,6 +26,7 @@ pub const HELP: &str = "\
 /compact         summarise the conversation so far to free context
 /undo            take back the file edits (write_file, apply_patch) of the last turn
 /session         this session's id and how to resume it
+/rename TITLE    name this session (shown by `recursive sessions` and `chat --resume`)
 /tree            show or hide the run tree (terminal UI)
 /exit            leave (the session is saved)
 @path            in a message: attach that workspace file";
@@ -49,6 +50,8 @@ pub enum Input {
     Undo,
     /// `/tree`.
     Tree,
+    /// `/rename` with the new title (empty: none given).
+    Rename(String),
     /// An unknown command.
     Unknown(String),
     /// A message for the model.
@@ -75,6 +78,7 @@ pub fn parse(text: &str) -> Option<Input> {
         "compact" => Input::Compact,
         "undo" => Input::Undo,
         "tree" => Input::Tree,
+        "rename" => Input::Rename(rest.to_string()),
         "model" => Input::Model((!rest.is_empty()).then(|| rest.to_string())),
         other => Input::Unknown(other.to_string()),
     })
@@ -106,6 +110,8 @@ pub struct Chat {
     /// The root scope: its budget and totals span every turn.
     pub scope: RunScope,
     context_window: Option<usize>,
+    /// A first message given on the command line, sent before anything is read.
+    pub first: Option<String>,
     starting: Option<JoinHandle<recursive_tools::McpTools>>,
     started: Option<recursive_tools::McpTools>,
 }
@@ -167,6 +173,12 @@ impl Chat {
         let tools = harness.tools();
         let system = harness.setup.system_prompt(&tools, system.as_deref(), append_system.as_deref());
         let (late, starting) = harness.spawn_mcp(&scope)?.into_parts();
+        // The status line counts the whole session, also what earlier processes spent.
+        let m = &session.meta;
+        let usage = Usage { input_tokens: m.input_tokens, output_tokens: m.output_tokens, ..Default::default() };
+        if m.cost_usd > 0.0 || usage.total() > 0 {
+            scope.restore_spend(&recursive_core::SpendTotal { settled_usd: m.cost_usd, usage, ..Default::default() });
+        }
         let model = harness.provider.model();
         Ok(Chat {
             harness,
@@ -177,6 +189,7 @@ impl Chat {
             history,
             scope,
             context_window,
+            first: None,
             starting: Some(starting),
             started: None,
         })
@@ -210,6 +223,9 @@ impl Chat {
     pub async fn prepare(&mut self, text: &str) -> anyhow::Result<(Turn, Vec<String>)> {
         self.await_servers().await;
         let (input, notes) = attach_mentions(&self.harness.setup.workspace, text);
+        if self.session.meta.title.is_empty() {
+            self.session.retitle(text)?;
+        }
         self.harness.setup.workspace.journal().begin();
         // A turn a kill cut off before this process left its spend in the session's journal:
         // opening the next turn's restores it into the session's totals.
@@ -266,6 +282,17 @@ impl Chat {
     pub fn cost_line(&self) -> String {
         let m = &self.session.meta;
         format!("{} turn(s), {} tokens in, {} out, ${:.4}", m.turns, m.input_tokens, m.output_tokens, m.cost_usd)
+    }
+
+    /// `/rename TITLE`.
+    pub fn rename(&mut self, title: &str) -> String {
+        if title.trim().is_empty() {
+            return format!("/rename needs a title; this session is \"{}\"", self.session.meta.title);
+        }
+        match self.session.retitle(title) {
+            Ok(()) => format!("session {} is now \"{}\"", self.session.meta.id, self.session.meta.title),
+            Err(e) => format!("the session could not be renamed: {e:#}"),
+        }
     }
 
     /// `/session`.

@@ -54,12 +54,15 @@ pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
         eprint!("\n> ");
         let _ = std::io::stderr().flush();
         // Ctrl-C at the prompt ends the chat as it ends a turn (the blocked read is left behind).
-        let line = tokio::select! {
-            line = prompter.next() => line,
-            _ = chat.scope.cancel_token().cancelled() => {
-                code = 8;
-                break;
-            }
+        let line = match chat.first.take() {
+            Some(first) => Some(first),
+            None => tokio::select! {
+                line = prompter.next() => line,
+                _ = chat.scope.cancel_token().cancelled() => {
+                    code = 8;
+                    break;
+                }
+            },
         };
         let Some(line) = line else { break };
         let text = match parse(&line) {
@@ -83,6 +86,10 @@ pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
             }
             Some(Input::Undo) => {
                 eprintln!("{}", chat.undo());
+                continue;
+            }
+            Some(Input::Rename(title)) => {
+                eprintln!("{}", chat.rename(&title));
                 continue;
             }
             Some(Input::Tree) => {

@@ -19,9 +19,15 @@ use crate::sessions::Session;
 /// Arguments of `chat`.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// Continue the session ID instead of starting one.
-    #[arg(long, value_name = "ID")]
+    /// The first message (the chat goes on after it).
+    pub prompt: Option<String>,
+    /// Continue the session ID instead of starting one; without ID, pick one of this
+    /// workspace's sessions from a list.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
+    /// Continue the most recent session of this workspace.
+    #[arg(long = "continue", conflicts_with = "resume")]
+    pub continue_session: bool,
     /// Most model turns per message.
     #[arg(long, default_value_t = 32)]
     pub max_steps: u32,
@@ -101,15 +107,16 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     } else {
         (super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?, None)
     };
-    let (session, history): (Session, Vec<Message>) = match &args.resume {
-        Some(id) => {
-            let s = Session::open(id)?;
-            let h = s.history()?;
-            (s, h)
+    let (session, history): (Session, Vec<Message>) = match (args.resume.as_deref(), args.continue_session) {
+        (Some(""), _) => continued(pick_session(setup.workspace.root())?)?,
+        (Some(id), _) => continued(Session::open(id)?)?,
+        (None, true) => continued(Session::latest_for(setup.workspace.root())?)?,
+        (None, false) => {
+            let title = args.prompt.as_deref().unwrap_or_default();
+            (Session::create(setup.workspace.root(), &model, title, None)?, Vec::new())
         }
-        None => (Session::create(setup.workspace.root(), &model, "chat", None)?, Vec::new()),
     };
-    let chat = Chat::new(ChatParts {
+    let mut chat = Chat::new(ChatParts {
         harness,
         session,
         history,
@@ -118,6 +125,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         append_system: args.conversation.append_system.clone(),
         context_window: args.conversation.context_window,
     })?;
+    chat.first = args.prompt.clone().filter(|p| !p.trim().is_empty());
     match events {
         Some(events) => {
             let asks = asks.unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
@@ -126,3 +134,41 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         None => crate::chat::plain::run(chat, settings).await,
     }
 }
+
+/// A session and its conversation so far.
+fn continued(session: Session) -> anyhow::Result<(Session, Vec<Message>)> {
+    let history = session.history()?;
+    Ok((session, history))
+}
+
+/// `chat --resume` without an id: this workspace's sessions, newest first, each with its title,
+/// age, size and cost; the person picks one by number (on a terminal only).
+fn pick_session(workspace: &std::path::Path) -> anyhow::Result<Session> {
+    let sessions: Vec<_> =
+        crate::sessions::list()?.into_iter().filter(|m| m.workspace == workspace).take(PICKER_SIZE).collect();
+    if sessions.is_empty() {
+        return Err(crate::ConfigError(format!("no earlier session in {}", workspace.display())).into());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(crate::ConfigError(
+            "`--resume` without an id picks a session on a terminal; give the id (`recursive sessions` lists them)"
+                .into(),
+        )
+        .into());
+    }
+    let now = chrono::Local::now();
+    for (i, m) in sessions.iter().enumerate() {
+        eprintln!("{:>3}. {}", i + 1, crate::sessions::picker_line(m, now));
+    }
+    eprint!("session to continue [1-{}]: ", sessions.len());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let chosen = line.trim().parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|i| sessions.get(i));
+    match chosen {
+        Some(meta) => Session::open(&meta.id),
+        None => Err(crate::ConfigError(format!("`{}` is not one of the numbers listed", line.trim())).into()),
+    }
+}
+
+/// Most sessions the picker lists.
+const PICKER_SIZE: usize = 20;

@@ -387,6 +387,10 @@ async fn drive(
     let mut before = chat.totals();
     let ended = chat.scope.cancel_token().clone();
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    if let Some(first) = chat.first.take() {
+        turn = command(&mut app, chat, &first).await?;
+        before = chat.totals();
+    }
     loop {
         terminal.draw(|f| view::draw(f, &app, chat))?;
         // Biased: the turn's events come first, so a tool call's line is in before a question
@@ -543,6 +547,7 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
         Input::Cost => app.note(chat.cost_line()),
         Input::Session => app.note(chat.session_line()),
         Input::Tree => app.show_tree = !app.show_tree,
+        Input::Rename(title) => app.note(chat.rename(&title)),
         Input::Undo => {
             let text = chat.undo();
             app.note(text);

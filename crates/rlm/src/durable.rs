@@ -18,7 +18,7 @@ use recursive_core::{CheckpointSlot, Message, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::rlm::RlmIteration;
+use crate::result::RlmIteration;
 use crate::sandbox::{HostCall, HostReply, HostResult, SandboxHost};
 
 /// The checkpoint format's version.

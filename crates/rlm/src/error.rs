@@ -43,5 +43,5 @@ pub struct RlmRunError {
     #[source]
     pub error: RlmError,
     /// What the run gathered before it.
-    pub partial: Box<crate::rlm::RlmResult>,
+    pub partial: Box<crate::result::RlmResult>,
 }

@@ -7,7 +7,7 @@ use recursive_core::{ExtensionEvent, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::rlm::RlmOutcome;
+use crate::result::RlmOutcome;
 use crate::sandbox::SnippetErrorKind;
 
 /// Something that happened in an RLM run.

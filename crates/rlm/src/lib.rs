@@ -53,17 +53,20 @@
 //!   program either does the same (call [`worker::serve`]) or points [`set_default_worker`] at a
 //!   worker binary such as this crate's `recursive-sandbox-worker`.
 
+mod config;
 pub mod convert;
 pub mod cpython;
 pub mod dialect;
 pub mod durable;
 pub mod error;
 pub mod events;
+mod host;
 pub mod inputs;
 mod output;
 pub mod prompt;
 pub mod reach;
 pub mod repl;
+mod result;
 pub mod rewrite;
 pub mod rlm;
 pub mod runnable;

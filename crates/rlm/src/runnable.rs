@@ -11,8 +11,10 @@ use async_trait::async_trait;
 use recursive_core::{FinishReason, Outcome, RunInput, RunScope, Runnable, RunnableKind};
 use serde_json::{Value, json};
 
+use crate::host::task_question;
 use crate::inputs::Inputs;
-use crate::rlm::{Rlm, RlmResult, task_question};
+use crate::result::RlmResult;
+use crate::rlm::Rlm;
 
 impl RlmResult {
     /// The answer as text: the one string field of a one-field object (the default

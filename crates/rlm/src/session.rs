@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RlmError;
 use crate::events::RlmEvent;
+use crate::host::{RunHost, stopped_by_tree};
 use crate::inputs::Inputs;
 use crate::prompt::{snippet_observation, truncate_middle};
 use crate::repl::Repl;
-use crate::rlm::{Rlm, RunHost, stopped_by_tree};
+use crate::rlm::Rlm;
 use crate::sandbox::{SnippetErrorKind, SnippetOutcome};
 
 /// A live sandbox session (see the module docs).

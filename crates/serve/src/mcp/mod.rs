@@ -1,20 +1,38 @@
-//! The MCP server: tools `run`, `rlm` and `goal`, each starting a run of the server (so it is
-//! also visible in the runs API), sending a progress notification per event of its run tree when
-//! the client asked for progress, and cancelling the run when the client cancels the request.
+//! The MCP server: tools `run`, `rlm` and `goal` and one per named runnable, each starting a run
+//! of the server (so it is also visible in the runs API), sending a progress notification per
+//! event of its run tree when the client asked for progress, and cancelling the run when the
+//! client cancels the request. Besides tools it offers resources (the runnables and the runs,
+//! [`resources`]), prompts (one per runnable, [`prompts`]), completion of their arguments,
+//! logging of the run events a call follows ([`logging`]), and elicitation: a permission ask of
+//! such a run is put to the person behind the client ([`elicit`]).
 //! Served over stdio (`recursive mcp`) and over streamable HTTP at `/mcp` under `serve`.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+// MCP's next protocol version drops logging and resources/subscribe; the versions clients speak
+// today have them.
+#![allow(deprecated)]
+
+pub mod elicit;
+pub mod fixtures;
+pub mod logging;
+pub mod prompts;
+pub mod resources;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo,
+    ContentBlock, CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use recursive_core::RunInput;
 
@@ -45,16 +63,43 @@ pub struct GoalArgs {
     pub objective: String,
 }
 
-/// The MCP face of a [`Server`].
+/// The MCP face of a [`Server`], one per client session.
 #[derive(Clone)]
 pub struct McpServer {
     server: Arc<Server>,
+    session: Arc<Session>,
+    /// Whether the conformance suite's fixtures are offered (see [`fixtures`]).
+    fixtures: bool,
+}
+
+/// What one client session has set.
+#[derive(Default)]
+struct Session {
+    /// The level it logs at.
+    level: logging::LogLevel,
+    /// Its subscriptions, by URI: cancelling one ends it.
+    subscriptions: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl Session {
+    fn subscriptions(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for stop in self.subscriptions().values() {
+            stop.cancel();
+        }
+    }
 }
 
 impl McpServer {
-    /// The MCP server over `server`'s runs.
+    /// The MCP server over `server`'s runs (with the conformance fixtures when
+    /// [`fixtures::ENV`] is `1`).
     pub fn new(server: Arc<Server>) -> Self {
-        McpServer { server }
+        McpServer { server, session: Arc::default(), fixtures: fixtures::enabled() }
     }
 }
 
@@ -200,20 +245,29 @@ fn describe(event: &Value) -> String {
     format!("{name}: {kind} {detail}").trim_end().to_string()
 }
 
-/// Follows `run` to its end, sending progress when asked and cancelling it with the request.
-async fn follow(run: &Arc<RunRecord>, context: &RequestContext<RoleServer>) {
+/// Follows `run` to its end, cancelling it with the request: sends a progress notification per
+/// event when the client asked for progress, a log message per event at the session's level, and
+/// puts each permission ask to the person when the client can be asked (see [`elicit`]).
+async fn follow(run: &Arc<RunRecord>, context: &RequestContext<RoleServer>, server: &Server, session: &Session) {
     let token = context.meta.get_progress_token();
+    let board = server.config.answers.clone().filter(|_| elicit::client_can_elicit(&context.peer));
     let mut changes = run.watch();
     let mut next = 0;
     loop {
         let (events, finished) = run.events_from(next);
         let full = events.len() == crate::runs::EVENT_PAGE;
         for (i, event) in events {
-            let event = crate::runs::parse_event(&event);
             next = i + 1;
             if let Some(token) = &token {
-                let param = ProgressNotificationParam::new(token.clone(), next as f64).with_message(describe(&event));
+                let message = describe(&crate::runs::parse_event(&event));
+                let param = ProgressNotificationParam::new(token.clone(), next as f64).with_message(message);
                 let _ = context.peer.notify_progress(param).await;
+            }
+            if let Some(message) = logging::message(&session.level, &run.id, &event) {
+                logging::send(&context.peer, message).await;
+            }
+            if let (Some(board), Some(ask)) = (&board, elicit::ask_of(&event)) {
+                tokio::spawn(elicit::put(context.peer.clone(), board.clone(), run.id.clone(), ask));
             }
         }
         if full {
@@ -229,10 +283,36 @@ async fn follow(run: &Arc<RunRecord>, context: &RequestContext<RoleServer>) {
     }
 }
 
+/// The capabilities declared: tools, resources (with subscriptions), prompts, completion and
+/// logging.
+fn capabilities() -> ServerCapabilities {
+    ServerCapabilities::builder()
+        .enable_logging()
+        .enable_completions()
+        .enable_prompts()
+        .enable_resources()
+        .enable_resources_subscribe()
+        .enable_tools()
+        .build()
+}
+
+/// Completion values as MCP wants them (at most [`CompletionInfo::MAX_VALUES`], with the total).
+fn completion(mut values: Vec<String>) -> CompleteResult {
+    let total = u32::try_from(values.len()).unwrap_or(u32::MAX);
+    let more = values.len() > CompletionInfo::MAX_VALUES;
+    values.truncate(CompletionInfo::MAX_VALUES);
+    let mut info = CompletionInfo::new(values).unwrap_or_default();
+    info.total = Some(total);
+    info.has_more = Some(more);
+    CompleteResult::new(info)
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("Recursive: run an agent, a recursive language model or a goal pursuit.");
+        let mut info = ServerConfig::new(capabilities()).with_instructions(
+            "Recursive: run an agent, a recursive language model, a goal pursuit or a named runnable; read \
+             the runnables and the runs as resources (recursive://runnables/{name}, recursive://runs/{id}).",
+        );
         info.server_info = Implementation::new("recursive", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -242,7 +322,11 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult { tools: tools(&self.server.runner.offered()), ..Default::default() })
+        let mut tools = tools(&self.server.runner.offered());
+        if self.fixtures {
+            tools.extend(fixtures::tools());
+        }
+        Ok(ListToolsResult { tools, ..Default::default() })
     }
 
     async fn call_tool(
@@ -250,6 +334,11 @@ impl ServerHandler for McpServer {
         params: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if self.fixtures
+            && let Some(result) = fixtures::call(&params, &context).await
+        {
+            return Ok(CallToolResponse::Complete(result));
+        }
         let failed =
             |text: String| Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])));
         let request = match request(&params, &self.server.runner.agents()) {
@@ -260,7 +349,7 @@ impl ServerHandler for McpServer {
             Ok(run) => run,
             Err(Busy) => return failed("every run slot and queue place is taken; retry later".into()),
         };
-        follow(&run, &context).await;
+        follow(&run, &context, &self.server, &self.session).await;
         let output = wait_finished(&run).await;
         if !output.ok {
             let why = output.error.clone().unwrap_or_else(|| format!("the run ended {}", output.outcome));
@@ -269,6 +358,142 @@ impl ServerHandler for McpServer {
         let mut result = CallToolResult::success(vec![ContentBlock::text(output.text.clone())]);
         result.structured_content = serde_json::to_value(&output).ok();
         Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        let mut result = resources::list(&self.server, cursor.clone()).await?;
+        if self.fixtures && cursor.is_none() {
+            result.resources.extend(fixtures::resources());
+        }
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let mut templates = resources::templates();
+        if self.fixtures {
+            templates.extend(fixtures::templates());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if self.fixtures
+            && let Some(result) = fixtures::read(&request.uri)
+        {
+            return Ok(result.into());
+        }
+        Ok(resources::read(&self.server, &request.uri).await?.into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.fixtures && fixtures::subscribable(&request.uri) {
+            return Ok(());
+        }
+        let Some(run) = resources::subscribable(&self.server, &request.uri).await? else {
+            return Ok(());
+        };
+        let stop = CancellationToken::new();
+        if let Some(earlier) = self.session.subscriptions().insert(request.uri.clone(), stop.clone()) {
+            earlier.cancel();
+        }
+        tokio::spawn(resources::follow(context.peer.clone(), request.uri, run, stop));
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if let Some(stop) = self.session.subscriptions().remove(&request.uri) {
+            stop.cancel();
+        }
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let mut prompts = prompts::list(&self.server);
+        if self.fixtures {
+            prompts.extend(fixtures::prompts());
+        }
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        if self.fixtures
+            && let Some(result) = fixtures::prompt(&request.name, request.arguments.as_ref())
+        {
+            return Ok(result.into());
+        }
+        Ok(prompts::get(&self.server, &request.name, request.arguments.as_ref())?.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let (argument, value) = (&request.argument.name, &request.argument.value);
+        let values = match &request.r#ref {
+            Reference::Prompt(prompt) if self.fixtures && fixtures::is_prompt(&prompt.name) => {
+                fixtures::complete(argument, value)
+            }
+            Reference::Prompt(prompt) => prompts::complete(&self.server, &prompt.name, argument, value)?,
+            Reference::Resource(template) => resources::complete(&self.server, &template.uri, argument, value).await,
+            _ => Vec::new(),
+        };
+        Ok(completion(values))
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.session.level.set(request.level);
+        Ok(())
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        // A `logging/setLevel` whose level is none of MCP's does not parse as one.
+        if request.method == "logging/setLevel" {
+            let level = request.params.as_ref().and_then(|p| p.get("level")).cloned().unwrap_or_default();
+            let message = format!(
+                "no logging level {level}; the levels are debug, info, notice, warning, error, critical, alert, \
+                 emergency"
+            );
+            return Err(McpError::invalid_params(message, None));
+        }
+        Err(McpError::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, request.method, None))
     }
 }
 

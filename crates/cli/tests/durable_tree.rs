@@ -181,18 +181,7 @@ fn only_session(env: &Env) -> String {
 
 /// The calls that held but never settled in the session's journal: their held USD.
 fn unsettled(env: &Env, session: &str) -> Vec<f64> {
-    let path = env.path(&format!(".recursive/runs/session-{session}.spend.jsonl"));
-    let mut holds: BTreeMap<String, f64> = BTreeMap::new();
-    for line in std::fs::read_to_string(path).unwrap().lines() {
-        let record: Value = serde_json::from_str(line).unwrap();
-        let call = record["call"].as_str().unwrap_or_default().to_string();
-        match record["spend"].as_str() {
-            Some("hold") => drop(holds.insert(call, record["usd"].as_f64().unwrap())),
-            Some("settle") => drop(holds.remove(&call)),
-            _ => {}
-        }
-    }
-    holds.into_values().collect()
+    common::unsettled_holds(&common::file_journal(&env.path(&format!(".recursive/runs/session-{session}.spend.jsonl"))))
 }
 
 #[test]

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::{Env, stdout_json};
 use recursive_testkit::{ModelServer, Reply};
-use serde_json::Value;
 
 const PAIR: &str = include_str!("fixtures/graphs/pair.toml");
 
@@ -22,18 +21,6 @@ const PRICED: f64 = (30_000.0 * 0.15 + 2_000.0 * 0.60) / 1e6;
 
 fn provider(server: &ModelServer) -> Vec<String> {
     ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
-}
-
-/// What the ledger holds for calls that never settled.
-fn unsettled(ledger: &std::path::Path) -> f64 {
-    let records: Vec<Value> =
-        std::fs::read_to_string(ledger).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let settled: Vec<&Value> = records.iter().filter(|r| r["spend"] == "settle").map(|r| &r["call"]).collect();
-    records
-        .iter()
-        .filter(|r| r["spend"] == "hold" && !settled.contains(&&r["call"]))
-        .map(|r| r["usd"].as_f64().unwrap())
-        .sum()
 }
 
 #[test]
@@ -65,8 +52,8 @@ fn a_killed_thread_resumes_counting_what_its_killed_run_spent() {
     common::wait_for("the second node's call in flight", Duration::from_secs(60), asked_second);
     child.kill().unwrap();
     child.wait().unwrap();
-    let ledger = env.path(".recursive/runs/thread-t1.spend.jsonl");
-    let in_flight = unsettled(&ledger);
+    let journal = || common::store_journal(&env.path(".recursive/graphs.db"), "thread-t1");
+    let in_flight: f64 = common::unsettled_holds(&journal()).iter().sum();
     assert!(in_flight > 0.0, "the killed call's hold is in the ledger");
 
     second_answers.store(true, Ordering::SeqCst);

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::{Env, stdout_json};
 use recursive_testkit::{ModelServer, Reply};
-use serde_json::Value;
 
 const FIRST: &str = "Setting up.\n```python\nx = 41\nprint('x is set')\n```";
 const SECOND: &str = "Asking.\n```python\na = llm_query('the sub question')['result']\n\
@@ -30,19 +29,6 @@ fn priced((input, output): (u64, u64)) -> f64 {
 
 fn provider(server: &ModelServer) -> Vec<String> {
     ["--provider", "openai", "--base-url", &server.openai_url(), "--model", "gpt-4o-mini"].map(String::from).to_vec()
-}
-
-/// What the ledger still holds for calls that never settled (in flight at a kill).
-fn unsettled_holds(ledger: &std::path::Path) -> f64 {
-    let text = std::fs::read_to_string(ledger).unwrap();
-    let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let settled: Vec<&str> =
-        records.iter().filter(|r| r["spend"] == "settle").map(|r| r["call"].as_str().unwrap()).collect();
-    records
-        .iter()
-        .filter(|r| r["spend"] == "hold" && !settled.contains(&r["call"].as_str().unwrap()))
-        .map(|r| r["usd"].as_f64().unwrap())
-        .sum()
 }
 
 #[test]
@@ -90,8 +76,8 @@ fn a_killed_rlm_resumes_counting_what_it_spent_after_its_last_checkpoint() {
         .and_then(|rest| rest.split_whitespace().next())
         .expect("the run names its checkpoints")
         .to_string();
-    let ledger = env.path(&format!(".recursive/runs/{key}.spend.jsonl"));
-    let in_flight = unsettled_holds(&ledger);
+    let journal = || common::store_journal(&env.path(".recursive/graphs.db"), &key);
+    let in_flight: f64 = common::unsettled_holds(&journal()).iter().sum();
     assert!(in_flight > 0.0, "the killed call's hold is in the ledger");
 
     slow_answers.store(true, Ordering::SeqCst);

@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Output, Stdio};
 use std::sync::Arc;
@@ -39,22 +38,7 @@ fn answer(r: &RecordedRequest) -> Option<Reply> {
 
 /// The calls of a spend ledger that hold but never settled: their held USD.
 fn unsettled_holds(ledger: &std::path::Path) -> Vec<f64> {
-    let mut holds: HashMap<String, f64> = HashMap::new();
-    for line in std::fs::read_to_string(ledger).unwrap().lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        let call = record["call"].as_str().unwrap_or_default().to_string();
-        match record["spend"].as_str() {
-            Some("hold") => {
-                holds.insert(call, record["usd"].as_f64().unwrap());
-            }
-            Some("settle") => {
-                holds.remove(&call);
-            }
-            Some("answer" | "tool") => {}
-            other => panic!("not a journal record: {other:?} in {line}"),
-        }
-    }
-    holds.into_values().collect()
+    common::unsettled_holds(&common::file_journal(ledger))
 }
 
 fn stderr(out: &Output) -> String {

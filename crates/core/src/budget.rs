@@ -163,18 +163,21 @@ impl Budget {
 
     /// Writes a call's hold to every ledger of this node and its ancestors, before the call is
     /// made; the first write that fails is returned (the call must not be made).
-    pub fn write_hold(&self, call: &str, estimate_usd: f64) -> std::io::Result<()> {
+    pub async fn write_hold(&self, call: &str, estimate_usd: f64) -> std::io::Result<()> {
         let record = SpendRecord::hold(call, estimate_usd);
-        self.ledgers().try_for_each(|l| l.record(&record))
+        for ledger in self.ledgers() {
+            ledger.record(&record).await?;
+        }
+        Ok(())
     }
 
     /// Writes a call's settlement to every ledger of this node and its ancestors; every ledger
     /// is tried, the first failure returned.
-    pub fn write_settle(&self, call: &str, usage: &Usage, cost_usd: f64) -> std::io::Result<()> {
+    pub async fn write_settle(&self, call: &str, usage: &Usage, cost_usd: f64) -> std::io::Result<()> {
         let record = SpendRecord::settle(call, cost_usd, *usage);
         let mut first = Ok(());
         for ledger in self.ledgers() {
-            let written = ledger.record(&record);
+            let written = ledger.record(&record).await;
             if first.is_ok() {
                 first = written;
             }
@@ -434,14 +437,14 @@ mod tests {
         assert_eq!(child.hold_cost(0.01).err(), Some(HoldRefused::Stop(FinishReason::CostBudgetExceeded)));
     }
 
-    #[test]
-    fn holds_and_settlements_reach_every_ledger_above_the_call() {
+    #[tokio::test]
+    async fn holds_and_settlements_reach_every_ledger_above_the_call() {
         let outer = Arc::new(crate::spend::MemorySpendLedger::default());
         let inner = Arc::new(crate::spend::MemorySpendLedger::default());
         let root = Arc::new(Budget::unlimited()).child_with_ledger(BudgetLimits::default(), outer.clone());
         let leaf = root.child_with_ledger(BudgetLimits::default(), inner.clone()).child(BudgetLimits::default());
-        leaf.write_hold("c1", 0.25).unwrap();
-        leaf.write_settle("c1", &usage(7), 0.125).unwrap();
+        leaf.write_hold("c1", 0.25).await.unwrap();
+        leaf.write_settle("c1", &usage(7), 0.125).await.unwrap();
         for ledger in [&outer, &inner] {
             assert_eq!(ledger.records(), [SpendRecord::hold("c1", 0.25), SpendRecord::settle("c1", 0.125, usage(7))]);
         }

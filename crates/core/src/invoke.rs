@@ -181,7 +181,7 @@ impl ToolInvoker {
         for o in &outcomes {
             emit_result(scope, step, o);
         }
-        record(scope, step, &keys, &outcomes);
+        record(scope, step, &keys, &outcomes).await;
         outcomes
     }
 
@@ -254,11 +254,11 @@ impl ToolInvoker {
 
 /// Records, in a journaled run, the outcomes of the calls that finished (a call cut off by the
 /// run's stop did not).
-fn record(scope: &RunScope, step: u32, keys: &[Option<String>], outcomes: &[ToolOutcome]) {
+async fn record(scope: &RunScope, step: u32, keys: &[Option<String>], outcomes: &[ToolOutcome]) {
     let Some(journal) = scope.journal() else { return };
     for (key, outcome) in keys.iter().zip(outcomes) {
         if let (Some(key), None) = (key, &outcome.stop)
-            && let Err(e) = journal.record_tool(key, outcome)
+            && let Err(e) = journal.record_tool(key, outcome).await
         {
             let message = format!("the run's journal could not record a tool call's result: {e}");
             scope.emit(step, EventKind::Error { message });

@@ -96,12 +96,10 @@ impl RunJournal {
     }
 
     /// Records the answer to `key`.
-    pub fn record_answer(&self, key: &str, response: &ChatResponse) -> std::io::Result<()> {
-        self.ledger.record(&SpendRecord::Answer {
-            v: SPEND_FORMAT,
-            key: key.to_string(),
-            response: Box::new(response.clone()),
-        })
+    pub async fn record_answer(&self, key: &str, response: &ChatResponse) -> std::io::Result<()> {
+        let record =
+            SpendRecord::Answer { v: SPEND_FORMAT, key: key.to_string(), response: Box::new(response.clone()) };
+        self.ledger.record(&record).await
     }
 
     /// The recorded result of the call `key`, taken.
@@ -113,19 +111,82 @@ impl RunJournal {
     }
 
     /// Records the result of the call `key`.
-    pub fn record_tool(&self, key: &str, outcome: &ToolOutcome) -> std::io::Result<()> {
-        self.ledger.record(&SpendRecord::Tool {
+    pub async fn record_tool(&self, key: &str, outcome: &ToolOutcome) -> std::io::Result<()> {
+        let record = SpendRecord::Tool {
             v: SPEND_FORMAT,
             key: key.to_string(),
             output: outcome.output.clone(),
             is_error: outcome.is_error,
             denied: outcome.denied,
-        })
+        };
+        self.ledger.record(&record).await
     }
 
     /// How many calls were answered from the journal so far.
     pub fn replayed(&self) -> Replayed {
         self.record.lock().map(|r| r.replayed).unwrap_or_default()
+    }
+}
+
+/// A run made durable: its scope journaled, what its killed processes spent restored. The one
+/// way a host opens a durable run's journal, whatever keeps it (a file in the workspace, a
+/// store shared by several machines).
+#[derive(Debug)]
+pub struct DurableRun {
+    /// The run's scope: journaled, with what its killed processes spent restored.
+    pub scope: crate::RunScope,
+    /// What the killed processes of this run spent (nothing for a new run, or when nested).
+    pub restored: crate::SpendTotal,
+    journal: Option<Arc<RunJournal>>,
+}
+
+impl DurableRun {
+    /// Opens the run whose journal is kept in `ledger` and holds `records` (read back from it)
+    /// in `scope`. The records after the last end mark are the run a kill cut off: its spend is
+    /// restored and its finished calls answer again. In a scope already journaled (a durable
+    /// run nested in another), the enclosing journal keeps everything and nothing is opened.
+    pub fn open(scope: &crate::RunScope, ledger: Arc<dyn SpendLedger>, records: &[SpendRecord]) -> Self {
+        if scope.journal().is_some() {
+            return Self::nested(scope);
+        }
+        let earlier = crate::spend::after_last_end(records);
+        let journal = Arc::new(RunJournal::new(ledger, earlier));
+        let scope = scope.clone().with_journal(journal.clone());
+        let restored = crate::SpendTotal::of(earlier);
+        if !restored.is_empty() {
+            scope.restore_spend(&restored);
+        }
+        Self { scope, restored, journal: Some(journal) }
+    }
+
+    /// A run inside a journaled scope: recorded in the enclosing run's journal.
+    pub fn nested(scope: &crate::RunScope) -> Self {
+        Self { scope: scope.clone(), restored: crate::SpendTotal::default(), journal: None }
+    }
+
+    /// Whether this run continues one that did not end whole (a process of it was killed).
+    pub fn resumed(&self) -> bool {
+        !self.restored.is_empty()
+    }
+
+    /// `scope` (a node made after this run was opened, e.g. a chat turn's) recording in this
+    /// run's journal.
+    pub fn attach(&self, scope: crate::RunScope) -> crate::RunScope {
+        match &self.journal {
+            Some(journal) if scope.journal().is_none() => scope.with_journal(journal.clone()),
+            _ => scope,
+        }
+    }
+
+    /// Marks the run whole: a later run under the same key starts afresh. A nested run leaves
+    /// that to the enclosing run.
+    pub async fn end(&self) -> Result<(), String> {
+        match &self.journal {
+            Some(journal) => {
+                journal.ledger.record(&SpendRecord::ended()).await.map_err(|e| format!("the run's journal: {e}"))
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -190,12 +251,12 @@ mod tests {
         assert_ne!(tool_key(&call("a", json!({"p": 1}))), tool_key(&call("a", json!({"p": 2}))));
     }
 
-    #[test]
-    fn recorded_answers_come_back_once_each_in_the_order_recorded() {
+    #[tokio::test]
+    async fn recorded_answers_come_back_once_each_in_the_order_recorded() {
         let ledger = Arc::new(MemorySpendLedger::default());
         let first = RunJournal::new(ledger.clone(), &[]);
-        first.record_answer("k", &answer("one")).unwrap();
-        first.record_answer("k", &answer("two")).unwrap();
+        first.record_answer("k", &answer("one")).await.unwrap();
+        first.record_answer("k", &answer("two")).await.unwrap();
         assert_eq!(first.replay_answer("k"), None, "a new run answers nothing from its own records");
         let resumed = RunJournal::new(ledger.clone(), &ledger.records());
         assert_eq!(resumed.replay_answer("k").unwrap().message.content, "one");
@@ -204,8 +265,8 @@ mod tests {
         assert_eq!(resumed.replayed(), Replayed { model_calls: 2, tool_calls: 0 });
     }
 
-    #[test]
-    fn a_recorded_tool_result_comes_back_with_its_flags() {
+    #[tokio::test]
+    async fn a_recorded_tool_result_comes_back_with_its_flags() {
         let ledger = Arc::new(MemorySpendLedger::default());
         let outcome = ToolOutcome {
             id: "c1".into(),
@@ -216,7 +277,7 @@ mod tests {
             duration_ms: 3,
             stop: None,
         };
-        RunJournal::new(ledger.clone(), &[]).record_tool("k", &outcome).unwrap();
+        RunJournal::new(ledger.clone(), &[]).record_tool("k", &outcome).await.unwrap();
         let resumed = RunJournal::new(ledger.clone(), &ledger.records());
         let back = resumed.replay_tool("k").unwrap();
         assert_eq!(back, RecordedTool { output: outcome.output, is_error: true, denied: true });

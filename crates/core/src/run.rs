@@ -492,13 +492,13 @@ impl RunScope {
             Some(estimate) => Some(self.hold_cost(estimate, call.deadline).await?),
             None => None,
         };
-        let written = self.write_hold(call.step, estimate.unwrap_or(0.0))?;
+        let written = self.write_hold(call.step, estimate.unwrap_or(0.0)).await?;
         let result = self.send(provider, request, call).await;
         if let Some(id) = written {
-            self.write_settle(call.step, &id, &result);
+            self.write_settle(call.step, &id, &result).await;
         }
         if let (Some(journal), Some(key), Ok(response)) = (&self.journal, &key, &result)
-            && let Err(e) = journal.record_answer(key, response)
+            && let Err(e) = journal.record_answer(key, response).await
         {
             let message = format!("the run's journal could not record a model call's answer: {e}");
             self.emit(call.step, EventKind::Error { message });
@@ -509,12 +509,12 @@ impl RunScope {
     /// Writes the hold of a call about to be sent to the ledgers of the budget tree (none: no
     /// record, `None`). A hold that cannot be written keeps the call from being sent, since
     /// its spend would not survive a kill.
-    fn write_hold(&self, step: u32, estimate: f64) -> Result<Option<String>, ModelCallError> {
+    async fn write_hold(&self, step: u32, estimate: f64) -> Result<Option<String>, ModelCallError> {
         if !self.budget.has_ledger() {
             return Ok(None);
         }
         let id = new_run_id();
-        match self.budget.write_hold(&id, estimate) {
+        match self.budget.write_hold(&id, estimate).await {
             Ok(()) => Ok(Some(id)),
             Err(e) => {
                 let refused = ProviderError::Invalid(format!(
@@ -528,12 +528,12 @@ impl RunScope {
 
     /// Settles a call's hold in the ledgers: its cost as the budget counted it (0 for a call that
     /// failed or was cut off). A settlement that cannot be written leaves the hold counted.
-    fn write_settle(&self, step: u32, id: &str, result: &Result<ChatResponse, ModelCallError>) {
+    async fn write_settle(&self, step: u32, id: &str, result: &Result<ChatResponse, ModelCallError>) {
         let (usage, cost) = match result {
             Ok(r) => (r.usage, r.cost_usd.unwrap_or(0.0)),
             Err(_) => (Usage::default(), 0.0),
         };
-        if let Err(e) = self.budget.write_settle(id, &usage, cost) {
+        if let Err(e) = self.budget.write_settle(id, &usage, cost).await {
             let message = format!("the spend ledger could not settle a model call (its hold stays counted): {e}");
             self.emit(step, EventKind::Error { message });
         }
@@ -968,8 +968,9 @@ mod tests {
     async fn a_hold_that_cannot_be_written_keeps_the_call_from_being_sent() {
         #[derive(Debug)]
         struct Broken;
+        #[async_trait::async_trait]
         impl crate::spend::SpendLedger for Broken {
-            fn record(&self, _: &crate::spend::SpendRecord) -> std::io::Result<()> {
+            async fn record(&self, _: &crate::spend::SpendRecord) -> std::io::Result<()> {
                 Err(std::io::Error::other("disk full"))
             }
         }

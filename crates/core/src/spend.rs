@@ -106,11 +106,13 @@ fn finite(usd: f64) -> f64 {
     if usd.is_finite() { usd.max(0.0) } else { 0.0 }
 }
 
-/// Where a durable run records its model calls' spend, ahead of each call and after it. A
-/// write that fails before a call keeps the call from being made.
+/// Where a durable run records its model calls' spend, ahead of each call and after it (and,
+/// journaled, what they answered). A write that fails before a call keeps the call from being
+/// made. A file ([`JsonlSpendLedger`]) or a store shared by several machines keeps it.
+#[async_trait::async_trait]
 pub trait SpendLedger: Send + Sync + std::fmt::Debug {
-    /// Records one hold or settlement durably (flushed before it returns).
-    fn record(&self, record: &SpendRecord) -> std::io::Result<()>;
+    /// Records one record durably (flushed, or committed, before it returns).
+    async fn record(&self, record: &SpendRecord) -> std::io::Result<()>;
 }
 
 /// What a ledger's records add up to: the spend a resumed run starts from.
@@ -194,8 +196,9 @@ impl JsonlSpendLedger {
     }
 }
 
+#[async_trait::async_trait]
 impl SpendLedger for JsonlSpendLedger {
-    fn record(&self, record: &SpendRecord) -> std::io::Result<()> {
+    async fn record(&self, record: &SpendRecord) -> std::io::Result<()> {
         self.file.write(record)
     }
 }
@@ -253,8 +256,9 @@ impl MemorySpendLedger {
     }
 }
 
+#[async_trait::async_trait]
 impl SpendLedger for MemorySpendLedger {
-    fn record(&self, record: &SpendRecord) -> std::io::Result<()> {
+    async fn record(&self, record: &SpendRecord) -> std::io::Result<()> {
         self.records.lock().map_err(|_| std::io::Error::other("spend ledger lock poisoned"))?.push(record.clone());
         Ok(())
     }
@@ -300,19 +304,19 @@ mod tests {
         assert_eq!(total.usage.total(), 17);
     }
 
-    #[test]
-    fn a_ledger_file_reads_back_across_reopens_with_a_cut_last_record_skipped() {
+    #[tokio::test]
+    async fn a_ledger_file_reads_back_across_reopens_with_a_cut_last_record_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.spend.jsonl");
-        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::hold("a", 0.5)).unwrap();
-        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::settle("a", 0.25, usage(3, 4))).unwrap();
+        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::hold("a", 0.5)).await.unwrap();
+        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::settle("a", 0.25, usage(3, 4))).await.unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(br#"{"spend":"hold","v":1,"call":"b","u"#);
         std::fs::write(&path, bytes).unwrap();
         let read = read_ledger(&path).unwrap();
         assert_eq!(read.cut.map(|c| c.line), Some(3));
         assert_eq!((read.total.settled_usd, read.total.unsettled_calls), (0.25, 0));
-        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::hold("c", 0.125)).unwrap();
+        JsonlSpendLedger::open(&path).unwrap().record(&SpendRecord::hold("c", 0.125)).await.unwrap();
         let again = read_ledger(&path).unwrap();
         assert!(again.cut.is_none(), "the cut record was cut off the file");
         assert_eq!(again.total.usd(), 0.375);

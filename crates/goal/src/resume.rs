@@ -301,8 +301,8 @@ mod tests {
         assert_eq!(log.finished_count(), 1);
     }
 
-    #[test]
-    fn earlier_spend_is_the_ledgers_total_or_the_events_running_totals_where_they_say_more() {
+    #[tokio::test]
+    async fn earlier_spend_is_the_ledgers_total_or_the_events_running_totals_where_they_say_more() {
         use recursive_core::spend::{JsonlSpendLedger, SpendLedger, SpendRecord};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.jsonl");
@@ -312,7 +312,7 @@ mod tests {
         assert_eq!((before_the_ledger.usd(), before_the_ledger.usage.total()), (0.25, 100));
 
         let ledger = JsonlSpendLedger::open(dir.path().join("g.spend.jsonl")).unwrap();
-        ledger.record(&SpendRecord::hold("a", 0.5)).unwrap();
+        ledger.record(&SpendRecord::hold("a", 0.5)).await.unwrap();
         let with_a_call_in_flight = ResumeLog::open(&path).unwrap().earlier_spend("1");
         assert_eq!(with_a_call_in_flight.usd(), 0.5, "the hold of the call in flight counts");
     }

@@ -62,10 +62,7 @@ impl GraphJobs {
             Err(e) => return Attempt::Failed { error: e.to_string(), retry: true },
         };
         let outcome = match self.start(job).await {
-            Ok(start) => {
-                let scope = (self.scope)(job).with_cancel(cancel.clone());
-                graph.run(start, &Thread::new(lease.store(), job.target.clone()), &scope).await
-            }
+            Ok(start) => self.journaled(job, graph, start, &lease, cancel.clone()).await,
             Err(e) => Err(GraphError::Store(e)),
         };
         lease.release().await;
@@ -79,6 +76,32 @@ impl GraphJobs {
             }
             Err(e) => Attempt::Failed { error: e.to_string(), retry: false },
         }
+    }
+}
+
+impl GraphJobs {
+    /// Runs the thread journaled in the store ([`recursive_store::journal`]): an attempt after
+    /// a worker died reads back every call the dead one finished, and its spend counts. A run
+    /// that ended (not stopped to be taken up again) ends the journal's run.
+    async fn journaled(
+        &self,
+        job: &Job,
+        graph: &Graph,
+        start: Start,
+        lease: &Lease,
+        cancel: CancellationToken,
+    ) -> Result<crate::exec::GraphOutcome, GraphError> {
+        let scope = (self.scope)(job).with_cancel(cancel.clone());
+        let key = recursive_store::journal::thread_key(&job.target);
+        let durable =
+            recursive_store::journal::durable(self.store.clone(), &key, &scope).await.map_err(GraphError::Store)?;
+        let outcome = graph.run(start, &Thread::new(lease.store(), job.target.clone()), &durable.scope).await;
+        let taken_up_again =
+            cancel.is_cancelled() && outcome.as_ref().is_ok_and(|o| matches!(o.finish, Finish::Stopped { .. }));
+        if outcome.is_ok() && !taken_up_again {
+            durable.end().await.map_err(|e| GraphError::Store(StoreError::Backend(e)))?;
+        }
+        outcome
     }
 }
 

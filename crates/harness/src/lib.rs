@@ -40,7 +40,6 @@ use recursive_rlm::{Reach, Rlm};
 
 pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
-pub use durable::Durable;
 pub use files::{RunnableFile, RunnableSpec};
 pub use mcp::{McpServers, StartingMcp};
 pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
+use recursive_store::journal::thread_key;
 use recursive_store::{Checkpointer, Lease, LeaseError, StoreError, ThreadInfo};
 
 use crate::{Harness, sibling_graphs};
@@ -102,18 +103,18 @@ impl Harness {
                 return Err(e.into());
             }
         }
-        let durable = match self.durable(&format!("thread-{}", run.thread), scope) {
+        let durable = match recursive_store::journal::durable(store.clone(), &thread_key(&run.thread), scope).await {
             Ok(durable) => durable,
             Err(e) => {
                 lease.release().await;
-                return Err(ThreadError::Store(StoreError::Backend(e)));
+                return Err(ThreadError::Store(e));
             }
         };
         let scope = &durable.scope;
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
         let outcome = graph.run(run.start, &Thread::new(lease.store(), &run.thread), scope).await;
         // This run ended whole: a later run of the thread starts afresh.
-        if let Err(e) = durable.end() {
+        if let Err(e) = durable.end().await {
             scope.emit(0, EventKind::Error { message: e });
         }
         lease.release().await;

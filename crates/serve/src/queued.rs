@@ -4,8 +4,10 @@
 //! runs the request with [`RunJobs`] under a record of the same id, written to the same archive
 //! as it goes, so the server shows, lists and streams the run while a worker runs it.
 //!
-//! An agent run is not checkpointed: a worker that dies mid-run leaves the job to its lease's
-//! expiry, and the next attempt runs the request again from the start. The archive keeps the
+//! An agent run is journaled in the store ([`recursive_store::journal`]): a worker that dies
+//! mid-run leaves the job to its lease's expiry, and the next attempt runs the request again
+//! from the start, reading back every model call and tool call the dead worker finished (none
+//! is sent or run again) and counting what it spent. The archive keeps the
 //! earlier attempts' events; the retry numbers its own after them, behind an `attempt` event
 //! (`attempt`, `first_event`), so a stream following the run never mixes them up and resumes
 //! after `Last-Event-ID` as before. A run cancelled while queued never runs; one cancelled while
@@ -83,6 +85,7 @@ impl RunQueue {
 pub struct RunJobs {
     runner: Arc<dyn Runner>,
     archive: Arc<dyn recursive_store::RunArchive>,
+    journals: Arc<dyn recursive_store::Checkpointer>,
     queue: JobQueue,
     observer: Option<Arc<dyn recursive_core::EventSink>>,
 }
@@ -91,15 +94,17 @@ pub struct RunJobs {
 const FINAL_WRITES: u32 = 3;
 
 impl RunJobs {
-    /// Runs requests with `runner`, keeping the runs in `archive`; `queue` says whether a
-    /// cancelled run was cancelled by a client; every event also goes to `observer`.
+    /// Runs requests with `runner`, keeping the runs in `archive` and their journals in
+    /// `journals`; `queue` says whether a cancelled run was cancelled by a client; every event
+    /// also goes to `observer`.
     pub fn new(
         runner: Arc<dyn Runner>,
         archive: Arc<dyn recursive_store::RunArchive>,
+        journals: Arc<dyn recursive_store::Checkpointer>,
         queue: JobQueue,
         observer: Option<Arc<dyn recursive_core::EventSink>>,
     ) -> Self {
-        Self { runner, archive, queue, observer }
+        Self { runner, archive, journals, queue, observer }
     }
 
     /// The record this attempt writes to: the run's id, its events after those kept of
@@ -190,10 +195,21 @@ impl RunJobs {
         };
         store.register(record.clone());
         record.set_running();
-        let output = self.runner.run(request, crate::server::run_scope(&record, self.observer.clone())).await;
+        // Journaled in the store: an attempt after a worker died reads back every call the dead
+        // one finished (none is sent or run again) and counts what it spent.
+        let key = recursive_store::journal::run_key(&job.target);
+        let scope = crate::server::run_scope(&record, self.observer.clone());
+        let durable = match recursive_store::journal::durable(self.journals.clone(), &key, &scope).await {
+            Ok(durable) => durable,
+            Err(e) => return Attempt::Failed { error: format!("the run's journal: {e}"), retry: true },
+        };
+        let output = self.runner.run(request, durable.scope.clone()).await;
         if cancel.is_cancelled() && !self.cancelled_by_client(job).await {
             // A drain's end or a lost lease: the run is not over; another attempt runs it.
             return Attempt::Release(Duration::ZERO);
+        }
+        if let Err(e) = durable.end().await {
+            tracing::warn!("ending the journal of run {}: {e}", job.target);
         }
         let outcome = output.outcome.to_string();
         record.finish(output);

@@ -283,6 +283,11 @@ pub trait Checkpointer: Send + Sync {
     ) -> Result<Option<String>, StoreError>;
     /// Gives the lease up (when `holder` has it).
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError>;
+    /// Appends a record to the journal of the durable run `key` ([`crate::journal`]); durable
+    /// when it returns.
+    async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError>;
+    /// The journal of the durable run `key`, in the order appended.
+    async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError>;
 }
 
 /// Checkpoints in memory (tests, library use without durability).
@@ -297,6 +302,7 @@ struct Memory {
     checkpoints: Vec<Checkpoint>,
     writes: BTreeMap<(String, String), Vec<PendingWrite>>,
     leases: BTreeMap<String, (String, std::time::Instant)>,
+    journals: BTreeMap<String, Vec<String>>,
 }
 
 impl MemoryCheckpointer {
@@ -389,6 +395,14 @@ impl Checkpointer for MemoryCheckpointer {
                 m.leases.remove(thread);
             }
         })
+    }
+
+    async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError> {
+        self.with(|m| m.journals.entry(key.to_string()).or_default().push(body.to_string()))
+    }
+
+    async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        self.with(|m| m.journals.get(key).cloned().unwrap_or_default())
     }
 }
 

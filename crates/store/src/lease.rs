@@ -224,6 +224,16 @@ impl Checkpointer for Fenced {
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
         self.store.release_lease(thread, holder).await
     }
+
+    /// Not fenced: a runner that lost its lease while a call was in flight records what that
+    /// call really cost, which the run's spend must count.
+    async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError> {
+        self.store.append_journal(key, body).await
+    }
+
+    async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        self.store.journal(key).await
+    }
 }
 
 #[cfg(test)]

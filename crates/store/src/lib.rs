@@ -1,13 +1,14 @@
 //! Durable storage for every run of the tree: graph checkpoints and the run slots of RLMs
 //! ([`checkpoint`], with the in-memory, [`sqlite`] and [`postgres`] backends behind one
 //! [`Checkpointer`] contract), the archive of served runs ([`archive`]), one runner per thread
-//! ([`lease`]), the PostgreSQL job queue ([`queue`]) and the generic worker that claims its jobs
+//! ([`lease`]), durable runs' journals ([`journal`]), the PostgreSQL job queue ([`queue`]) and the generic worker that claims its jobs
 //! ([`worker`]). Nothing here knows how a graph runs: records hold a graph's state as JSON
 //! values, and the engines above convert.
 
 pub mod archive;
 pub mod checkpoint;
 pub mod format;
+pub mod journal;
 pub mod lease;
 pub mod postgres;
 pub mod queue;
@@ -21,6 +22,7 @@ pub use checkpoint::{
     ThreadInfo, Unreadable, When, Write, open,
 };
 pub use format::FORMAT;
+pub use journal::StoreLedger;
 pub use lease::{LEASE_TTL, Lease, LeaseError};
 pub use postgres::PostgresCheckpointer;
 pub use slot::StoreSlot;

@@ -41,6 +41,12 @@ CREATE TABLE IF NOT EXISTS graph_leases (
     holder TEXT NOT NULL,
     expires TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS run_journal (
+    seq BIGSERIAL PRIMARY KEY,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_journal_key ON run_journal (key, seq);
 ";
 
 /// How long connecting and creating the tables may take, unless the URL says otherwise.
@@ -249,6 +255,17 @@ impl Checkpointer for PostgresCheckpointer {
         timed(self.client.execute("DELETE FROM graph_leases WHERE thread = $1 AND holder = $2", &[&thread, &holder]))
             .await?;
         Ok(())
+    }
+
+    async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError> {
+        timed(self.client.execute("INSERT INTO run_journal (key, body) VALUES ($1, $2)", &[&key, &body])).await?;
+        Ok(())
+    }
+
+    async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let rows =
+            timed(self.client.query("SELECT body FROM run_journal WHERE key = $1 ORDER BY seq", &[&key])).await?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 }
 

@@ -36,6 +36,12 @@ CREATE TABLE IF NOT EXISTS graph_writes (
     body TEXT NOT NULL,
     PRIMARY KEY (thread, checkpoint, node)
 );
+CREATE TABLE IF NOT EXISTS run_journal (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_journal_key ON run_journal (key, seq);
 ";
 
 /// Checkpoints in a SQLite file.
@@ -257,6 +263,25 @@ impl Checkpointer for SqliteCheckpointer {
             c.execute("DELETE FROM graph_leases WHERE thread = ?1 AND holder = ?2", params![thread, holder])
                 .map_err(backend)?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError> {
+        let (key, body) = (key.to_string(), body.to_string());
+        self.with(move |c| {
+            c.execute("INSERT INTO run_journal (key, body) VALUES (?1, ?2)", params![key, body]).map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let key = key.to_string();
+        self.with(move |c| {
+            let mut stmt = c.prepare("SELECT body FROM run_journal WHERE key = ?1 ORDER BY seq").map_err(backend)?;
+            let rows = stmt.query_map(params![key], |r| r.get::<_, String>(0)).map_err(backend)?;
+            rows.map(|r| r.map_err(backend)).collect()
         })
         .await
     }

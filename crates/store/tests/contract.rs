@@ -42,6 +42,7 @@ async fn keeps_the_contract(store: &dyn Checkpointer, thread: &str) {
     keeps_pending_writes(store, thread, &c0, &c1).await;
     prunes_only_before_the_kept_one(store, thread, &c1, &sub).await;
     holds_leases(store, thread).await;
+    keeps_journals(store, thread).await;
 }
 
 async fn keeps_threads(store: &dyn Checkpointer, thread: &str) {
@@ -118,6 +119,18 @@ async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert_eq!(store.take_lease(thread, "three", long).await.unwrap(), None, "an expired lease is taken over");
     store.release_lease(thread, "three").await.unwrap();
+}
+
+/// A run's journal: its records in the order appended, apart from every other run's.
+async fn keeps_journals(store: &dyn Checkpointer, thread: &str) {
+    let (mine, other) = (format!("run-{thread}"), format!("other-{thread}"));
+    assert!(store.journal(&mine).await.unwrap().is_empty());
+    for body in ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"] {
+        store.append_journal(&mine, body).await.unwrap();
+    }
+    store.append_journal(&other, "{\"n\":9}").await.unwrap();
+    assert_eq!(store.journal(&mine).await.unwrap(), ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
+    assert_eq!(store.journal(&other).await.unwrap(), ["{\"n\":9}"]);
 }
 
 async fn postgres_schema(prefix: &str) -> Option<TestSchema> {

@@ -122,7 +122,7 @@ pub struct Turn {
     history: Vec<Message>,
     input: String,
     /// The turn as a durable run of the session: killed, its spend comes back with the session.
-    durable: recursive_harness::Durable,
+    durable: recursive_core::journal::DurableRun,
 }
 
 /// How a turn ended.
@@ -141,7 +141,7 @@ impl Turn {
             Ok(result) => TurnEnd { result, error: None },
             Err(e) => TurnEnd { result: *e.partial, error: Some(format!("{:#}", anyhow::Error::new(e.error))) },
         };
-        if let Err(e) = self.durable.end() {
+        if let Err(e) = self.durable.end().await {
             end.error.get_or_insert(e);
         }
         end

@@ -173,8 +173,9 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     // A resumed run's journal holds what its earlier processes spent and what their calls
     // answered (a new run's is empty).
     let journal = match durable.as_mut() {
-        Some((store, _, _)) => {
-            let journal = harness.durable(&store.slot.name(), &scope).map_err(anyhow::Error::msg)?;
+        Some((store, _, lease)) => {
+            let key = store.slot.name();
+            let journal = recursive_store::journal::durable(lease.store(), &key, &scope).await?;
             store.spend_restored = journal.resumed();
             scope = journal.scope.clone();
             Some(journal)

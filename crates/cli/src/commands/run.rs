@@ -232,7 +232,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         }
     }
     mcp.shutdown().await;
-    if let Err(e) = durable.end() {
+    if let Err(e) = durable.end().await {
         eprintln!("warning: {e}");
     }
     let (result, error) = match outcome {

@@ -92,8 +92,8 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     let pg = PostgresCheckpointer::connect(&args.store).await?;
     let queue = JobQueue::open(&pg).await?;
     let archive = recursive_store::open_archive(&args.store).await?;
-    let runs = RunJobs::new(runner, archive, queue.clone(), super::telemetry_sink(&args.provider));
     let store: Arc<dyn Checkpointer> = Arc::new(pg);
+    let runs = RunJobs::new(runner, archive, store.clone(), queue.clone(), super::telemetry_sink(&args.provider));
     let sink = template.sink().clone();
     let scope: MakeScope = Box::new(move |job| {
         RunScope::root(&format!("job-{}", job.id), sink.clone(), Arc::new(Budget::new(limits.clone())))

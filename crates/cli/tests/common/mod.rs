@@ -252,3 +252,26 @@ pub fn sixteen_regions(r: &recursive_testkit::RecordedRequest) -> Option<recursi
     };
     Some(recursive_testkit::Reply::text(text).with_usage(2000, 4000))
 }
+
+/// The records of a durable run's journal kept in a file (a session's, a goal's).
+pub fn file_journal(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The records of the durable run `key`'s journal in a SQLite store (a thread's, an RLM's).
+pub fn store_journal(db: &Path, key: &str) -> Vec<Value> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn.prepare("SELECT body FROM run_journal WHERE key = ?1 ORDER BY seq").unwrap();
+    let rows = stmt.query_map([key], |r| r.get::<_, String>(0)).unwrap();
+    rows.map(|r| serde_json::from_str(&r.unwrap()).unwrap()).collect()
+}
+
+/// What the holds of a journal's calls that never settled (in flight at a kill) hold, each.
+pub fn unsettled_holds(records: &[Value]) -> Vec<f64> {
+    let settled: Vec<&Value> = records.iter().filter(|r| r["spend"] == "settle").map(|r| &r["call"]).collect();
+    records
+        .iter()
+        .filter(|r| r["spend"] == "hold" && !settled.contains(&&r["call"]))
+        .map(|r| r["usd"].as_f64().unwrap())
+        .collect()
+}

@@ -20,6 +20,10 @@ pub struct FileConfig {
     /// `[provider]`: which model API to use.
     #[schemars(with = "Option<recursive_llm::config::ProviderSettings>")]
     pub provider: Option<toml::Table>,
+    /// `[providers.NAME]`: more providers, each chosen by its name (`provider = "NAME"` in a
+    /// runnable file, a blueprint node, `[rlm] sub_provider`; `--provider NAME`).
+    #[schemars(with = "Option<std::collections::BTreeMap<String, recursive_llm::config::NamedProviderSettings>>")]
+    pub providers: Option<toml::Table>,
     /// `[pricing."model"]`: extra or overriding prices.
     #[schemars(
         with = "Option<std::collections::BTreeMap<String, serde_json::Value>>",

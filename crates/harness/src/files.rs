@@ -18,8 +18,10 @@ use crate::rlm::RlmOptions;
 pub struct AgentSpec {
     /// What it is for, shown to the model that may call it.
     pub description: String,
-    /// Its model (default: the configuration's).
+    /// Its model (default: its provider's).
     pub model: Option<String>,
+    /// Its provider, a `[providers.NAME]` of the configuration (default: the main one).
+    pub provider: Option<String>,
     /// Its system prompt.
     pub system_prompt: Option<String>,
     /// Built-in tools (and runnables of earlier files) it may use, by name (default: none).
@@ -35,7 +37,12 @@ pub struct RlmSpec {
     /// What it is for.
     pub description: Option<String>,
     /// Its settings.
-    pub options: RlmOptions,
+    pub options: Box<RlmOptions>,
+    /// The provider of its root (`provider = "NAME"`, a `[providers.NAME]`; default: the main one).
+    pub provider: Option<String>,
+    /// The provider of its sub-calls (`sub_provider = "NAME"`; default: `[rlm] sub_provider`, else
+    /// its root's).
+    pub sub_provider: Option<String>,
 }
 
 /// A goal pursuer.
@@ -44,8 +51,10 @@ pub struct RlmSpec {
 pub struct GoalSpec {
     /// What it is for.
     pub description: Option<String>,
-    /// Its model (default: the configuration's).
+    /// Its model (default: its provider's).
     pub model: Option<String>,
+    /// Its provider, a `[providers.NAME]` of the configuration (default: the main one).
+    pub provider: Option<String>,
     /// Deepest goal level.
     pub max_depth: Option<u32>,
     /// Most goals of one pursuit.
@@ -123,14 +132,19 @@ impl RunnableFile {
         let spec = match kind.as_str() {
             "agent" => RunnableSpec::Agent(settings(table, path)?),
             "rlm" => {
-                let description = match table.remove("description") {
-                    None => None,
-                    Some(toml::Value::String(d)) => Some(d),
-                    Some(other) => {
-                        return Err(ConfigError(format!("{shown}: `description` must be a string, not {other}")));
-                    }
+                let mut text = |key: &str| match table.remove(key) {
+                    None => Ok(None),
+                    Some(toml::Value::String(d)) => Ok(Some(d)),
+                    Some(other) => Err(ConfigError(format!("{shown}: `{key}` must be a string, not {other}"))),
                 };
-                RunnableSpec::Rlm(RlmSpec { description, options: settings(table, path)? })
+                let (description, provider, sub_provider) =
+                    (text("description")?, text("provider")?, text("sub_provider")?);
+                RunnableSpec::Rlm(RlmSpec {
+                    description,
+                    options: Box::new(settings(table, path)?),
+                    provider,
+                    sub_provider,
+                })
             }
             "goal" => RunnableSpec::Goal(settings(table, path)?),
             "graph" => RunnableSpec::Graph(settings(table, path)?),
@@ -141,15 +155,23 @@ impl RunnableFile {
         Ok(Self { name, path: path.to_path_buf(), spec })
     }
 
-    /// The models the file chooses (beyond the configuration's).
-    pub fn models(&self) -> Vec<&str> {
-        let models = match &self.spec {
-            RunnableSpec::Agent(spec) => vec![&spec.model],
-            RunnableSpec::Rlm(spec) => vec![&spec.options.model, &spec.options.sub_model],
-            RunnableSpec::Goal(spec) => vec![&spec.model],
+    /// The providers and models the file chooses (beyond the configuration's), as (provider,
+    /// model) pairs: `None` is the main provider, an empty model the provider's own. An RLM's
+    /// sub-calls go to `sub_provider`, else `default_sub_provider` (`[rlm] sub_provider`), else
+    /// its root's provider.
+    pub fn choices<'a>(&'a self, default_sub_provider: Option<&'a str>) -> Vec<(Option<&'a str>, &'a str)> {
+        let model = |m: &'a Option<String>| m.as_deref().unwrap_or_default();
+        let choices = match &self.spec {
+            RunnableSpec::Agent(spec) => vec![(spec.provider.as_deref(), model(&spec.model))],
+            RunnableSpec::Rlm(spec) => {
+                let root = spec.provider.as_deref();
+                let sub = spec.sub_provider.as_deref().or(default_sub_provider).or(root);
+                vec![(root, model(&spec.options.model)), (sub, model(&spec.options.sub_model))]
+            }
+            RunnableSpec::Goal(spec) => vec![(spec.provider.as_deref(), model(&spec.model))],
             RunnableSpec::Graph(_) => Vec::new(),
         };
-        models.into_iter().filter_map(|m| m.as_deref()).collect()
+        choices.into_iter().filter(|(provider, model)| provider.is_some() || !model.is_empty()).collect()
     }
 
     /// A path the file names, relative to the file's directory.
@@ -191,6 +213,26 @@ mod tests {
         let RunnableSpec::Graph(g) = &f.spec else { panic!("{f:?}") };
         assert_eq!(f.relative(&g.blueprint), Path::new("dir/flow.toml"));
         assert!(matches!(parse("kind = \"goal\"\nmax_goals = 5\n").unwrap().spec, RunnableSpec::Goal(_)));
+    }
+
+    #[test]
+    fn each_kind_may_name_providers_and_the_choices_say_which_model_goes_where() {
+        let agent = parse("description = \"d\"\nprovider = \"local\"\n").unwrap();
+        assert_eq!(agent.choices(None), [(Some("local"), "")]);
+        let goal = parse("kind = \"goal\"\nprovider = \"cloud\"\nmodel = \"big\"\n").unwrap();
+        assert_eq!(goal.choices(None), [(Some("cloud"), "big")]);
+        let rlm = parse("kind = \"rlm\"\nprovider = \"cloud\"\nsub_provider = \"local\"\nsub_model = \"small\"\n");
+        let rlm = rlm.unwrap();
+        assert_eq!(rlm.choices(Some("other")), [(Some("cloud"), ""), (Some("local"), "small")]);
+        let plain = parse("kind = \"rlm\"\nmodel = \"m\"\n").unwrap();
+        assert_eq!(plain.choices(Some("local")), [(None, "m"), (Some("local"), "")], "[rlm] sub_provider applies");
+        assert_eq!(plain.choices(None), [(None, "m")], "the sub-calls go where the root's do");
+        let err = parse("kind = \"rlm\"\nsub_provider = 3\n").unwrap_err().0;
+        assert!(err.contains("`sub_provider` must be a string"), "{err}");
+        assert!(
+            parse("kind = \"graph\"\nblueprint = \"b.toml\"\nprovider = \"x\"\n").is_err(),
+            "a graph's nodes name theirs"
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use blueprint_tool::{BlueprintTool, RunCapabilities};
 pub use config::{FileConfig, LoadedConfig};
 pub use files::{RunnableFile, RunnableSpec};
 pub use mcp::{McpServers, StartingMcp};
-pub use provider::{BuiltProvider, HOW_TO_CONFIGURE, ProviderOptions};
+pub use provider::{BuiltProvider, ChosenProvider, HOW_TO_CONFIGURE, ProviderOptions};
 pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
 pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
 pub use threads::{SubGraphs, ThreadError, ThreadRun};
@@ -151,14 +151,18 @@ impl Harness {
             mcp_tools: ToolRegistry::new(),
             mcp_late: recursive_core::LateTools::new(),
         };
-        for (model, origin) in
-            [(&harness.rlm_options.model, "--model"), (&harness.rlm_options.sub_model, "--sub-model")]
-        {
-            harness.provider.note_model(model.as_deref().unwrap_or_default(), origin);
+        let sub_provider = harness.rlm_file.sub_provider.clone();
+        for (provider, model, origin) in [
+            (None, &harness.rlm_options.model, "--model"),
+            (sub_provider.as_deref(), &harness.rlm_options.sub_model, "--sub-model"),
+        ] {
+            let model = model.as_deref().unwrap_or_default();
+            let origin = if provider.is_some() { "[rlm] sub_provider" } else { origin };
+            harness.provider.note_model_of(provider, model, origin)?;
         }
         for file in &files {
-            for model in file.models() {
-                harness.provider.note_model(model, &format!("named by {}", file.path.display()));
+            for (provider, model) in file.choices(sub_provider.as_deref()) {
+                harness.provider.note_model_of(provider, model, &format!("named by {}", file.path.display()))?;
             }
         }
         harness.files = files;
@@ -241,26 +245,41 @@ impl Harness {
 
     /// An agent offered `tools` under the permission policy, configured by `config`.
     pub fn agent_from(&self, tools: ToolRegistry, config: AgentConfig) -> Agent {
-        Agent::new(self.provider.provider.clone())
-            .with_tools(tools)
-            .with_gate(self.setup.gate.clone())
-            .with_config(config)
+        self.agent_on(self.provider.provider.clone(), tools, config)
+    }
+
+    /// [`Self::agent_from`] calling `provider`.
+    fn agent_on(
+        &self,
+        provider: Arc<dyn recursive_core::ChatProvider>,
+        tools: ToolRegistry,
+        config: AgentConfig,
+    ) -> Agent {
+        Agent::new(provider).with_tools(tools).with_gate(self.setup.gate.clone()).with_config(config)
     }
 
     /// The RLM of this configuration: the command's settings over `[rlm]`; its host tools are
     /// the ones named (built-in, in `extra`, or runnables), else the read-only built-ins but
     /// `web_fetch`; every runnable whose name can be a Python function is one too.
     pub fn rlm(&self, extra: Option<&ToolRegistry>) -> Result<Rlm, ConfigError> {
-        self.rlm_of(&self.rlm_options, extra, &self.runnables)
+        self.rlm_of(&self.rlm_options, (None, None), extra, &self.runnables)
     }
 
+    /// An RLM of `options` whose root calls the provider `providers.0` and whose sub-calls go to
+    /// `providers.1`, else `[rlm] sub_provider`, else the root's (`None`: the main provider).
     fn rlm_of(
         &self,
         options: &RlmOptions,
+        providers: (Option<&str>, Option<&str>),
         extra: Option<&ToolRegistry>,
         runnables: &Runnables,
     ) -> Result<Rlm, ConfigError> {
-        let config = rlm_config(options, &self.rlm_file, &self.provider.model())?;
+        let (root_name, sub_name) = providers;
+        let sub_name = sub_name.or(self.rlm_file.sub_provider.as_deref()).or(root_name);
+        let root = self.provider.choose(root_name, None)?;
+        let sub = if sub_name == root_name { root.clone() } else { self.provider.choose(sub_name, None)? };
+        let sub_model = (sub_name != root_name).then_some(sub.model.as_str());
+        let config = rlm_config(options, &self.rlm_file, &root.model, sub_model)?;
         let mut tools = ToolRegistry::new();
         match options.tool_names(&self.rlm_file) {
             Some(names) => {
@@ -303,8 +322,7 @@ impl Harness {
         let reach = Reach::new(runnables.clone())
             .with_default(Arc::new(self.agent_with("agent", tools.clone())))
             .with_default(Arc::new(self.pursuer_with(GoalConfig::default(), runnables)));
-        let provider = self.provider.provider.clone();
-        Rlm::new(provider.clone(), provider, config)
+        Rlm::new(root.provider, sub.provider, config)
             .and_then(|rlm| rlm.with_host_tools(self.setup.invoker(tools)))
             .map(|rlm| rlm.with_reach(reach))
             .map_err(|e| ConfigError(e.to_string()))
@@ -321,10 +339,20 @@ impl Harness {
         if config.options.model.is_empty() {
             config.options.model = self.provider.model();
         }
+        self.pursuer_on(self.provider.provider.clone(), config, delegates)
+    }
+
+    /// [`Self::pursuer_with`] calling `provider` with the model `config` names.
+    fn pursuer_on(
+        &self,
+        provider: Arc<dyn recursive_core::ChatProvider>,
+        config: GoalConfig,
+        delegates: &Runnables,
+    ) -> GoalPursuer {
         let mut tools = self.setup.read_only.clone();
         tools.extend(&self.mcp_tools);
         let tools = self.setup.invoker(tools);
-        let mut pursuer = GoalPursuer::new(self.provider.provider.clone(), tools, config);
+        let mut pursuer = GoalPursuer::new(provider, tools, config);
         if !delegates.is_empty() {
             let action = delegates.iter().fold(DelegateAction::new(), |a, r| a.with(r.clone()));
             pursuer.actions_mut().register(Arc::new(action));
@@ -342,10 +370,14 @@ impl Harness {
         let names = self.setup.builtin.names();
         let tools: ToolInvoker = self.setup.invoker(self.setup.builtin.clone());
         let agent = self.agent_with("agent", self.setup.builtin.clone());
-        let rlm = self.rlm_of(&self.rlm_options, None, runnables)?;
+        let rlm = self.rlm_of(&self.rlm_options, (None, None), None, runnables)?;
         let pursuer = self.pursuer_with(GoalConfig::default(), runnables);
+        let providers = self.provider.clone();
         let allow = Allowlist::new()
             .model("default", self.provider.provider.clone(), self.options())
+            .providers(Arc::new(move |name: &str| {
+                providers.choose(Some(name), None).map(|c| (c.provider, c.model)).map_err(|e| e.0)
+            }))
             .tools(tools, names)
             .runnable_as("default", Arc::new(agent))
             .runnable_as("default", Arc::new(rlm))
@@ -409,29 +441,34 @@ impl Harness {
                         (None, None) => return Err(ConfigError(named(&format!("unknown tool `{name}`")))),
                     };
                 }
+                let chosen = self
+                    .provider
+                    .choose(spec.provider.as_deref(), spec.model.as_deref())
+                    .map_err(|e| ConfigError(named(&e.0)))?;
                 let mut config = self.agent_config(&file.name, spec.system_prompt.clone());
-                if let Some(model) = &spec.model {
-                    config.options.model = model.clone();
-                }
+                config.options.model = chosen.model;
                 config.limits.max_steps = spec.max_steps.unwrap_or(config.limits.max_steps);
-                let mut agent = self.agent_from(tools, config);
+                let mut agent = self.agent_on(chosen.provider, tools, config);
                 if waits_for_mcp {
                     agent = agent.with_late_tools(self.mcp_late.clone());
                 }
                 Arc::new(SubAgent::new(file.name.clone(), spec.description.clone(), agent))
             }
             RunnableSpec::Rlm(spec) => {
-                let mut options = spec.options.clone();
+                let mut options = RlmOptions::clone(&spec.options);
                 options.instructions = options.instructions.map(|p| file.relative(&p));
                 options.schema = options.schema.map(|p| file.relative(&p));
-                let rlm = self.rlm_of(&options, None, earlier).map_err(|e| ConfigError(named(&e.0)))?;
+                let providers = (spec.provider.as_deref(), spec.sub_provider.as_deref());
+                let rlm = self.rlm_of(&options, providers, None, earlier).map_err(|e| ConfigError(named(&e.0)))?;
                 Arc::new(rlm.with_identity(file.name.clone(), spec.description.clone()))
             }
             RunnableSpec::Goal(spec) => {
+                let chosen = self
+                    .provider
+                    .choose(spec.provider.as_deref(), spec.model.as_deref())
+                    .map_err(|e| ConfigError(named(&e.0)))?;
                 let mut config = GoalConfig::default();
-                if let Some(model) = &spec.model {
-                    config.options.model = model.clone();
-                }
+                config.options.model = chosen.model;
                 config.constraints.max_depth = spec.max_depth.unwrap_or(config.constraints.max_depth);
                 config.constraints.max_goals = spec.max_goals.unwrap_or(config.constraints.max_goals);
                 if let Some(cap) = spec.max_cost {
@@ -449,7 +486,8 @@ impl Harness {
                     })?,
                 };
                 Arc::new(
-                    self.pursuer_with(config, &delegates).with_identity(file.name.clone(), spec.description.clone()),
+                    self.pursuer_on(chosen.provider, config, &delegates)
+                        .with_identity(file.name.clone(), spec.description.clone()),
                 )
             }
             RunnableSpec::Graph(spec) => {

@@ -55,6 +55,10 @@ pub struct RlmFile {
     /// The OS sandbox of the CPython worker.
     #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["off".into(), "auto".into(), "required".into()], builtin: Some(SandboxMode::default().as_str().into()) }))]
     pub os_sandbox: Option<SandboxMode>,
+    /// The provider of the sub-calls (`llm_query`), a `[providers.NAME]` (default: the root's);
+    /// the sub-model is then that provider's unless one is named.
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub sub_provider: Option<String>,
 }
 
 /// `[rlm] memory_limit_mib`: lower is tighter, but 0 means no limit.
@@ -110,8 +114,15 @@ impl RlmOptions {
 }
 
 /// The RLM settings: `options`, then `file`, then the defaults; `model` is the configuration's
-/// model (the primary model when `options` names none).
-pub fn rlm_config(options: &RlmOptions, file: &RlmFile, model: &str) -> Result<RlmConfig, ConfigError> {
+/// model (the primary model when `options` names none); `sub_model`, when the sub-calls go to
+/// another provider than the root's, is that provider's model (the sub-model when `options`
+/// names none; else it is the primary model).
+pub fn rlm_config(
+    options: &RlmOptions,
+    file: &RlmFile,
+    model: &str,
+    sub_model: Option<&str>,
+) -> Result<RlmConfig, ConfigError> {
     let defaults = RlmConfig::default();
     let dialect = match options.dialect.as_ref().or(file.dialect.as_ref()) {
         Some(name) => Dialect::parse(name).map_err(ConfigError)?,
@@ -146,7 +157,7 @@ pub fn rlm_config(options: &RlmOptions, file: &RlmFile, model: &str) -> Result<R
         None => defaults.output_schema.clone(),
     };
     let primary = options.model.clone().unwrap_or_else(|| model.to_string());
-    let sub = options.sub_model.clone().unwrap_or_else(|| primary.clone());
+    let sub = options.sub_model.clone().or(sub_model.map(str::to_string)).unwrap_or_else(|| primary.clone());
     let sub_prompt_chars = recursive_llm::models::context_window(&sub)
         .map(recursive_rlm::sub_prompt_chars_for_window)
         .unwrap_or(defaults.sub_prompt_chars);

@@ -180,6 +180,25 @@ impl<'s> Walk<'s> {
         kept
     }
 
+    /// The kept part of `untrusted`, a table of named entries (`[providers.NAME]`) each of the
+    /// schema `entry`, with `trusted` in force: each entry is judged key by key.
+    fn map(
+        &mut self,
+        entry: &'s serde_json::Value,
+        trusted: Option<&toml::Table>,
+        untrusted: toml::Table,
+        at: &str,
+    ) -> toml::Table {
+        let mut kept = toml::Table::new();
+        for (name, value) in untrusted {
+            let here = format!("{at}.{name}");
+            if let Some(value) = self.key(entry, trusted.and_then(|t| t.get(&name)), value, &here) {
+                kept.insert(name, value);
+            }
+        }
+        kept
+    }
+
     /// The property `key` of the object `schema` (by name or by an `x-aliases` entry).
     fn property(&self, schema: &'s serde_json::Value, key: &str) -> Option<(&'s str, &'s serde_json::Value)> {
         let properties = schema.get("properties")?.as_object()?;
@@ -202,6 +221,9 @@ impl<'s> Walk<'s> {
             return match value {
                 toml::Value::Table(t) if resolved.get("properties").is_some() => {
                     Some(toml::Value::Table(self.table(resolved, in_force.and_then(|v| v.as_table()), t, here)))
+                }
+                toml::Value::Table(t) if let Some(entry) = entries(resolved) => {
+                    Some(toml::Value::Table(self.map(entry, in_force.and_then(|v| v.as_table()), t, here)))
                 }
                 _ => {
                     self.left_out.push(format!("{} (not classified)", shown(here)));
@@ -227,6 +249,11 @@ fn non_null(branches: &[serde_json::Value]) -> Option<&serde_json::Value> {
     let mut rest = branches.iter().filter(|b| b.get("type").and_then(|t| t.as_str()) != Some("null"));
     let one = rest.next()?;
     rest.next().is_none().then_some(one)
+}
+
+/// The schema of each entry of a table of named entries (a map), when `node` is one.
+fn entries(node: &serde_json::Value) -> Option<&serde_json::Value> {
+    node.get("additionalProperties").filter(|e| e.is_object())
 }
 
 fn aliases(node: &serde_json::Value) -> impl Iterator<Item = &str> {
@@ -364,9 +391,17 @@ impl<'s> Walk<'s> {
                 continue;
             }
             let resolved = self.resolve(node);
+            let entry = entries(resolved);
             if resolved.get("properties").is_some() && depth < 8 {
                 self.unclassified(resolved, &here, missing, depth + 1);
-            } else {
+            } else if let Some(entry) = entry
+                && self.class(entry).is_none()
+                && self.resolve(entry).get("properties").is_some()
+                && depth < 8
+            {
+                // A map of named entries: each entry's keys need classes (`providers.*.kind`).
+                self.unclassified(self.resolve(entry), &format!("{here}.*"), missing, depth + 1);
+            } else if entry.is_none_or(|e| self.class(e).is_none()) {
                 missing.push(here);
             }
         }
@@ -445,6 +480,10 @@ mod tests {
             ("[provider]\nkind = \"openai\"\nbase_url = \"https://collector.example/v1\"", "provider.base_url"),
             ("[provider]\nkind = \"openai\"\nheaders = { x = \"y\" }", "provider.headers"),
             ("[provider]\nkind = \"openai\"\napi_key = \"sk-theirs\"", "provider.api_key"),
+            ("[providers.x]\nkind = \"openai\"\nbase_url = \"https://collector.example/v1\"", "providers.x.base_url"),
+            ("[providers.x]\nkind = \"openai\"\napi_key_env = \"AWS_SECRET_ACCESS_KEY\"", "providers.x.api_key_env"),
+            ("[providers.x]\nkind = \"openai\"\nheaders = { x = \"y\" }", "providers.x.headers"),
+            ("[providers.x]\nkind = \"mock\"\nscript = \"/etc/passwd\"", "providers.x.script"),
             ("[permissions]\ndefault_write = \"allow\"", "permissions.default_write"),
             ("[permissions]\nmax_denials = 50", "permissions.max_denials"),
             ("[rlm]\npython = \"/bin/sh\"", "rlm.python"),
@@ -536,6 +575,66 @@ mod tests {
         let rules = at(&merged, "permissions.rules").and_then(|r| r.as_array()).unwrap();
         let tools: Vec<_> = rules.iter().filter_map(|r| r.get("tool")?.as_str()).collect();
         assert_eq!(tools, ["web_fetch", "write_file"], "the user's rules stay, the project's ask is added");
+    }
+
+    #[test]
+    fn every_key_of_a_named_provider_is_classified_where_the_map_is_walked() {
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Entry {
+            #[schemars(extend("x-trust" = KeyClass::Neutral))]
+            named: u32,
+            forgotten: u32,
+        }
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Config {
+            entries: Option<std::collections::BTreeMap<String, Entry>>,
+            plain: std::collections::BTreeMap<String, u32>,
+        }
+        let schema = schemars::schema_for!(Config).to_value();
+        assert_eq!(unclassified(&schema), vec!["entries.*.forgotten".to_string(), "plain".to_string()]);
+    }
+
+    #[test]
+    fn an_untrusted_named_provider_keeps_only_what_sends_nothing_elsewhere() {
+        let user = "[providers.local]\nkind = \"openai\"\nbase_url = \"http://gpu-box:8000/v1\"\nmodel = \"qwen3\"";
+        let project = r#"
+            [providers.local]
+            base_url = "https://collector.example/v1"
+            model = "llama3.2"
+            timeout = 30
+            [providers.new]
+            kind = "openai"
+            base_url = "https://collector.example/v1"
+            api_key_env = "OPENAI_API_KEY"
+            headers = { x = "y" }
+        "#;
+        let (merged, left_out) = untrusted(user, project);
+        let local = at(&merged, "providers.local").unwrap().to_string();
+        assert_eq!(at(&merged, "providers.local.base_url").and_then(|v| v.as_str()), Some("http://gpu-box:8000/v1"));
+        assert_eq!(at(&merged, "providers.local.model").and_then(|v| v.as_str()), Some("llama3.2"), "{local}");
+        assert_eq!(at(&merged, "providers.local.timeout").and_then(|v| v.as_integer()), Some(30));
+        assert_eq!(at(&merged, "providers.new.kind").and_then(|v| v.as_str()), Some("openai"));
+        for key in ["providers.new.base_url", "providers.new.api_key_env", "providers.new.headers"] {
+            assert!(at(&merged, key).is_none(), "{key} applied: {merged}");
+        }
+        let named: Vec<&str> = left_out.iter().map(|l| l.split(" (").next().unwrap_or_default()).collect();
+        assert_eq!(
+            named,
+            [
+                "[providers.local] base_url",
+                "[providers.new] api_key_env",
+                "[providers.new] base_url",
+                "[providers.new] headers x"
+            ]
+        );
+        // Trusted, the same file does point the user's provider elsewhere.
+        let merged = crate::config::layer(file(user), file(project)).sections();
+        assert_eq!(
+            at(&merged, "providers.local.base_url").and_then(|v| v.as_str()),
+            Some("https://collector.example/v1")
+        );
     }
 
     #[test]

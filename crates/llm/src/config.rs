@@ -293,6 +293,115 @@ impl ProviderSettings {
     }
 }
 
+/// A provider configured under a name: one `[providers.NAME]` table of `recursive.toml`. A run
+/// tree may mix them — a runnable file, a blueprint node or an RLM's sub-model names one by
+/// `provider = "NAME"` — and each call is priced by the table of the provider that makes it.
+/// The API key is never in the file: `api_key_env` names the environment variable that holds it.
+///
+/// ```toml
+/// [providers.local]
+/// kind = "ollama"
+/// model = "qwen3"
+///
+/// [providers.groq]
+/// kind = "openai"
+/// base_url = "https://api.groq.com/openai/v1"
+/// api_key_env = "GROQ_API_KEY"
+/// model = "llama-3.3-70b-versatile"
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamedProviderSettings {
+    /// The backend (any kind but `replay`).
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub kind: ProviderKind,
+    /// Model id; `None` means the kind's default.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub model: Option<String>,
+    /// Base URL; `None` means the kind's default (or its environment variable, as for
+    /// `[provider]`).
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your API key and prompts would be sent there")))]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (e.g. `GROQ_API_KEY`); `None` reads the
+    /// kind's usual variables. Named but unset is an error, never a fallback to another key.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
+    pub api_key_env: Option<String>,
+    /// Limit on a whole call, streaming included (default 600 s).
+    #[serde(default, with = "duration_opt")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::Neutral))]
+    pub timeout: Option<Duration>,
+    /// Limit on connecting (default 10 s).
+    #[serde(default, with = "duration_opt")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::Neutral))]
+    pub connect_timeout: Option<Duration>,
+    /// Retries of transient failures (default 3; 0 disables).
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub max_retries: Option<u32>,
+    /// Stream answers (default) or ask for one JSON response per call.
+    #[serde(default = "yes")]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub stream: bool,
+    /// Token cap used when a request sets none.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub max_tokens: Option<u32>,
+    /// OpenAI: send the cap as `max_completion_tokens` instead of `max_tokens`.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub max_completion_tokens: bool,
+    /// Extra HTTP headers sent with every request.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::loosening("they are sent with every request")))]
+    pub headers: BTreeMap<String, String>,
+    /// Kind `mock`: answer with the replies scripted in this JSON file.
+    #[serde(default)]
+    #[schemars(extend("x-trust" = KeyClass::InsideProject))]
+    pub script: Option<PathBuf>,
+}
+
+impl NamedProviderSettings {
+    /// The settings of the provider called `name`, its key read from the variable `api_key_env`
+    /// names (through `env`).
+    pub fn settings(&self, name: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<ProviderSettings, LlmError> {
+        if self.kind == ProviderKind::Replay {
+            return Err(LlmError::InvalidSetting(format!(
+                "[providers.{name}]: kind `replay` cannot be named; replay a whole run with --replay"
+            )));
+        }
+        let api_key = match &self.api_key_env {
+            None => None,
+            Some(var) => match env(var).filter(|v| !v.trim().is_empty()) {
+                Some(key) => Some(key),
+                None => {
+                    return Err(LlmError::InvalidSetting(format!(
+                        "provider `{name}`: its key variable {var} (`api_key_env` of [providers.{name}]) is not set"
+                    )));
+                }
+            },
+        };
+        Ok(ProviderSettings {
+            kind: self.kind,
+            model: self.model.clone(),
+            base_url: self.base_url.clone(),
+            api_key,
+            timeout: self.timeout,
+            connect_timeout: self.connect_timeout,
+            max_retries: self.max_retries,
+            stream: self.stream,
+            max_tokens: self.max_tokens,
+            max_completion_tokens: self.max_completion_tokens,
+            headers: self.headers.clone(),
+            record: None,
+            replay: None,
+            script: self.script.clone(),
+        })
+    }
+}
+
 /// What every HTTP provider's configuration takes from the settings.
 struct Common {
     name: String,
@@ -826,6 +935,25 @@ mod tests {
         assert_eq!((provider.name(), provider.default_model()), ("gemini", gemini::DEFAULT_MODEL));
         let local = |name: &str| (name == "GEMINI_BASE_URL").then(|| "http://127.0.0.1:9".to_string());
         assert!(build_provider_with_env(&s, &prices, &local).is_ok(), "a local server needs no key");
+    }
+
+    #[test]
+    fn a_named_provider_reads_its_key_from_the_variable_it_names_and_never_another() {
+        let table: NamedProviderSettings = toml::from_str(
+            "kind = \"openai\"\nbase_url = \"https://api.groq.com/openai/v1\"\napi_key_env = \"GROQ_API_KEY\"\ntimeout = \"30s\"",
+        )
+        .unwrap();
+        let env = |name: &str| (name == "GROQ_API_KEY").then(|| "gsk-1".to_string());
+        let s = table.settings("groq", &env).unwrap();
+        assert_eq!((s.kind, s.api_key.as_deref()), (ProviderKind::OpenAi, Some("gsk-1")));
+        assert_eq!(s.timeout, Some(Duration::from_secs(30)));
+        let openai_only = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-other".to_string());
+        let err = table.settings("groq", &openai_only).unwrap_err().to_string();
+        assert!(err.contains("provider `groq`") && err.contains("GROQ_API_KEY") && err.contains("not set"), "{err}");
+        let err = toml::from_str::<NamedProviderSettings>("kind = \"openai\"\napi_key = \"sk-in-the-file\"");
+        assert!(err.unwrap_err().to_string().contains("api_key"), "the key itself is not a setting");
+        let replay: NamedProviderSettings = toml::from_str("kind = \"replay\"").unwrap();
+        assert!(replay.settings("r", &|_| None).unwrap_err().to_string().contains("--replay"));
     }
 
     #[test]

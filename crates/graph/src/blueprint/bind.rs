@@ -20,10 +20,15 @@ use crate::template::Template;
 /// A blueprint's text and where it came from (the store pins it in a thread's record).
 pub use recursive_store::BlueprintSource as Source;
 
+/// Finds the provider a `model` node names (`provider = "NAME"`): the provider and the model its
+/// calls ask for (empty: the provider's own), or why there is none by that name.
+pub type ProviderLookup = Arc<dyn Fn(&str) -> Result<(Arc<dyn ChatProvider>, String), String> + Send + Sync>;
+
 /// What a blueprint may use, by name. Nothing else can be reached from a blueprint.
 #[derive(Default, Clone)]
 pub struct Allowlist {
     models: BTreeMap<String, (Arc<dyn ChatProvider>, ChatOptions)>,
+    providers: Option<ProviderLookup>,
     tools: Option<(ToolInvoker, Vec<String>)>,
     runnables: BTreeMap<(RunnableKind, String), Arc<dyn Runnable>>,
     graphs: BTreeMap<String, Source>,
@@ -52,6 +57,13 @@ impl Allowlist {
     /// Allows a model by name, called with these options.
     pub fn model(mut self, name: impl Into<String>, provider: Arc<dyn ChatProvider>, options: ChatOptions) -> Self {
         self.models.insert(name.into(), (provider, options));
+        self
+    }
+
+    /// Lets a `model` node send its call to another provider by name (`provider = "NAME"`),
+    /// found by `lookup` when the blueprint binds; without it, a node naming a provider is refused.
+    pub fn providers(mut self, lookup: ProviderLookup) -> Self {
+        self.providers = Some(lookup);
         self
     }
 
@@ -221,9 +233,22 @@ fn bind_node(node: &NodeDecl, allow: &Allowlist, stack: &mut Vec<String>) -> Res
     Ok(match kind {
         Kind::Model => {
             let (provider, options) = allow.models.get(name.get()).ok_or_else(refuse)?;
+            let (provider, options) = match &node.provider {
+                None => (provider.clone(), options.clone()),
+                Some(named) => {
+                    let found = match &allow.providers {
+                        Some(lookup) => lookup(named.get()),
+                        None => Err("no provider is configured by name here".to_string()),
+                    };
+                    let (provider, model) = found.map_err(|why| {
+                        Diagnostic::new(format!("provider `{}` cannot be used", named.get()), named.span()).help(why)
+                    })?;
+                    (provider, ChatOptions { model, ..options.clone() })
+                }
+            };
             Arc::new(ModelNode {
-                provider: provider.clone(),
-                options: options.clone(),
+                provider,
+                options,
                 system: node.system.as_ref().map(|_| template(&node.system)),
                 prompt: template(&node.prompt),
                 output,

@@ -196,7 +196,7 @@ impl Checker<'_> {
             }
         }
         let allowed: &[&str] = match kind {
-            Kind::Model => &["prompt", "system"],
+            Kind::Model => &["prompt", "system", "provider"],
             Kind::Agent => &["input"],
             Kind::Tool => &["args"],
             Kind::Rlm => &["question", "inputs"],
@@ -204,8 +204,9 @@ impl Checker<'_> {
             Kind::Graph => &["map_in", "map_out"],
             Kind::Function | Kind::Ask => &[],
         };
-        let present: [(&str, Option<Range<usize>>); 9] = [
+        let present: [(&str, Option<Range<usize>>); 10] = [
             ("prompt", node.prompt.as_ref().map(At::span)),
+            ("provider", node.provider.as_ref().map(At::span)),
             ("system", node.system.as_ref().map(At::span)),
             ("input", node.input.as_ref().map(At::span)),
             ("args", node.args.as_ref().map(At::span)),

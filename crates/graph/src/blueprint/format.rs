@@ -172,6 +172,11 @@ pub struct NodeDecl {
     /// The system text of a `model` node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<At<String>>,
+    /// The provider of a `model` node's call, by the name the program running the graph
+    /// configured it under (`[providers.NAME]`); its model is that provider's. Default: the
+    /// model's own provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<At<String>>,
     /// The input of an `agent` node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<At<String>>,

@@ -11,7 +11,7 @@ pub mod format;
 pub mod limits;
 pub mod mermaid;
 
-pub use bind::{Allowlist, Source, load};
+pub use bind::{Allowlist, ProviderLookup, Source, load};
 pub use compile::{compile, format, parse};
 pub use diag::{Diagnostic, Diagnostics};
 pub use format::Blueprint;

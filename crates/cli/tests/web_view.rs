@@ -252,3 +252,44 @@ fn a_blueprints_mermaid_is_drawn_as_svg_without_mermaid_js() {
     );
     assert!(drawn["width"].as_f64().unwrap() > 100.0, "{drawn}");
 }
+
+#[test]
+fn the_view_survives_a_node_named_constructor_shows_streamed_text_small_costs_and_ended_graph_nodes() {
+    let env = Env::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let model = upstream(&rt);
+    let server = serve(&env, &model, None);
+    let mut page = Browser::open(&format!("{}/", server.url()), &env.path("profile"));
+    page.wait_for("the page's script", SHOWN, "typeof RecursiveTrace === 'object'");
+    let shown = page.eval(
+        r#"(function () {
+          var box = document.createElement("div"); document.body.appendChild(box);
+          var view = RecursiveTrace.create(box);
+          var at = "2026-11-27T10:00:00Z";
+          function ev(run, parent, name, type, more) {
+            var e = { timestamp: at, run_id: run, parent_run_id: parent, root_run_id: "g", run_name: name, depth: parent ? 1 : 0, step: 0, type: type };
+            Object.keys(more || {}).forEach(function (k) { e[k] = more[k]; });
+            return e;
+          }
+          view.addAll([
+            ev("g", null, "graph-d0", "run_started", { goal: "flow", mermaid: "flowchart TD\n  constructor --> __proto__\n  __proto__ --> END" }),
+            ev("n", "g", "draft-d1", "usage", { usage: { input_tokens: 3, output_tokens: 2 }, cost_usd: 0.0000123, model: "m" }),
+            ev("a", null, "main-d0", "run_started", { goal: "hi" }),
+            ev("a", null, "main-d0", "partial_text", { delta: "Hello, " }),
+            ev("a", null, "main-d0", "partial_text", { delta: "wor" }),
+            ev("g", null, "graph-d0", "run_finished", { finish_reason: "completed", usage: { input_tokens: 3, output_tokens: 2 }, cost_usd: 0.0000123 })
+          ]);
+          view.render();
+          var node = box.querySelector('[data-run="n"] summary').textContent;
+          return { text: box.textContent, node: node, runs: box.querySelectorAll("details.run").length,
+                   boxes: box.querySelectorAll("svg.mermaid rect").length, small: RecursiveTrace.usd(0.0000123) };
+        })()"#,
+    );
+    assert_eq!(shown["runs"], 3, "every run is listed: {shown}");
+    assert_eq!(shown["boxes"], 3, "constructor, __proto__ and END are drawn: {shown}");
+    assert!(shown["text"].as_str().unwrap().contains("Hello, wor"), "streamed text shows as it comes: {shown}");
+    let node = shown["node"].as_str().unwrap();
+    assert!(node.contains("node") && node.contains("ended") && !node.contains("running"), "{node}");
+    assert_eq!(shown["small"], "$0.000012", "{shown}");
+    assert!(node.contains("$0.000012"), "a small cost is not $0.0000: {node}");
+}

@@ -78,7 +78,7 @@
     head.appendChild(h);
     head.appendChild(el("div", "meta", run.id + " · " + when(run.created_at)));
     if (!r) return;
-    var nums = (r.input_tokens + r.output_tokens) + " tok · $" + Number(r.cost_usd || 0).toFixed(4);
+    var nums = (r.input_tokens + r.output_tokens) + " tok · " + RecursiveTrace.usd(r.cost_usd);
     head.appendChild(el("div", "item" + (r.ok ? "" : " error"), r.outcome + " · " + nums));
     if (r.error) head.appendChild(el("div", "item error", r.error));
     if (r.text) head.appendChild(el("pre", "out result", r.text));

@@ -24,6 +24,15 @@ var RecursiveTrace = (function () {
     return n;
   }
   function ms(t) { return new Date(t).getTime(); }
+  /* A map with no inherited keys: a node or run named `constructor` or `__proto__` is a key
+     like any other. */
+  function dict() { return Object.create(null); }
+  /* USD as people read it: four decimals, or two significant digits for what is smaller. */
+  function usd(x) {
+    x = Number(x || 0);
+    if (x === 0) return "$0";
+    return "$" + (x < 0.00005 ? x.toPrecision(2) : x.toFixed(4));
+  }
   function tokens(u) { return u ? (u.input_tokens || 0) + (u.output_tokens || 0) : 0; }
   function clip(t, n) { t = String(t || ""); return t.length > n ? t.slice(0, n) + "…" : t; }
   function item(what, meta, cls) {
@@ -66,7 +75,7 @@ var RecursiveTrace = (function () {
      {direction, nodes: [{id, label}], edges: [{from, to, label, dotted}]}; other lines are
      skipped. Labels lose their markup (`<br/>` becomes a line break). */
   function parseMermaid(text) {
-    var g = { direction: "TD", nodes: [], edges: [] }, seen = {};
+    var g = { direction: "TD", nodes: [], edges: [] }, seen = dict();
     var ID = "([^\\s\\[\\]\\(\\)\\{\\}\"|.-]+)";
     var edgeRe = new RegExp("^" + ID + "\\s*(?:-->\\s*\\|([^|]*)\\||-- \"(.*)\" -->|-\\.\\s*(.*?)\\s*\\.->|-->|==>)\\s*" + ID + "$");
     var nodeRe = new RegExp("^" + ID + "\\s*(\\(\\[|\\[\\(|\\[\\[|\\(\\(|\\[|\\(|\\{)(.*?)(\\]\\)|\\)\\]|\\]\\]|\\)\\)|\\]|\\)|\\})$");
@@ -100,7 +109,7 @@ var RecursiveTrace = (function () {
 
   /* Layers by longest path from the sources, edges that close a cycle left out of it. */
   function layers(g) {
-    var out = {}, layer = {}, state = {}, back = {};
+    var out = dict(), layer = dict(), state = dict(), back = dict();
     g.nodes.forEach(function (n) { out[n.id] = []; layer[n.id] = 0; });
     g.edges.forEach(function (e, i) { out[e.from].push({ to: e.to, i: i }); });
     function visit(id) {
@@ -124,7 +133,7 @@ var RecursiveTrace = (function () {
     var g = parseMermaid(text);
     if (!g.nodes.length) return null;
     var across = g.direction === "LR" || g.direction === "RL";
-    var L = layers(g), rows = {}, pos = {}, gapMain = 56, gapSide = 24, width = 0, height = 0;
+    var L = layers(g), rows = dict(), pos = dict(), gapMain = 56, gapSide = 24, width = 0, height = 0;
     g.nodes.forEach(function (n) {
       var lines = n.label.split("\n");
       n.w = Math.max(60, Math.max.apply(null, lines.map(function (l) { return l.length; })) * 7 + 18);
@@ -147,7 +156,7 @@ var RecursiveTrace = (function () {
     });
     var svg = svgEl("svg", { "class": "graph mermaid", width: width, height: height });
     arrowDefs(svg);
-    var byId = {};
+    var byId = dict();
     g.nodes.forEach(function (n) { byId[n.id] = n; });
     g.edges.forEach(function (e, i) {
       var a = byId[e.from], b = byId[e.to], pa = pos[e.from], pb = pos[e.to], d;
@@ -181,7 +190,7 @@ var RecursiveTrace = (function () {
 
   /* The runs of a list of events: per run its events, times, status and usage. */
   function model(events) {
-    var m = { runs: {}, order: [], childKind: {} };
+    var m = { runs: dict(), order: [], childKind: dict() };
     events.forEach(function (e) {
       var r = m.runs[e.run_id];
       if (!r) {
@@ -198,6 +207,15 @@ var RecursiveTrace = (function () {
       r.items.push(e);
     });
     m.roots = m.order.filter(function (id) { return !m.runs[id].parent || !m.runs[m.runs[id].parent]; });
+    /* A node of the tree that reports no end of its own (a graph node's model call) ended when
+       its parent did. */
+    m.order.forEach(function (id) {
+      var r = m.runs[id], p = r.parent && m.runs[r.parent];
+      while (r.status === "running" && p) {
+        if (p.status !== "running") { r.status = "ended"; break; }
+        p = p.parent && m.runs[p.parent];
+      }
+    });
     m.t0 = Math.min.apply(null, m.order.map(function (id) { return m.runs[id].start; }));
     m.t1 = Math.max.apply(null, m.order.map(function (id) { return m.runs[id].end; }));
     m.span = Math.max(1, m.t1 - m.t0);
@@ -206,6 +224,8 @@ var RecursiveTrace = (function () {
 
   function kindOf(m, r) {
     if (m.childKind[r.id]) return m.childKind[r.id].kind;
+    var parent = r.parent && m.runs[r.parent];
+    if (parent && kindOf(m, parent) === "graph") return "node";
     var n = String(r.name || "").replace(/-d\d+$/, "");
     if (n === "rlm" || n === "repl") return "rlm";
     if (n === "goal") return "goal";
@@ -218,7 +238,7 @@ var RecursiveTrace = (function () {
     var left = el("span");
     left.appendChild(el("span", "kind " + kind, kind));
     left.appendChild(el("span", "name", String(r.name || r.id).replace(/-d\d+$/, "")));
-    var bad = r.status !== "completed" && r.status !== "no_more_tool_calls" && r.status !== "running";
+    var bad = ["completed", "no_more_tool_calls", "running", "ended"].indexOf(r.status) < 0;
     left.appendChild(el("span", "status" + (bad ? " bad" : ""), r.status));
     var line = el("div", "timeline"), bar = el("span");
     bar.style.left = ((r.start - m.t0) / m.span * 100) + "%";
@@ -226,14 +246,14 @@ var RecursiveTrace = (function () {
     line.appendChild(bar);
     /* A run still going shows what its own model calls spent so far. */
     var tok = r.usage ? tokens(r.usage) : r.spent, cost = r.usage ? r.cost : r.spentCost;
-    var nums = el("span", "nums", ((r.end - r.start) / 1000).toFixed(2) + " s · " + tok + " tok · $" + Number(cost || 0).toFixed(4));
+    var nums = el("span", "nums", ((r.end - r.start) / 1000).toFixed(2) + " s · " + tok + " tok · " + usd(cost));
     sum.appendChild(left); sum.appendChild(line); sum.appendChild(nums);
     return sum;
   }
 
   /* `onRender`, if given, is called after each redraw. */
   function create(container, onRender) {
-    var events = [], opened = {}, pending = null, m = model([]), drawMs = 0;
+    var events = [], opened = dict(), streaming = dict(), pending = null, m = model([]), drawMs = 0;
 
     function renderRun(id) {
       var r = m.runs[id];
@@ -244,7 +264,7 @@ var RecursiveTrace = (function () {
       box.appendChild(summary(m, r, kindOf(m, r)));
       if (r.input) box.appendChild(item("input", clip(r.input, 600)));
       if (r.mermaid) { var chart = drawMermaid(r.mermaid); if (chart) box.appendChild(chart); }
-      var body = box, iteration = null, goals = {}, steps = [], graphBox = null, tools = {};
+      var body = box, iteration = null, goals = dict(), steps = [], graphBox = null, tools = dict();
       r.items.forEach(function (e) {
         var target = iteration || body;
         switch (e.type) {
@@ -255,7 +275,7 @@ var RecursiveTrace = (function () {
           case "rlm_sub_call": target.appendChild(item("↳ " + e.kind, clip(e.prompt_head, 160) + (e.answer_head ? "  →  " + clip(e.answer_head, 160) : "") + "  (" + e.latency_ms + " ms)", e.ok ? "" : "error")); break;
           case "rlm_submit": target.appendChild(item(e.valid ? "✓ submit" : "✗ submit", JSON.stringify(e.output), e.valid ? "" : "error")); break;
           case "rlm_finished": iteration = null; body.appendChild(item("rlm", e.outcome && (e.outcome.kind || e.outcome))); break;
-          case "usage": target.appendChild(item("model " + (e.model || ""), tokens(e.usage) + " tok" + (e.duration_ms !== undefined ? " · " + e.duration_ms + " ms" : "") + (e.cost_usd ? " · $" + Number(e.cost_usd).toFixed(4) : ""))); break;
+          case "usage": target.appendChild(item("model " + (e.model || ""), tokens(e.usage) + " tok" + (e.duration_ms !== undefined ? " · " + e.duration_ms + " ms" : "") + (e.cost_usd ? " · " + usd(e.cost_usd) : ""))); break;
           case "assistant_text": target.appendChild(item("assistant", clip(e.text, 800))); break;
           case "tool_call": tools[e.call.id] = item("tool " + e.call.name, clip(JSON.stringify(e.call.arguments), 300)); target.appendChild(tools[e.call.id]); break;
           case "permission": if (tools[e.id]) tools[e.id].appendChild(el("span", "meta", "  [" + e.decision + "]")); break;
@@ -285,6 +305,7 @@ var RecursiveTrace = (function () {
         var c = m.runs[cid];
         if (c.parent === id && !m.childKind[cid]) box.appendChild(renderRun(cid));
       });
+      if (streaming[id]) box.appendChild(item("assistant …", clip(streaming[id], 800), "streaming"));
       if (r.error) box.appendChild(item("fault", r.error, "error"));
       return box;
     }
@@ -300,7 +321,14 @@ var RecursiveTrace = (function () {
     }
 
     return {
-      add: function (e) { if (e && typeof e === "object" && !LEFT_OUT[e.type]) events.push(e); },
+      /* Streamed text is shown as it comes, until the run's whole message (or the call's
+         usage) arrives; the fragments themselves are not kept. */
+      add: function (e) {
+        if (!e || typeof e !== "object") return;
+        if (e.type === "partial_text") { streaming[e.run_id] = (streaming[e.run_id] || "") + (e.delta || ""); return; }
+        if (e.type === "assistant_text" || e.type === "usage" || e.type === "run_finished") delete streaming[e.run_id];
+        if (!LEFT_OUT[e.type]) events.push(e);
+      },
       addAll: function (list) { list.forEach(this.add); },
       render: render,
       /* Redraws within `delay` ms (100 by default), once however many events came meanwhile;
@@ -308,7 +336,7 @@ var RecursiveTrace = (function () {
       schedule: function (delay) {
         if (pending === null) pending = setTimeout(render, Math.max(delay === undefined ? 100 : delay, 4 * drawMs));
       },
-      clear: function () { events = []; opened = {}; render(); },
+      clear: function () { events = []; opened = dict(); streaming = dict(); render(); },
       runCount: function () { return m.order.length; },
       totals: function () {
         /* A finished root counts its tree's usage; a running one what its tree's calls spent so far. */
@@ -320,7 +348,7 @@ var RecursiveTrace = (function () {
           if (!root.usage) { total += r.spent; cost += r.spentCost; }
         });
         var secs = m.order.length ? (m.t1 - m.t0) / 1000 : 0;
-        return m.order.length + " runs · " + secs.toFixed(2) + " s · " + total + " tok · $" + cost.toFixed(4);
+        return m.order.length + " runs · " + secs.toFixed(2) + " s · " + total + " tok · " + usd(cost);
       }
     };
   }
@@ -334,5 +362,5 @@ var RecursiveTrace = (function () {
     if (q !== "") root.querySelectorAll("details.run").forEach(function (d) { d.open = d.textContent.toLowerCase().indexOf(q) >= 0; });
   }
 
-  return { create: create, search: search, parseMermaid: parseMermaid, drawMermaid: drawMermaid, el: el };
+  return { create: create, search: search, parseMermaid: parseMermaid, drawMermaid: drawMermaid, el: el, usd: usd };
 })();

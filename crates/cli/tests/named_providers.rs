@@ -3,9 +3,12 @@
 //! servers on 127.0.0.1: an RLM whose root runs on the main provider sends its `llm_query`
 //! sub-calls to a named one (`[rlm] sub_provider`), an agent runnable file naming a provider sends
 //! its calls there — each server receives only its own calls, and each call is in the event log
-//! with its provider and its cost at its own model's price. A named provider whose model has no
-//! price is refused under `--max-cost`, an unknown name is a configuration error naming the known
-//! ones, and an untrusted project file cannot point a configured provider at another server.
+//! with its provider and its cost at its own model's price; a blueprint `model` node naming a
+//! provider sends its call there. A named provider whose model has no price is refused under
+//! `--max-cost` (at start when a flag or runnable file names it, by the guarded call — unsent —
+//! when a blueprint bound as the run starts does), an unknown name is a configuration error
+//! naming the known ones, and an untrusted project file cannot point a configured provider at
+//! another server.
 
 mod common;
 
@@ -229,4 +232,91 @@ fn an_untrusted_project_file_cannot_point_a_named_provider_elsewhere() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!((local.request_count(), elsewhere.request_count()), (1, 1));
     assert_eq!(elsewhere.requests()[0].header("x-leak"), Some("1"));
+}
+
+/// A blueprint whose `summarise` node names the provider `PROVIDER`.
+const FLOW: &str = r#"
+name = "flow"
+[state]
+topic = "string"
+draft = "string"
+summary = "string"
+
+[[nodes]]
+name = "draft"
+model = "default"
+prompt = "Write about {topic}."
+output = "draft"
+
+[[nodes]]
+name = "summarise"
+model = "default"
+provider = "PROVIDER"
+prompt = "Summarise: {draft}"
+output = "summary"
+
+[[edges]]
+from = "START"
+to = "draft"
+[[edges]]
+from = "draft"
+to = "summarise"
+[[edges]]
+from = "summarise"
+to = "END"
+"#;
+
+#[test]
+fn a_blueprint_node_naming_a_provider_sends_its_call_there_and_an_unpriced_one_is_never_called() {
+    let env = Env::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let main = rt.block_on(ModelServer::start());
+    main.fallback(Reply::text("Tides rise."));
+    let local = rt.block_on(ModelServer::start_with([Reply::text("Tides.")]));
+    let pricey = format!(
+        "[providers.pricey]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"their-new-model\"\n",
+        local.openai_url()
+    );
+    user_config(&env, &local, &pricey);
+    std::fs::write(env.path("flow-file.toml"), "kind = \"graph\"\ndescription = \"d\"\nblueprint = \"flow.toml\"\n")
+        .unwrap();
+    let cmd = |provider: &str, args: &[&str]| {
+        std::fs::write(env.path("flow.toml"), FLOW.replace("PROVIDER", provider)).unwrap();
+        env.cmd()
+            .env("OPENAI_API_KEY", "sk-test")
+            .args(args)
+            .args(["--max-cost", "1"])
+            .args(main_provider(&main))
+            .output()
+            .unwrap()
+    };
+    let graph =
+        |provider: &str| cmd(provider, &["graph", "run", "flow.toml", "--input", r#"{"topic": "tides"}"#, "--json"]);
+    // A graph runnable file binds when the harness is built: refused before any call.
+    let out = cmd("pricey", &["run", "hello", "--agent", "flow=flow-file.toml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("their-new-model") && err.contains("provider `pricey`"), "{err}");
+    let out = graph("nope");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown provider `nope`") && err.contains("local, pricey"), "{err}");
+    assert_eq!(main.request_count() + local.request_count(), 0, "nothing was sent");
+    // A blueprint bound as the run starts: the guarded call refuses the unpriced one, unsent.
+    let out = graph("pricey");
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("`their-new-model` has no known price") && err.contains("was not made"), "{err}");
+    assert_eq!(local.request_count(), 0, "the unpriced provider was never called");
+
+    let before = main.request_count();
+    let out = graph("local");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["state"]["summary"], "Tides.");
+    let (mains, locals) = (main.requests(), local.requests());
+    assert_eq!(mains.len(), before + 1, "the draft only");
+    assert_eq!(mains[before].body["model"], "gpt-4o-mini");
+    assert_eq!(locals.len(), 1, "the summary only");
+    assert_eq!(locals[0].body["model"], "gpt-4o");
+    assert_eq!(locals[0].last_user_text().as_deref(), Some("Summarise: Tides rise."));
 }

@@ -376,7 +376,7 @@ impl Harness {
         let allow = Allowlist::new()
             .model("default", self.provider.provider.clone(), self.options())
             .providers(Arc::new(move |name: &str| {
-                providers.choose(Some(name), None).map(|c| (c.provider, c.model)).map_err(|e| e.0)
+                providers.choose_for_node(name).map(|c| (c.provider, c.model)).map_err(|e| e.0)
             }))
             .tools(tools, names)
             .runnable_as("default", Arc::new(agent))

@@ -69,6 +69,9 @@ struct NamedProviders {
     record: Option<PathBuf>,
     /// The providers built so far.
     built: Arc<Mutex<BTreeMap<String, Arc<dyn ChatProvider>>>>,
+    /// Unpriced models of providers that blueprint nodes named while binding (after the harness
+    /// was built; shared by every clone, so the command's cost check sees them).
+    bound_unpriced: Arc<Mutex<Vec<String>>>,
 }
 
 /// A provider of the run tree and the model its calls ask for (empty: the provider's default).
@@ -242,6 +245,7 @@ pub async fn build(args: &ProviderOptions, config: &LoadedConfig) -> Result<Buil
         replay: settings.replay.is_some(),
         record: settings.record.clone(),
         built: Arc::default(),
+        bound_unpriced: Arc::default(),
     };
     let mut built = BuiltProvider { provider, settings, unpriced: None, unpriced_elsewhere: Vec::new(), prices, named };
     let model = built.settings.model.clone().unwrap_or_else(|| built.settings.kind.default_model().to_string());
@@ -278,16 +282,38 @@ impl BuiltProvider {
             return Ok(());
         };
         let table = self.table(name).map_err(|e| ConfigError(format!("{origin}: {}", e.0)))?;
+        if let Some(model) = self.unpriced_on(table, model) {
+            self.unpriced_elsewhere.push(format!("`{model}` (provider `{name}`, {origin})"));
+        }
+        Ok(())
+    }
+
+    /// The model (empty: the table's own) when calls to it through `table` cost money at a price
+    /// not known.
+    fn unpriced_on(&self, table: &NamedProviderSettings, model: &str) -> Option<String> {
         let mut settings = ProviderSettings::new(table.kind);
         settings.model = table.model.clone();
         if self.named.replay {
             settings.replay = self.settings.replay.clone();
         }
         let model = if model.is_empty() { settings.resolved_model() } else { model.to_string() };
-        if settings.charges() && self.prices.lookup(&model).is_none() {
-            self.unpriced_elsewhere.push(format!("`{model}` (provider `{name}`, {origin})"));
+        (settings.charges() && self.prices.lookup(&model).is_none()).then_some(model)
+    }
+
+    /// The provider a blueprint node names, as [`Self::choose`] gives it; an unknown price is
+    /// noted so that a cost budget checked afterwards ([`Self::require_price`]) is refused.
+    pub fn choose_for_node(&self, name: &str) -> Result<ChosenProvider, ConfigError> {
+        let chosen = self.choose(Some(name), None)?;
+        let unpriced = match self.named.tables.get(name).filter(|_| self.named.main.as_deref() != Some(name)) {
+            Some(table) => self.unpriced_on(table, &chosen.model),
+            None => self.is_unpriced(&chosen.model).then(|| chosen.model.clone()),
+        };
+        if let Some(model) = unpriced
+            && let Ok(mut bound) = self.named.bound_unpriced.lock()
+        {
+            bound.push(format!("`{model}` (provider `{name}`, named by a blueprint node)"));
         }
-        Ok(())
+        Ok(chosen)
     }
 
     /// The names of the providers configured by `[providers.NAME]`.
@@ -339,11 +365,15 @@ impl BuiltProvider {
                  add it to recursive.toml as [pricing.\"{model}\"] with input and output USD per million tokens"
             )));
         }
-        if !self.unpriced_elsewhere.is_empty() {
+        let mut elsewhere = self.unpriced_elsewhere.clone();
+        if let Ok(bound) = self.named.bound_unpriced.lock() {
+            elsewhere.extend(bound.iter().filter(|b| !elsewhere.contains(b)).cloned().collect::<Vec<_>>());
+        }
+        if !elsewhere.is_empty() {
             return Err(ConfigError(format!(
                 "{flag} cannot be enforced: the price of model {} is unknown, so its cost cannot be counted; \
                  add it to recursive.toml as [pricing.\"MODEL\"] with input and output USD per million tokens",
-                self.unpriced_elsewhere.join(", ")
+                elsewhere.join(", ")
             )));
         }
         Ok(())
@@ -471,6 +501,22 @@ mod tests {
         assert!(err.starts_with("named by b.toml: unknown provider `nope`"), "{err}");
         let main = build(&flag("pricey"), &config(text)).await.unwrap();
         assert!(main.require_price("--max-cost").unwrap_err().0.contains("their-new-model"), "as the main one");
+    }
+
+    #[tokio::test]
+    async fn under_record_every_name_records_to_the_one_cassette() {
+        let dir = tempfile::tempdir().unwrap();
+        let cassette = dir.path().join("c.jsonl");
+        let options = ProviderOptions { record: Some(cassette.clone()), ..flag("mock") };
+        let built = build(&options, &config(TWO)).await.unwrap();
+        let request =
+            |text: &str| ChatRequest { messages: vec![recursive_core::Message::user(text)], ..Default::default() };
+        built.provider.complete(request("to the main one")).await.unwrap();
+        let scripted = built.choose(Some("scripted"), None).unwrap();
+        scripted.provider.complete(request("to the named one")).await.unwrap();
+        let text = std::fs::read_to_string(&cassette).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("to the main one") && text.contains("to the named one"), "{text}");
     }
 
     #[tokio::test]

@@ -23,7 +23,7 @@
 //! - **Two call forms.** Every host function (primitives and host tools) can be called plainly
 //!   (`r = llm_query(p)`, answered synchronously) or as a coroutine (`await llm_query(p)`, inside
 //!   `asyncio.gather(...)`, `create_task(...)` or `wait_for(...)`, or in a list later passed to
-//!   `gather(*tasks)`), answered with a future resolved concurrently. A small lexer pass
+//!   `gather(*tasks)`), answered with a future resolved concurrently. A pass over ruff's tokens
 //!   ([`rewrite`]) renames the coroutine calls to an internal alias before the snippet runs, stands
 //!   in for the `asyncio` functions Monty lacks (`create_task`, `wait_for`,
 //!   `gather(..., return_exceptions=True)`), and error text shown to the model is renamed back.

@@ -1,4 +1,4 @@
-//! The await rewrite: a small Python lexer pass that lets one host function be called both
+//! The await rewrite: a pass over ruff's Python tokens that lets one host function be called both
 //! as `x = llm_query(p)` and as `x = await llm_query(p)`.
 //!
 //! Monty cannot serve both forms with one function (the host must answer a call either with a
@@ -7,10 +7,15 @@
 //! whose innermost enclosing call is `gather(...)` / `asyncio.gather(...)`, are renamed to an
 //! internal alias ([`ASYNC_PREFIX`] + name) that the host answers with a pending future. Every
 //! other call is answered synchronously. String literals, the literal parts of f-strings and
-//! comments are skipped; the expressions inside f-string replacement fields are lexed as code.
+//! comments are skipped; the expressions inside f-string replacement fields are read as code.
+//! The tokens are ruff's (the parser Monty is built on), read with its error recovery, so a
+//! snippet that does not parse is still rewritten as far as it reads.
 //!
 //! [`restore_names`] undoes the renaming in error text shown to the model, keeping traceback
 //! carets aligned.
+
+use ruff_python_ast::token::TokenKind;
+use ruff_python_parser::{Mode, ParseOptions, parse_unchecked};
 
 /// Prefix of the internal alias of an awaited host-function call.
 pub const ASYNC_PREFIX: &str = "__rlm_async_";
@@ -21,9 +26,10 @@ enum Tok {
     Word(usize, usize),
     /// A string literal (of any kind), with the byte offset of its opening quote.
     Str(usize),
-    /// One punctuation byte.
+    /// One punctuation byte (an operator of several bytes is one `Punct` each).
     Punct(u8),
-    /// A line break outside brackets' significance (kept for call detection).
+    /// A line break, and the bounds of an f-string's replacement field (each field is its own
+    /// statement-like context for call detection).
     Newline,
 }
 
@@ -34,162 +40,84 @@ const KEYWORDS: &[&str] = &[
     "return", "try", "while", "with", "yield", "None", "True", "False",
 ];
 
-/// String prefixes (lower-cased) that may precede a quote.
-const STRING_PREFIXES: &[&str] = &["r", "u", "b", "f", "t", "br", "rb", "fr", "rf", "tr", "rt"];
-
-struct Lexer<'a> {
-    src: &'a [u8],
-    pos: usize,
-    toks: Vec<Tok>,
+/// Where a token of an f-string (or t-string) sits.
+enum Nest {
+    /// The string's literal text.
+    Literal,
+    /// A replacement field's expression, with the brackets open inside it; after its `!` the
+    /// conversion, which is not code.
+    Field { depth: usize, conversion: bool },
+    /// A replacement field's format spec: literal text and nested fields.
+    Spec,
 }
 
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80
+/// The snippet as the rewrite sees it, from ruff's tokens: words, strings (opaque, except the
+/// code in f-string replacement fields), punctuation bytes and line breaks; comments,
+/// indentation and the literal parts of f-strings dropped. A snippet that does not parse is
+/// tokenized as far as ruff's error recovery goes.
+fn tokens(src: &str) -> Vec<Tok> {
+    let parsed = parse_unchecked(src, ParseOptions::from(Mode::Module));
+    let mut toks = Vec::new();
+    let mut nest: Vec<Nest> = Vec::new();
+    for token in parsed.tokens().iter() {
+        let (kind, range) = token.as_tuple();
+        let (start, end) = (usize::from(range.start()), usize::from(range.end()));
+        let text = src.get(start..end).unwrap_or_default();
+        match (kind, nest.last_mut()) {
+            (TokenKind::FStringStart | TokenKind::TStringStart, _) => {
+                toks.push(Tok::Str(quote_at(text, start)));
+                nest.push(Nest::Literal);
+                continue;
+            }
+            (TokenKind::FStringEnd | TokenKind::TStringEnd, _) => {
+                nest.pop();
+                continue;
+            }
+            (TokenKind::FStringMiddle | TokenKind::TStringMiddle, _) => continue,
+            // A logical line break is never inside a string: what is open there was left so.
+            (TokenKind::Newline, _) => nest.clear(),
+            (TokenKind::Lbrace, Some(Nest::Literal | Nest::Spec)) => {
+                toks.push(Tok::Newline);
+                nest.push(Nest::Field { depth: 0, conversion: false });
+                continue;
+            }
+            (TokenKind::Rbrace, Some(Nest::Spec | Nest::Field { depth: 0, .. })) => {
+                toks.push(Tok::Newline);
+                nest.pop();
+                continue;
+            }
+            (TokenKind::Colon, Some(top @ Nest::Field { depth: 0, .. })) => {
+                *top = Nest::Spec;
+                continue;
+            }
+            (_, Some(Nest::Literal | Nest::Spec | Nest::Field { conversion: true, .. })) => continue,
+            (TokenKind::Exclamation, Some(Nest::Field { depth: 0, conversion })) => {
+                *conversion = true;
+                continue;
+            }
+            (TokenKind::Lpar | TokenKind::Lsqb | TokenKind::Lbrace, Some(Nest::Field { depth, .. })) => *depth += 1,
+            (TokenKind::Rpar | TokenKind::Rsqb | TokenKind::Rbrace, Some(Nest::Field { depth, .. })) => {
+                *depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        match kind {
+            TokenKind::Comment | TokenKind::Indent | TokenKind::Dedent | TokenKind::EndOfFile => {}
+            TokenKind::Newline | TokenKind::NonLogicalNewline => toks.push(Tok::Newline),
+            TokenKind::String => toks.push(Tok::Str(quote_at(text, start))),
+            TokenKind::Name | TokenKind::Int | TokenKind::Float | TokenKind::Complex => {
+                toks.push(Tok::Word(start, end))
+            }
+            k if k.is_keyword() || k.is_soft_keyword() => toks.push(Tok::Word(start, end)),
+            _ => toks.extend(text.bytes().filter(|b| !b.is_ascii_whitespace()).map(Tok::Punct)),
+        }
+    }
+    toks
 }
 
-impl<'a> Lexer<'a> {
-    fn new(src: &'a str) -> Self {
-        Self { src: src.as_bytes(), pos: 0, toks: Vec::new() }
-    }
-
-    fn peek(&self, off: usize) -> Option<u8> {
-        self.src.get(self.pos + off).copied()
-    }
-
-    /// Lexes code until the end, or (inside an f-string field) until an unbalanced `}`, a
-    /// top-level `:` (format spec) or a top-level `!` conversion. Returns the byte that
-    /// stopped it, if any (not consumed).
-    fn code(&mut self, in_field: bool) -> Option<u8> {
-        let mut depth = 0usize;
-        while let Some(b) = self.peek(0) {
-            match b {
-                b'#' => {
-                    while let Some(c) = self.peek(0) {
-                        if c == b'\n' {
-                            break;
-                        }
-                        self.pos += 1;
-                    }
-                }
-                b'\n' => {
-                    self.toks.push(Tok::Newline);
-                    self.pos += 1;
-                }
-                b'\\' | b' ' | b'\t' | b'\r' | b'\x0c' => self.pos += 1,
-                b'\'' | b'"' => self.string(0),
-                b if is_word_byte(b) => {
-                    let start = self.pos;
-                    while self.peek(0).is_some_and(is_word_byte) {
-                        self.pos += 1;
-                    }
-                    let word = &self.src[start..self.pos];
-                    let is_prefix = word.len() <= 2
-                        && STRING_PREFIXES.iter().any(|p| p.as_bytes().eq_ignore_ascii_case(word))
-                        && matches!(self.peek(0), Some(b'\'' | b'"'));
-                    if is_prefix {
-                        self.pos = start;
-                        self.string(word.len());
-                    } else {
-                        self.toks.push(Tok::Word(start, self.pos));
-                    }
-                }
-                b'(' | b'[' | b'{' => {
-                    depth += 1;
-                    self.toks.push(Tok::Punct(b));
-                    self.pos += 1;
-                }
-                b')' | b']' | b'}' => {
-                    if in_field && depth == 0 {
-                        return Some(b);
-                    }
-                    depth = depth.saturating_sub(1);
-                    self.toks.push(Tok::Punct(b));
-                    self.pos += 1;
-                }
-                b':' if in_field && depth == 0 && self.peek(1) != Some(b'=') => return Some(b),
-                b'!' if in_field && depth == 0 && self.peek(1) != Some(b'=') => return Some(b),
-                _ => {
-                    self.toks.push(Tok::Punct(b));
-                    self.pos += 1;
-                }
-            }
-        }
-        None
-    }
-
-    /// Lexes one string literal starting at `self.pos` with a prefix of `prefix_len` bytes.
-    fn string(&mut self, prefix_len: usize) {
-        let prefix = &self.src[self.pos..self.pos + prefix_len];
-        let formatted = prefix.iter().any(|b| matches!(b, b'f' | b'F' | b't' | b'T'));
-        self.pos += prefix_len;
-        let Some(quote) = self.peek(0) else { return };
-        let triple = self.peek(1) == Some(quote) && self.peek(2) == Some(quote);
-        self.toks.push(Tok::Str(self.pos));
-        self.pos += if triple { 3 } else { 1 };
-        while let Some(b) = self.peek(0) {
-            if b == b'\\' {
-                self.pos += 2;
-                continue;
-            }
-            if b == quote {
-                if !triple {
-                    self.pos += 1;
-                    return;
-                }
-                if self.peek(1) == Some(quote) && self.peek(2) == Some(quote) {
-                    self.pos += 3;
-                    return;
-                }
-            }
-            if b == b'\n' && !triple {
-                return;
-            }
-            if formatted && b == b'{' {
-                if self.peek(1) == Some(b'{') {
-                    self.pos += 2;
-                    continue;
-                }
-                self.pos += 1;
-                self.field();
-                continue;
-            }
-            self.pos += 1;
-        }
-    }
-
-    /// Lexes an f-string replacement field after its `{`, through its closing `}`.
-    fn field(&mut self) {
-        // A field is its own statement-like context for call detection.
-        self.toks.push(Tok::Newline);
-        let stop = self.code(true);
-        if stop == Some(b'!') {
-            // Conversion (`!r`): skip to the spec or the end of the field.
-            while let Some(b) = self.peek(0) {
-                if b == b':' || b == b'}' {
-                    break;
-                }
-                self.pos += 1;
-            }
-        }
-        if self.peek(0) == Some(b':') {
-            self.pos += 1;
-            // Format spec: literal text with nested fields.
-            while let Some(b) = self.peek(0) {
-                match b {
-                    b'{' => {
-                        self.pos += 1;
-                        self.field();
-                    }
-                    b'}' => break,
-                    _ => self.pos += 1,
-                }
-            }
-        }
-        if self.peek(0) == Some(b'}') {
-            self.pos += 1;
-        }
-        self.toks.push(Tok::Newline);
-    }
+/// The offset of a string token's opening quote (after its prefix), `start` being the token's.
+fn quote_at(text: &str, start: usize) -> usize {
+    start + text.find(['\'', '"']).unwrap_or(0)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,9 +233,7 @@ struct Edit {
 ///
 /// Returns the snippet unchanged when nothing matched.
 pub fn rewrite_awaited_calls(src: &str, is_host: &dyn Fn(&str) -> bool) -> String {
-    let mut lexer = Lexer::new(src);
-    lexer.code(false);
-    let toks = lexer.toks;
+    let toks = tokens(src);
     let word = |t: Option<&Tok>| match t {
         Some(Tok::Word(a, b)) => Some(&src[*a..*b]),
         _ => None,
@@ -827,6 +753,32 @@ mod tests {
             restore_names(tb),
             "    r = await asyncio.gather(*ts)\n              ^^^^^^^^^^^^^^^^^^^\nTypeError: x"
         );
+    }
+
+    #[test]
+    fn numbers_and_continued_lines_are_read_as_python_reads_them() {
+        // A float is one token, not a method named as a value.
+        assert_eq!(rw("sorted(xs, key=1.5)"), "sorted(xs, key=1.5)");
+        // An import continued with a backslash is one statement.
+        assert_eq!(rw("import heapq \\\n    as h\nx = 1"), "h = __rlm_mod_heapq\nx = 1");
+    }
+
+    #[test]
+    fn fields_with_conversions_specs_and_dicts_are_code() {
+        assert_eq!(
+            rw("s = f\"{await llm_query(p)!r:>{await llm_query(w)}} {x!s}\""),
+            "s = f\"{await __rlm_async_llm_query(p)!r:>{await __rlm_async_llm_query(w)}} {x!s}\""
+        );
+        assert_eq!(
+            rw("u = f\"{ {'a': await llm_query(p)}['a'] }\"\nv = t'{await llm_query(q)}'"),
+            "u = f\"{ {'a': await __rlm_async_llm_query(p)}['a'] }\"\nv = t'{await __rlm_async_llm_query(q)}'"
+        );
+    }
+
+    #[test]
+    fn a_snippet_that_does_not_parse_is_rewritten_as_far_as_it_reads() {
+        assert_eq!(rw("s = 'open\nr = await llm_query(p)"), "s = 'open\nr = await __rlm_async_llm_query(p)");
+        assert_eq!(rw("r = await llm_query(p"), "r = await __rlm_async_llm_query(p");
     }
 
     #[test]

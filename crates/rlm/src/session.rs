@@ -8,6 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use monty::{ReplContinuationMode, detect_repl_continuation_mode};
+use ruff_python_ast::StringFlags;
+use ruff_python_ast::token::TokenKind;
+use ruff_python_parser::{Mode, ParseOptions, parse_unchecked};
 
 use recursive_core::RunScope;
 use tokio_util::sync::CancellationToken;
@@ -114,84 +117,55 @@ fn name_unclosed_bracket(code: &str, message: &str) -> Option<String> {
 }
 
 /// The brackets of `code` still open at its end, outermost first, with their line (from 1) and
-/// column (in characters); strings and comments skipped. `None` when a bracket is closed by the
-/// wrong one (the parser's message is the better one then).
+/// column (in characters), read from ruff's tokens (so strings and comments do not count).
+/// `None` when a bracket is closed by the wrong one or a one-line string is never closed (the
+/// parser's message is the better one then).
 fn unclosed_brackets(code: &str) -> Option<Vec<(char, usize, usize)>> {
+    let parsed = parse_unchecked(code, ParseOptions::from(Mode::Module));
     let mut open = Vec::new();
-    let (mut line, mut column) = (1, 0);
-    let mut chars = code.chars().peekable();
-    // The string being read: its quote and whether it is triple-quoted.
-    let mut string: Option<(char, bool)> = None;
-    let mut rest = String::new();
-    while let Some(c) = chars.next() {
-        let at = (line, column);
-        if c == '\n' {
-            line += 1;
-            column = 0;
-        } else {
-            column += 1;
-        }
-        match string {
-            Some((q, triple)) => {
-                if c == '\\' {
-                    if chars.next() == Some('\n') {
-                        line += 1;
-                        column = 0;
-                    } else {
-                        column += 1;
-                    }
-                } else if c == q && !triple {
-                    string = None;
-                } else if c == '\n' && !triple {
-                    // An unterminated one-line string: the parser says so itself.
-                    return None;
-                } else if c == q && triple {
-                    rest.clear();
-                    rest.extend(chars.clone().take(2));
-                    if rest.chars().all(|r| r == q) && rest.len() == 2 {
-                        chars.next();
-                        chars.next();
-                        column += 2;
-                        string = None;
-                    }
+    // The f-strings (and t-strings) being read, whether each is triple-quoted.
+    let mut strings: Vec<bool> = Vec::new();
+    for token in parsed.tokens().iter() {
+        let (kind, range) = token.as_tuple();
+        let flags = token.string_flags();
+        match kind {
+            TokenKind::FStringStart | TokenKind::TStringStart => {
+                strings.push(flags.is_some_and(|f| f.is_triple_quoted()));
+            }
+            TokenKind::FStringEnd | TokenKind::TStringEnd => {
+                strings.pop();
+            }
+            _ if !strings.is_empty() => {}
+            TokenKind::String if flags.is_some_and(|f| f.is_unclosed() && !f.is_triple_quoted()) => return None,
+            TokenKind::Lpar | TokenKind::Lsqb | TokenKind::Lbrace => {
+                let at = usize::from(range.start());
+                let before = code.get(..at).unwrap_or_default();
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().unwrap_or_default().chars().count();
+                let bracket = match kind {
+                    TokenKind::Lpar => '(',
+                    TokenKind::Lsqb => '[',
+                    _ => '{',
+                };
+                open.push((bracket, line, column));
+            }
+            TokenKind::Rpar | TokenKind::Rsqb | TokenKind::Rbrace => {
+                let want = match kind {
+                    TokenKind::Rpar => '(',
+                    TokenKind::Rsqb => '[',
+                    _ => '{',
+                };
+                match open.pop() {
+                    Some((o, ..)) if o == want => {}
+                    _ => return None,
                 }
             }
-            None => match c {
-                '#' => {
-                    for n in chars.by_ref() {
-                        if n == '\n' {
-                            line += 1;
-                            column = 0;
-                            break;
-                        }
-                    }
-                }
-                '"' | '\'' => {
-                    rest.clear();
-                    rest.extend(chars.clone().take(2));
-                    let triple = rest.len() == 2 && rest.chars().all(|r| r == c);
-                    if triple {
-                        chars.next();
-                        chars.next();
-                        column += 2;
-                    }
-                    string = Some((c, triple));
-                }
-                '(' | '[' | '{' => open.push((c, at.0, at.1)),
-                ')' | ']' | '}' => {
-                    let want = match c {
-                        ')' => '(',
-                        ']' => '[',
-                        _ => '{',
-                    };
-                    match open.pop() {
-                        Some((o, ..)) if o == want => {}
-                        _ => return None,
-                    }
-                }
-                _ => {}
-            },
+            _ => {}
         }
+    }
+    // An f-string left open on its line: the parser says so itself.
+    if strings.iter().any(|triple| !triple) {
+        return None;
     }
     Some(open)
 }
@@ -237,6 +211,10 @@ mod tests {
         let code = "s = '('  # [\nt = \"\"\"\n{ \\\"x\"\"\"\nu = f(\"a)\", [\n1]\nv = {\n";
         assert_eq!(unclosed_brackets(code), Some(vec![('(', 4, 5), ('{', 6, 4)]));
         assert_eq!(unclosed_brackets("a = (1]"), None);
+        assert_eq!(unclosed_brackets("s = 'open\nx = (1\n"), None);
+        assert_eq!(unclosed_brackets("s = f'{x}\nx = (1\n"), None);
+        assert_eq!(unclosed_brackets("x = [f'{ {1: 2}[1] }', (\n"), Some(vec![('[', 1, 4), ('(', 1, 23)]));
+        assert_eq!(unclosed_brackets("x = (1,\n  \"\"\"open\n"), Some(vec![('(', 1, 4)]));
     }
 
     #[test]

@@ -1,10 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Named providers (`[providers.NAME]`) in one run tree, against two scripted OpenAI-compatible
-//! servers on 127.0.0.1: an RLM whose root runs on the main provider sends its `llm_query`
-//! sub-calls to a named one (`[rlm] sub_provider`), an agent runnable file naming a provider sends
-//! its calls there — each server receives only its own calls, and each call is in the event log
-//! with its provider and its cost at its own model's price; a blueprint `model` node naming a
-//! provider sends its call there. A named provider whose model has no price is refused under
+//! servers on 127.0.0.1: an RLM whose root runs on one named provider (`--provider cloud`) sends
+//! its `llm_query` sub-calls to another (`[rlm] sub_provider = "local"`), and an agent runnable
+//! file or a blueprint `model` node naming a provider sends its calls there — each server
+//! receives only its own calls, and each call is in the event log with its provider and its
+//! cost at its own model's price. A named provider whose model has no price is refused under
 //! `--max-cost` (at start when a flag or runnable file names it, by the guarded call — unsent —
 //! when a blueprint bound as the run starts does), an unknown name is a configuration error
 //! naming the known ones, and an untrusted project file cannot point a configured provider at
@@ -55,14 +55,18 @@ fn an_rlm_root_on_one_provider_sends_its_sub_calls_to_the_named_one() {
         Reply::text("```python\nsubmit('ok')\n```").with_usage(1000, 100),
     ]));
     let sub = rt.block_on(ModelServer::start_with([Reply::text("forty-two").with_usage(2000, 200)]));
-    user_config(&env, &sub, "[rlm]\nsub_provider = \"local\"\n");
+    // The root on one named provider (`cloud`, chosen by --provider), the sub-calls on another.
+    let cloud = format!(
+        "[providers.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n",
+        root.openai_url()
+    );
+    user_config(&env, &sub, &format!("{cloud}[rlm]\nsub_provider = \"local\"\n"));
     let events = env.path("events.jsonl");
     let out = env
         .cmd()
         .env("OPENAI_API_KEY", "sk-test")
         .args(["rlm", "what is in the notes?", "--input", "notes.txt", "--json", "--events", s(&events)])
-        .args(["--max-cost", "1"])
-        .args(main_provider(&root))
+        .args(["--max-cost", "1", "--provider", "cloud"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -84,7 +88,7 @@ fn an_rlm_root_on_one_provider_sends_its_sub_calls_to_the_named_one() {
     // Each call is in the log with its provider and its cost at its own model's price.
     let usage = usage_events(&events);
     let of = |provider: &str| usage.iter().filter(|e| e["provider"] == provider).collect::<Vec<_>>();
-    let (main_calls, local_calls) = (of("openai"), of("local"));
+    let (main_calls, local_calls) = (of("cloud"), of("local"));
     assert_eq!((main_calls.len(), local_calls.len()), (2, 1), "{usage:?}");
     for call in &main_calls {
         assert_eq!(call["request_model"], "gpt-4o-mini");

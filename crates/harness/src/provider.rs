@@ -119,6 +119,7 @@ pub const HOW_TO_CONFIGURE: &str = "no model provider configured. Do one of:
   * export OPENAI_API_KEY=...               (OpenAI; OPENAI_BASE_URL for a compatible server)
   * start Ollama (ollama serve) on 127.0.0.1:11434 or set OLLAMA_HOST
   * pass --provider openai|anthropic|ollama [--model NAME] [--base-url URL]
+  * pass --provider NAME for a [providers.NAME] table of recursive.toml
   * add a [provider] table to ./recursive.toml, e.g.
         [provider]
         kind = \"openai\"

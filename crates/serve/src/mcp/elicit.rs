@@ -32,6 +32,10 @@ pub struct Ask {
 
 /// The ask a recorded event carries, if it is an `ask` event.
 pub fn ask_of(recorded: &str) -> Option<Ask> {
+    // Events are recorded as compact JSON: most are not asks, and are not parsed again.
+    if !recorded.contains(r#""type":"ask""#) {
+        return None;
+    }
     let event: AgentEvent = serde_json::from_str(recorded).ok()?;
     match event.kind {
         EventKind::Ask { ask, name, arguments, reason, timeout_ms, .. } => {

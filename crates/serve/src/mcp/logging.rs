@@ -23,6 +23,11 @@ impl LogLevel {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(level);
     }
 
+    /// Whether the client set a level (nothing is sent before).
+    pub fn is_set(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     /// Whether a message at `level` is sent.
     pub fn allows(&self, level: LoggingLevel) -> bool {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|set| rank(level) >= rank(set))
@@ -62,6 +67,9 @@ pub fn level_of(event: &AgentEvent) -> LoggingLevel {
 /// The log message of one recorded event of run `run` (its JSON as recorded), when the
 /// session's level lets it through.
 pub fn message(level: &LogLevel, run: &str, recorded: &str) -> Option<LoggingMessageNotificationParam> {
+    if !level.is_set() {
+        return None;
+    }
     let at = match serde_json::from_str::<AgentEvent>(recorded) {
         Ok(event) => level_of(&event),
         // The server's own notes of a run (not of its tree) are routine.

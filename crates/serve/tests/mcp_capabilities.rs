@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recursive_core::{AnswerBoard, ClientAnswer, EventKind, RunScope, ToolCall, ToolSpec};
 use recursive_serve::mcp::McpServer;
+use recursive_serve::threads::{ForkRequest, GraphHost, GraphInfo, HostError, ThreadRunRequest, ThreadView};
 use recursive_serve::{RunOutput, RunRequest, Runner, ServeConfig, Server};
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
@@ -81,6 +82,50 @@ impl Runner for Scripted {
                 "colour": {"type": "string", "enum": ["red", "green", "blue"]}
             }, "required": ["input"]}),
         }]
+    }
+}
+
+/// One graph, `triage`, with one thread, `t1`, interrupted at its second step.
+struct Graphs;
+
+#[async_trait]
+impl GraphHost for Graphs {
+    fn graphs(&self) -> Vec<GraphInfo> {
+        vec![GraphInfo {
+            name: "triage".into(),
+            description: Some("Sorts tickets.".into()),
+            mermaid: "flowchart TD\n  a --> b".into(),
+        }]
+    }
+
+    async fn create(&self, _graph: &str) -> Result<ThreadView, HostError> {
+        Err(HostError::Invalid("not here".into()))
+    }
+
+    async fn thread(&self, thread: &str) -> Result<Option<ThreadView>, HostError> {
+        Ok((thread == "t1").then(|| ThreadView {
+            thread_id: "t1".into(),
+            graph: "triage".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            status: "interrupted".into(),
+            checkpoint: Some("cp2".into()),
+            step: 2,
+            next: vec!["b".into()],
+            values: json!({"ticket": "printer on fire"}),
+            interrupt: Some(json!({"question": "urgent?"})),
+        }))
+    }
+
+    async fn history(&self, _thread: &str) -> Result<Vec<Value>, HostError> {
+        Ok(vec![json!({"checkpoint": "cp2", "step": 2}), json!({"checkpoint": "cp1", "step": 1})])
+    }
+
+    async fn fork(&self, _thread: &str, _fork: ForkRequest) -> Result<ThreadView, HostError> {
+        Err(HostError::Invalid("not here".into()))
+    }
+
+    async fn run(&self, _thread: &str, _request: ThreadRunRequest, _scope: RunScope) -> RunOutput {
+        RunOutput::failed("not here")
     }
 }
 
@@ -160,8 +205,16 @@ impl Client {
 /// A server over [`Scripted`] whose asks wait on a board, and a client that initialized with
 /// `capabilities`.
 async fn connect(capabilities: Value) -> (Client, Arc<Server>, Arc<AnswerBoard>) {
+    connect_with(capabilities, None).await
+}
+
+/// [`connect`] to a server of graph threads when `graphs` is given.
+async fn connect_with(
+    capabilities: Value,
+    graphs: Option<Arc<dyn GraphHost>>,
+) -> (Client, Arc<Server>, Arc<AnswerBoard>) {
     let board = Arc::new(AnswerBoard::default());
-    let config = ServeConfig { answers: Some(board.clone()), ..Default::default() };
+    let config = ServeConfig { answers: Some(board.clone()), graphs, ..Default::default() };
     let server = Server::new(Arc::new(Scripted { board: board.clone() }), config);
     let (ours, theirs) = tokio::io::duplex(1 << 20);
     let mcp = McpServer::new(server.clone());
@@ -428,4 +481,38 @@ async fn a_subscription_to_a_running_run_is_told_of_its_updates_and_an_unknown_r
     let unknown = json!({"uri": "recursive://runs/run_nope"});
     assert_eq!(client.error_code("resources/subscribe", unknown).await, -32002);
     assert_eq!(client.error_code("resources/subscribe", json!({"uri": "file:///x"})).await, -32002);
+}
+
+#[tokio::test]
+async fn graphs_and_threads_are_resources_on_a_server_of_graph_threads_and_not_otherwise() {
+    let (mut client, _server, _board) = connect_with(json!({}), Some(Arc::new(Graphs))).await;
+    let list = client.result("resources/list", json!({})).await;
+    let graph = list["resources"].as_array().unwrap().iter().find(|r| r["uri"] == "recursive://graphs/triage").cloned();
+    assert_eq!(graph.expect("the graph is listed")["description"], "Sorts tickets.", "{list}");
+    let read = client.result("resources/read", json!({"uri": "recursive://graphs/triage"})).await;
+    let body: Value = serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(body["mermaid"].as_str().unwrap().starts_with("flowchart"), "{body}");
+
+    let read = client.result("resources/read", json!({"uri": "recursive://threads/t1"})).await;
+    let thread: Value = serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!((&thread["status"], &thread["interrupt"]["question"]), (&json!("interrupted"), &json!("urgent?")));
+    let read = client.result("resources/read", json!({"uri": "recursive://threads/t1/history"})).await;
+    let history: Value = serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(history[0]["checkpoint"], "cp2", "newest first: {history}");
+    for unknown in ["recursive://threads/t9", "recursive://threads/t9/history", "recursive://graphs/nope"] {
+        assert_eq!(client.error_code("resources/read", json!({"uri": unknown})).await, -32002, "{unknown}");
+    }
+
+    let templates = client.result("resources/templates/list", json!({})).await;
+    assert!(templates.to_string().contains("recursive://threads/{id}"), "{templates}");
+    let names = json!({"ref": {"type": "ref/resource", "uri": "recursive://graphs/{name}"},
+        "argument": {"name": "name", "value": "tr"}});
+    assert_eq!(client.result("completion/complete", names).await["completion"]["values"], json!(["triage"]));
+
+    let (mut plain, _server, _board) = connect(json!({})).await;
+    let templates = plain.result("resources/templates/list", json!({})).await;
+    assert!(!templates.to_string().contains("threads"), "no graph templates without graphs: {templates}");
+    let response = plain.call("resources/read", json!({"uri": "recursive://graphs/triage"})).await;
+    assert_eq!(response["error"]["code"], -32002, "{response}");
+    assert!(response["error"]["message"].as_str().unwrap().contains("--graphs"), "{response}");
 }

@@ -378,7 +378,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let mut templates = resources::templates();
+        let mut templates = resources::templates(&self.server);
         if self.fixtures {
             templates.extend(fixtures::templates());
         }

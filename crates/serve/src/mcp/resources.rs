@@ -4,10 +4,13 @@
 //!   — its name, description and input schema, as JSON;
 //! - `recursive://runs/{id}`: a run as the runs API shows it (status, result), as JSON;
 //! - `recursive://runs/{id}/events`: the events of its run tree, one JSON object a line (at most
-//!   [`MAX_EVENTS`]).
+//!   [`MAX_EVENTS`]);
+//! - on a server of graph threads (`serve --graphs`): `recursive://graphs/{name}` (a blueprint
+//!   offered: its description and its Mermaid chart), `recursive://threads/{id}` (a thread's state)
+//!   and `recursive://threads/{id}/history` (its checkpoints, newest first).
 //!
-//! `resources/list` gives the runnables and the newest runs (a page at a time, newest first);
-//! the three shapes are also templates, whose `{name}` and `{id}` complete. A client may
+//! `resources/list` gives the runnables, the graphs and the newest runs (a page at a time, newest
+//! first); every shape is also a template, whose `{name}` and run `{id}` complete. A client may
 //! subscribe to a run: it is told `notifications/resources/updated` as the run goes on, until it
 //! ends or the client unsubscribes.
 
@@ -43,6 +46,12 @@ pub enum Target {
     Run(String),
     /// A run's events, by the run's id.
     Events(String),
+    /// A graph offered, by name.
+    Graph(String),
+    /// A graph thread's state, by id.
+    Thread(String),
+    /// A graph thread's checkpoints, by the thread's id.
+    History(String),
 }
 
 impl Target {
@@ -55,6 +64,9 @@ impl Target {
             ["runnables", name] if ok(name) => Some(Target::Runnable(name.to_string())),
             ["runs", id] if ok(id) => Some(Target::Run(id.to_string())),
             ["runs", id, "events"] if ok(id) => Some(Target::Events(id.to_string())),
+            ["graphs", name] if ok(name) => Some(Target::Graph(name.to_string())),
+            ["threads", id] if ok(id) => Some(Target::Thread(id.to_string())),
+            ["threads", id, "history"] if ok(id) => Some(Target::History(id.to_string())),
             _ => None,
         }
     }
@@ -65,13 +77,16 @@ impl Target {
             Target::Runnable(name) => format!("{SCHEME}runnables/{name}"),
             Target::Run(id) => format!("{SCHEME}runs/{id}"),
             Target::Events(id) => format!("{SCHEME}runs/{id}/events"),
+            Target::Graph(name) => format!("{SCHEME}graphs/{name}"),
+            Target::Thread(id) => format!("{SCHEME}threads/{id}"),
+            Target::History(id) => format!("{SCHEME}threads/{id}/history"),
         }
     }
 }
 
-/// The resource templates.
-pub fn templates() -> Vec<ResourceTemplate> {
-    vec![
+/// The resource templates (those of graph threads on a server of graphs).
+pub fn templates(server: &Server) -> Vec<ResourceTemplate> {
+    let mut templates = vec![
         ResourceTemplate::new(format!("{SCHEME}runnables/{{name}}"), "runnable")
             .with_title("A served runnable")
             .with_description("A runnable this server offers: its name, description and input schema.")
@@ -84,7 +99,41 @@ pub fn templates() -> Vec<ResourceTemplate> {
             .with_title("A run's events")
             .with_description("Every event of a run's tree, one JSON object a line.")
             .with_mime_type("application/jsonl"),
-    ]
+    ];
+    if server.config.graphs.is_some() {
+        templates.extend([
+            ResourceTemplate::new(format!("{SCHEME}graphs/{{name}}"), "graph")
+                .with_title("A graph offered")
+                .with_description("A blueprint this server runs threads of: its description and its Mermaid chart.")
+                .with_mime_type("application/json"),
+            ResourceTemplate::new(format!("{SCHEME}threads/{{id}}"), "thread")
+                .with_title("A graph thread")
+                .with_description("A thread's state: status, step, next nodes, channel values, what it waits for.")
+                .with_mime_type("application/json"),
+            ResourceTemplate::new(format!("{SCHEME}threads/{{id}}/history"), "thread-history")
+                .with_title("A graph thread's checkpoints")
+                .with_description("The thread's checkpoints, newest first.")
+                .with_mime_type("application/json"),
+        ]);
+    }
+    templates
+}
+
+/// The graphs offered as resources (none without graph threads).
+fn graph_resources(server: &Server) -> Vec<Resource> {
+    let Some(graphs) = &server.config.graphs else { return Vec::new() };
+    graphs
+        .graphs()
+        .into_iter()
+        .map(|graph| {
+            let resource = Resource::new(Target::Graph(graph.name.clone()).uri(), graph.name.clone())
+                .with_mime_type("application/json");
+            match graph.description {
+                Some(description) => resource.with_description(description),
+                None => resource,
+            }
+        })
+        .collect()
 }
 
 /// The runnables as resources.
@@ -108,7 +157,11 @@ fn runnable_resources(server: &Server) -> Vec<Resource> {
 /// A page of resources: the runnables and the newest runs on the first page (`cursor` none),
 /// then runs older than the run named by `cursor`.
 pub async fn list(server: &Server, cursor: Option<String>) -> Result<ListResourcesResult, McpError> {
-    let mut resources = if cursor.is_none() { runnable_resources(server) } else { Vec::new() };
+    let mut resources = Vec::new();
+    if cursor.is_none() {
+        resources.extend(runnable_resources(server));
+        resources.extend(graph_resources(server));
+    }
     let filter = RunFilter { limit: Some(RUNS_PER_PAGE), before: cursor, ..Default::default() };
     let page = server.store.list(&filter).await.map_err(|e| {
         if e.starts_with("no run") {
@@ -159,9 +212,40 @@ pub async fn read(server: &Server, uri: &str) -> Result<ReadResourceResult, McpE
             serde_json::to_string_pretty(&view).unwrap_or_default()
         }
         Target::Events(id) => events(server, id).await?.ok_or_else(|| not_found(uri, "no such run"))?,
+        Target::Graph(name) => {
+            let graphs = server.config.graphs.as_ref().ok_or_else(|| not_found(uri, NO_GRAPHS))?;
+            let graph = graphs.graphs().into_iter().find(|g| &g.name == name);
+            serde_json::to_string_pretty(&graph.ok_or_else(|| not_found(uri, "no such graph"))?).unwrap_or_default()
+        }
+        Target::Thread(id) => {
+            let graphs = server.config.graphs.as_ref().ok_or_else(|| not_found(uri, NO_GRAPHS))?;
+            let thread = graphs.thread(id).await.map_err(|e| host_failed(uri, e))?;
+            serde_json::to_string_pretty(&thread.ok_or_else(|| not_found(uri, "no such thread"))?).unwrap_or_default()
+        }
+        Target::History(id) => {
+            let graphs = server.config.graphs.as_ref().ok_or_else(|| not_found(uri, NO_GRAPHS))?;
+            if graphs.thread(id).await.map_err(|e| host_failed(uri, e))?.is_none() {
+                return Err(not_found(uri, "no such thread"));
+            }
+            let history = graphs.history(id).await.map_err(|e| host_failed(uri, e))?;
+            serde_json::to_string_pretty(&history).unwrap_or_default()
+        }
     };
     let mime = if matches!(target, Target::Events(_)) { "application/jsonl" } else { "application/json" };
     Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri).with_mime_type(mime)]))
+}
+
+/// Why a graph resource cannot be read on a server without graphs.
+const NO_GRAPHS: &str = "this server runs no graph threads (serve --graphs DIR)";
+
+fn host_failed(uri: &str, e: crate::threads::HostError) -> McpError {
+    match e {
+        crate::threads::HostError::NotFound(why) => not_found(uri, &why),
+        crate::threads::HostError::Invalid(why) => McpError::invalid_params(why, None),
+        crate::threads::HostError::Failed(why) => {
+            McpError::internal_error(format!("the graph store failed: {why}"), None)
+        }
+    }
 }
 
 fn store_failed(e: String) -> McpError {
@@ -230,6 +314,10 @@ pub async fn subscribable(server: &Server, uri: &str) -> Result<Option<Arc<RunRe
                 Err(not_found(uri, "no such runnable"))
             }
         }
+        Some(Target::Graph(_) | Target::Thread(_) | Target::History(_)) => {
+            // Readable means it exists; a thread's changes are not followed (yet).
+            read(server, uri).await.map(|_| None)
+        }
         None => Err(not_found(uri, "not a resource of this server")),
     }
 }
@@ -266,6 +354,8 @@ pub async fn complete(server: &Server, template: &str, argument: &str, value: &s
         }
     } else if template == format!("{SCHEME}runnables/{{name}}") && argument == "name" {
         super::tools(&server.runner.offered()).into_iter().map(|t| t.name.to_string()).collect()
+    } else if template == format!("{SCHEME}graphs/{{name}}") && argument == "name" {
+        server.config.graphs.iter().flat_map(|g| g.graphs()).map(|g| g.name).collect()
     } else {
         Vec::new()
     };
@@ -282,10 +372,19 @@ mod tests {
         assert_eq!(Target::parse("recursive://runnables/rlm"), Some(Target::Runnable("rlm".into())));
         assert_eq!(Target::parse("recursive://runs/run_1"), Some(Target::Run("run_1".into())));
         assert_eq!(Target::parse("recursive://runs/run_1/events"), Some(Target::Events("run_1".into())));
+        assert_eq!(Target::parse("recursive://threads/t1/history"), Some(Target::History("t1".into())));
         for bad in ["recursive://runs/", "recursive://runs/a/b", "file:///etc/passwd", "recursive://runs/../x", "x"] {
             assert_eq!(Target::parse(bad), None, "{bad}");
         }
-        for target in [Target::Runnable("a".into()), Target::Run("b".into()), Target::Events("c".into())] {
+        let all = [
+            Target::Runnable("a".into()),
+            Target::Run("b".into()),
+            Target::Events("c".into()),
+            Target::Graph("d".into()),
+            Target::Thread("e".into()),
+            Target::History("f".into()),
+        ];
+        for target in all {
             assert_eq!(Target::parse(&target.uri()), Some(target));
         }
     }

@@ -829,7 +829,7 @@ impl<'a> SnippetRun<'a> {
                     Some(code) => format!("exit code {code}"),
                     None => "killed by a signal".to_string(),
                 };
-                let detail = crate::prompt::truncate_middle(stderr.trim(), 500);
+                let detail = recursive_core::text::truncate_middle(stderr.trim(), 500);
                 (
                     SnippetErrorKind::Internal,
                     format!(

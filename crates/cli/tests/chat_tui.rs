@@ -435,3 +435,22 @@ fn tabs_in_a_tools_output_are_shown_as_spaces() {
     let unfolded = tmux.wait_for("│ alpha   12", 1);
     assert!(unfolded.contains("│ name    size"), "{unfolded}");
 }
+
+#[test]
+fn shift_tab_cycles_the_modes_shown_in_the_status_line_and_a_chat_starts_with_its_prompt() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("hello back")]));
+    let tmux = start_chat(&env, &server, "--mode accept-edits \"hello there\"");
+    tmux.wait_for("hello back", 1);
+    assert_eq!(server.request(0).last_user_text().unwrap(), "hello there", "the prompt was the first message");
+    tmux.wait_for("accept-edits (Shift-Tab)", 1);
+    tmux.keys(&["BTab"]);
+    tmux.wait_for("plan (Shift-Tab)", 1);
+    tmux.keys(&["BTab"]);
+    let screen = tmux.wait_for("auto (Shift-Tab)", 1);
+    assert!(screen.contains("mode: auto"), "{screen}");
+    tmux.keys(&["C-c"]);
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("exit-status=0", 1);
+}

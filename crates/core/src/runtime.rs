@@ -79,8 +79,9 @@ pub struct AgentConfig {
     pub options: ChatOptions,
     /// Limits of each run.
     pub limits: RunLimits,
-    /// Plan mode: the model proposes a plan without tools, and the run stops with
-    /// [`FinishReason::PlanPending`].
+    /// Plan mode: the model may look around with the read-only tools only (reading, searching,
+    /// listing: nothing changes) and proposes a plan; the run stops with
+    /// [`FinishReason::PlanPending`] when it answers.
     pub plan_mode: bool,
     /// Append the transcript to this JSONL file as the run goes.
     pub transcript_path: Option<PathBuf>,
@@ -90,8 +91,9 @@ pub struct AgentConfig {
 }
 
 /// Instruction added in plan mode.
-pub const PLAN_MODE_PROMPT: &str = "Plan mode: do not call any tools yet. Reply with a short numbered plan of the \
-steps and tool calls you would make to reach the goal. The plan will be reviewed before anything runs.";
+pub const PLAN_MODE_PROMPT: &str = "Plan mode: change nothing yet. You may use the read-only tools offered (reading, \
+searching, listing) to look around. Then reply with a short numbered plan of the steps and tool calls you would make \
+to reach the goal. The plan will be reviewed before anything changes.";
 
 /// Whether a conversation ends in a turn cut off before its answer (a kill): with the person's
 /// message, with tool calls still awaiting results, or with results the model has not seen.
@@ -378,10 +380,14 @@ impl Agent {
             rec.push(system)?;
         }
         for mut m in history {
-            // Out of plan mode (an approved plan is being carried out), the system prompt no
-            // longer forbids tools.
-            if !self.config.plan_mode && m.role == Role::System {
+            // The system prompt says whether this turn plans: out of plan mode (an approved plan
+            // is being carried out) it no longer forbids changes; switched into it mid-session,
+            // it says so.
+            if m.role == Role::System {
                 m.content = without_plan_mode(&m.content);
+                if self.config.plan_mode {
+                    m.content = format!("{}\n\n{PLAN_MODE_PROMPT}", m.content);
+                }
             }
             rec.transcript.push(m)?;
         }
@@ -441,14 +447,15 @@ impl Agent {
         asks: &Asks,
     ) -> Result<FinishReason, AgentError> {
         let limits = &self.config.limits;
-        let mut tools = self.tools.clone();
+        let plan = self.config.plan_mode;
+        let mut tools = if plan { self.tools.read_only() } else { self.tools.clone() };
         if let Some(clash) = asks.tools.iter().find(|t| tools.get(&t.name).is_some()) {
             return Err(AgentError::ToolClash(clash.name.clone()));
         }
         let options = asks.overlay(&self.config.options);
         let mut repairs = 0u32;
         let mut joined = 0usize;
-        let mut invoker = self.invoker();
+        let mut invoker = self.invoker_over(tools.clone());
         let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
         let mut denials = 0u32;
         let mut stuck = StuckDetector::new(limits.stuck_threshold);
@@ -467,7 +474,7 @@ impl Agent {
                 if !new.is_empty() {
                     joined += new.len();
                     for registry in &new {
-                        tools.extend(registry);
+                        tools.extend(&if plan { registry.read_only() } else { registry.clone() });
                     }
                     invoker = self.invoker_over(tools.clone());
                 }
@@ -482,11 +489,7 @@ impl Agent {
             }
             let request = ChatRequest {
                 messages: rec.transcript.messages().to_vec(),
-                tools: if self.config.plan_mode {
-                    Vec::new()
-                } else {
-                    tools.specs().into_iter().chain(asks.tools.iter().cloned()).collect()
-                },
+                tools: tools.specs().into_iter().chain(asks.tools.iter().cloned()).collect(),
                 options: options.clone(),
             };
             let call = ModelCall { step: *step + 1, deadline, stream_text: true, reserved: false };
@@ -531,9 +534,7 @@ impl Agent {
                 }
             }
             // Calls that cannot run still get exactly one result each.
-            let skip = if self.config.plan_mode {
-                Some((FinishReason::PlanPending, "not executed: plan mode, the plan awaits approval".to_string()))
-            } else if response.stop_reason == StopReason::MaxTokens {
+            let skip = if response.stop_reason == StopReason::MaxTokens {
                 Some((
                     FinishReason::ProviderStop(StopReason::MaxTokens),
                     "not executed: the response was cut off by the token limit".to_string(),

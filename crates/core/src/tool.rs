@@ -307,6 +307,13 @@ impl ToolRegistry {
         Ok(out)
     }
 
+    /// A registry with only the tools that change nothing ([`Tool::read_only`]): what a plan may
+    /// use to look around.
+    pub fn read_only(&self) -> ToolRegistry {
+        let tools = self.tools.iter().filter(|(_, t)| t.read_only()).map(|(k, v)| (k.clone(), v.clone())).collect();
+        ToolRegistry { tools }
+    }
+
     /// Number of tools.
     pub fn len(&self) -> usize {
         self.tools.len()

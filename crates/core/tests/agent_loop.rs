@@ -223,16 +223,24 @@ async fn transcript_over_its_limit_ends_the_run() {
 }
 
 #[tokio::test]
-async fn plan_mode_stops_with_the_plan_pending_and_offers_no_tools() {
-    let provider = MockProvider::new([MockReply::text("1. read the file\n2. patch it")]);
+async fn plan_mode_looks_around_with_read_only_tools_only_and_stops_with_the_plan_pending() {
+    let provider = MockProvider::new([
+        MockReply::tool("sleep_echo", json!({"ms": 0, "text": "the file says x"})),
+        MockReply::tool("failing", json!({})),
+        MockReply::text("1. read the file\n2. patch it"),
+    ]);
     let mut agent = agent(&provider, RunLimits::default());
     agent.config_mut().plan_mode = true;
     let result = agent.run("fix the bug").await.unwrap();
     assert_eq!(result.finish_reason, FinishReason::PlanPending);
     assert!(result.output.contains("read the file"));
     let req = &provider.requests()[0];
-    assert!(req.tools.is_empty());
+    let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["sleep_echo"], "only the tools that change nothing");
     assert!(req.messages[0].content.contains("Plan mode"));
+    let results = tool_results(&result.messages);
+    assert_eq!(results[0].content, "the file says x", "a read-only call runs");
+    assert!(results[1].content.contains("unknown tool `failing`"), "{}", results[1].content);
 }
 
 #[tokio::test]

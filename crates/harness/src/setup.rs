@@ -70,6 +70,8 @@ pub struct ToolSetup {
     pub read_only: ToolRegistry,
     /// The permission policy of the whole tree.
     pub gate: Arc<dyn ToolGate>,
+    /// The policy's approval mode (`[permissions] mode`, `--mode`; a chat key cycles it).
+    pub mode: recursive_tools::ModeSwitch,
     /// Run limits from `[limits]`.
     pub limits: RunLimits,
     /// `[tools.shell] sandbox`.
@@ -99,15 +101,16 @@ impl ToolSetup {
         let limits = limits_file.run_limits(max_steps, permissions.max_denials)?;
         let workspace = recursive_tools::Workspace::new(workspace_dir(workspace)?)
             .map_err(|e| ConfigError(format!("workspace: {e}")))?;
-        let gate: Arc<dyn ToolGate> = Arc::new(
-            recursive_tools::PermissionPolicy::new(permissions, approver)
-                .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
-                .with_workspace(workspace.clone()),
-        );
+        let policy = recursive_tools::PermissionPolicy::new(permissions, approver)
+            .map_err(|e| ConfigError(format!("invalid [permissions] table: {e}")))?
+            .with_workspace(workspace.clone());
+        let mode = policy.mode();
+        let gate: Arc<dyn ToolGate> = Arc::new(policy);
         Ok(Self {
             builtin: recursive_tools::builtin_tools(&workspace, &tools_config),
             read_only: recursive_tools::read_only_tools(&workspace, &tools_config),
             gate,
+            mode,
             limits,
             shell_sandbox: tools_config.shell.sandbox,
             shell: tools_config.shell.shell.clone(),

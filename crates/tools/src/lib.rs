@@ -20,6 +20,7 @@ pub mod html;
 pub mod journal;
 pub mod mcp;
 pub mod memory;
+pub mod mode;
 pub mod patch;
 pub mod permissions;
 mod process;
@@ -36,6 +37,7 @@ pub use mcp::{
     McpConfig, McpEvent, McpServerConfig, McpServerStatus, McpStatus, McpTools, spawn_servers, start_servers,
 };
 pub use memory::{MemoryEntry, MemoryError, MemoryStore, Recall, Remember};
+pub use mode::{Mode, ModeSwitch};
 pub use patch::ApplyPatch;
 pub use permissions::{
     Action, Approval, ApprovalHandler, ClientApprover, FixedApprover, NO_TERMINAL_REASON, PermissionPolicy,

@@ -71,6 +71,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::command::{self, Parsed, SimpleCommand};
+use crate::mode::Mode;
 use crate::sandbox::Workspace;
 
 /// What to do with a call.
@@ -115,6 +116,8 @@ pub struct PermissionsConfig {
     /// Rules, first match wins.
     #[schemars(extend("x-trust" = KeyClass::Rules { tightening: vec!["deny".into(), "ask".into()] }))]
     pub rules: Vec<PermissionRule>,
+    /// How much a session asks ([`crate::mode`]): ask, accept-edits, plan or auto. Default: ask.
+    pub mode: crate::mode::Mode,
 }
 
 impl Default for PermissionsConfig {
@@ -126,6 +129,7 @@ impl Default for PermissionsConfig {
             default_network: Action::Ask,
             max_denials: 3,
             rules: Vec::new(),
+            mode: crate::mode::Mode::Ask,
         }
     }
 }
@@ -481,6 +485,7 @@ pub struct PermissionPolicy {
     approver: Arc<dyn ApprovalHandler>,
     workspace: Option<Workspace>,
     always: Mutex<BTreeSet<String>>,
+    mode: crate::mode::ModeSwitch,
 }
 
 impl std::fmt::Debug for PermissionPolicy {
@@ -530,7 +535,8 @@ impl PermissionPolicy {
             };
             rules.push(CompiledRule { rule: rule.clone(), tool, path, prefix });
         }
-        Ok(Self { config, rules, approver, workspace: None, always: Mutex::new(BTreeSet::new()) })
+        let mode = crate::mode::ModeSwitch::new(config.mode);
+        Ok(Self { config, rules, approver, workspace: None, always: Mutex::new(BTreeSet::new()), mode })
     }
 
     /// Takes path arguments relative to this workspace (symlinks resolved) when matching `path`
@@ -538,6 +544,11 @@ impl PermissionPolicy {
     pub fn with_workspace(mut self, workspace: Workspace) -> Self {
         self.workspace = Some(workspace);
         self
+    }
+
+    /// The mode in force ([`crate::mode`]), to switch it mid-session.
+    pub fn mode(&self) -> crate::mode::ModeSwitch {
+        self.mode.clone()
     }
 
     /// The configuration.
@@ -726,9 +737,23 @@ impl ToolGate for PermissionPolicy {
             return GateVerdict::allow("unknown tool; the call fails and lists the known tools");
         };
         let RuleDecision { action, source } = self.decide(call, tool.as_ref());
+        let mode = self.mode.get();
+        if mode == Mode::Plan && !tool.read_only() && action != Action::Deny {
+            return GateVerdict::deny(format!(
+                "{source}: {action_name}; mode plan: nothing changes until the plan is approved",
+                action_name = action.as_str()
+            ));
+        }
         match action {
             Action::Allow => GateVerdict::allow(format!("{source}: allow")),
             Action::Deny => GateVerdict::deny(format!("{source}: deny")),
+            Action::Ask if mode == Mode::Auto => GateVerdict::allow(format!("{source}: ask; approved by mode auto")),
+            Action::Ask
+                if mode == Mode::AcceptEdits
+                    && call_arguments(call).is_ok_and(|args| crate::mode::is_edit(tool.as_ref(), &args)) =>
+            {
+                GateVerdict::allow(format!("{source}: ask; a file edit, approved by mode accept-edits"))
+            }
             Action::Ask => {
                 // "Always" holds for this tool under the rule (or default) that asked.
                 let always_key = format!("{source}\u{1f}{}", call.name);
@@ -939,6 +964,34 @@ mod tests {
             config("[permissions]\n[[permissions.rules]]\ntool = \"write_file\"\npath = \"src/[\"\naction = \"allow\"");
         let err = PermissionPolicy::new(c, Arc::new(FixedApprover(Approval::No))).unwrap_err();
         assert!(err.to_string().starts_with("permission rule #1: invalid path glob `src/[`"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn each_mode_answers_what_the_rules_would_ask_and_deny_rules_hold_in_all() {
+        let rules = "[permissions]\n[[permissions.rules]]\ntool = \"run_shell\"\ncommand_prefix = \"rm\"\n\
+                     action = \"deny\"\n[[permissions.rules]]\ntool = \"run_shell\"\ncommand_prefix = \"git\"\n\
+                     action = \"allow\"\n";
+        let asker = Scripted::new(&[Approval::No, Approval::No, Approval::No]);
+        let p = policy(rules, asker.clone());
+        let edit = || json!({"path": "a.txt", "content": "x"});
+
+        p.mode().set(Mode::AcceptEdits);
+        assert_eq!(verdict(&p, "write_file", false, edit()).await.decision, Decision::Allow);
+        assert_eq!(verdict(&p, "run_shell", false, json!({"command": "make"})).await.decision, Decision::Deny);
+        assert_eq!(asker.asked().len(), 1, "the command was asked about, the edit was not");
+
+        p.mode().set(Mode::Auto);
+        let v = verdict(&p, "run_shell", false, json!({"command": "make"})).await;
+        assert_eq!(v.decision, Decision::Allow, "{}", v.reason);
+        assert!(v.reason.contains("mode auto"), "{}", v.reason);
+        assert_eq!(verdict(&p, "run_shell", false, json!({"command": "rm -rf x"})).await.decision, Decision::Deny);
+
+        p.mode().set(Mode::Plan);
+        let v = verdict(&p, "run_shell", false, json!({"command": "git status"})).await;
+        assert_eq!(v.decision, Decision::Deny, "even an allowed command waits for the plan: {}", v.reason);
+        assert!(v.reason.contains("mode plan"), "{}", v.reason);
+        assert_eq!(verdict(&p, "read_file", true, json!({"path": "a.txt"})).await.decision, Decision::Allow);
+        assert_eq!(asker.asked().len(), 1, "no mode but ask asked anything more");
     }
 
     #[tokio::test]

@@ -27,6 +27,8 @@ pub const HELP: &str = "\
 /undo            take back the file edits (write_file, apply_patch) of the last turn
 /session         this session's id and how to resume it
 /rename TITLE    name this session (shown by `recursive sessions` and `chat --resume`)
+/mode [NAME]     switch how much is asked: ask, accept-edits, plan, auto (Shift-Tab cycles them)
+/approve         carry out the plan a plan-mode turn proposed (the mode goes back to ask)
 /tree            show or hide the run tree (terminal UI)
 /exit            leave (the session is saved)
 @path            in a message: attach that workspace file";
@@ -52,6 +54,10 @@ pub enum Input {
     Tree,
     /// `/rename` with the new title (empty: none given).
     Rename(String),
+    /// `/mode` with or without a name.
+    Mode(Option<String>),
+    /// `/approve`.
+    Approve,
     /// An unknown command.
     Unknown(String),
     /// A message for the model.
@@ -79,9 +85,25 @@ pub fn parse(text: &str) -> Option<Input> {
         "undo" => Input::Undo,
         "tree" => Input::Tree,
         "rename" => Input::Rename(rest.to_string()),
+        "mode" => Input::Mode((!rest.is_empty()).then(|| rest.to_string())),
+        "approve" => Input::Approve,
         "model" => Input::Model((!rest.is_empty()).then(|| rest.to_string())),
         other => Input::Unknown(other.to_string()),
     })
+}
+
+/// Said when a plan-mode turn ends with its plan.
+pub const PLAN_READY: &str = "plan ready: /approve carries it out (the mode goes back to ask); or say what to change";
+
+/// What a mode means, in a line.
+pub fn mode_help(mode: recursive_tools::Mode) -> &'static str {
+    use recursive_tools::Mode;
+    match mode {
+        Mode::Ask => "the rules decide; what they ask about is asked",
+        Mode::AcceptEdits => "file edits are approved without asking; commands still ask",
+        Mode::Plan => "read-only: the model looks around and proposes a plan; /approve carries it out",
+        Mode::Auto => "everything that would ask is approved (deny rules still hold)",
+    }
 }
 
 /// The tools of a chat: the built-in ones and the runnables, and the configured MCP servers'
@@ -200,6 +222,7 @@ impl Chat {
         let mut config = self.harness.agent_config("chat", Some(self.system.clone()));
         config.options.model = self.model.clone();
         config.transcript_path = Some(self.session.meta.transcript.clone());
+        config.plan_mode = self.mode() == recursive_tools::Mode::Plan;
         config.compaction = crate::commands::compaction(self.context_window, &self.model)?;
         Ok(self
             .harness
@@ -282,6 +305,32 @@ impl Chat {
     pub fn cost_line(&self) -> String {
         let m = &self.session.meta;
         format!("{} turn(s), {} tokens in, {} out, ${:.4}", m.turns, m.input_tokens, m.output_tokens, m.cost_usd)
+    }
+
+    /// The approval mode in force.
+    pub fn mode(&self) -> recursive_tools::Mode {
+        self.harness.setup.mode.get()
+    }
+
+    /// `/mode [NAME]`, or the key that cycles the modes (no name): the mode now in force.
+    pub fn switch_mode(&mut self, name: Option<&str>) -> String {
+        let switch = &self.harness.setup.mode;
+        match name.map(recursive_tools::Mode::parse) {
+            None => drop(switch.cycle()),
+            Some(Ok(mode)) => switch.set(mode),
+            Some(Err(e)) => return e,
+        }
+        format!("mode: {} — {}", switch.get(), mode_help(switch.get()))
+    }
+
+    /// `/approve`: a pending plan is carried out — the mode leaves plan (back to ask) and the
+    /// model is told to go ahead. The message to send, or why there is none.
+    pub fn approve_plan(&mut self) -> Result<String, String> {
+        if self.mode() != recursive_tools::Mode::Plan {
+            return Err("no plan is pending (the mode is not plan)".into());
+        }
+        self.harness.setup.mode.set(recursive_tools::Mode::Ask);
+        Ok(crate::commands::run::PLAN_APPROVED.to_string())
     }
 
     /// `/rename TITLE`.

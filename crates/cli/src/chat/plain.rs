@@ -88,6 +88,17 @@ pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
                 eprintln!("{}", chat.undo());
                 continue;
             }
+            Some(Input::Mode(name)) => {
+                eprintln!("{}", chat.switch_mode(name.as_deref()));
+                continue;
+            }
+            Some(Input::Approve) => match chat.approve_plan() {
+                Ok(message) => message,
+                Err(why) => {
+                    eprintln!("{why}");
+                    continue;
+                }
+            },
             Some(Input::Rename(title)) => {
                 eprintln!("{}", chat.rename(&title));
                 continue;
@@ -121,6 +132,8 @@ pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
         if let Some(error) = &end.error {
             eprintln!("\nerror: {error}");
             code = 1;
+        } else if end.result.finish_reason == recursive_core::FinishReason::PlanPending {
+            eprintln!("\n{}", crate::chat::PLAN_READY);
         }
         println!();
         if let Some(warning) = chat.finish(&end, before, None) {

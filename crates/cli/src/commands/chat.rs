@@ -90,6 +90,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
+    args.approval.apply(&harness);
     let budget = super::BudgetArgs { timeout: args.timeout, max_tokens: args.max_tokens, max_cost: args.max_cost };
     let settings =
         TurnSettings { reasoning_effort: args.reasoning_effort.clone(), limits: budget.limits(&harness.provider)? };

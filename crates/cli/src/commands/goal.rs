@@ -102,6 +102,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
+    args.approval.apply(&harness);
     let max_cost = match args.max_cost {
         Some(usd) => {
             super::usd("--max-cost", usd)?;

@@ -357,6 +357,7 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
+    exec.approval.apply(&harness);
     let limits = exec.budget.limits(&harness.provider)?;
     let scope =
         super::root_scope("graph-new", &exec.provider, false, limits, None)?.with_max_depth(harness.limits().max_depth);
@@ -597,6 +598,7 @@ async fn execute_graph(
         RlmOptions::default(),
     )
     .await?;
+    args.approval.apply(&harness);
     let limits = args.budget.limits(&harness.provider)?;
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.

@@ -235,12 +235,24 @@ pub struct ApprovalArgs {
     /// Deny every tool call that would ask, without prompting.
     #[arg(long)]
     pub no_ask: bool,
+    /// How much is asked: ask (default: the rules decide), accept-edits (file edits approved,
+    /// commands still ask), plan (read-only: nothing changes, the model proposes a plan) or auto
+    /// (as --yes); default: `[permissions] mode`. Deny rules hold in every mode.
+    #[arg(long, value_parser = recursive_tools::Mode::parse)]
+    pub mode: Option<recursive_tools::Mode>,
 }
 
 impl ApprovalArgs {
     /// Deny whatever would ask (for commands that run nothing).
     pub fn none() -> Self {
-        Self { yes: false, no_ask: true }
+        Self { yes: false, no_ask: true, mode: None }
+    }
+
+    /// Puts `--mode` in force on the harness's permission policy.
+    pub fn apply(&self, harness: &recursive_harness::Harness) {
+        if let Some(mode) = self.mode {
+            harness.setup.mode.set(mode);
+        }
     }
 
     /// The policy's answerer for these flags (a terminal prompt when neither is given).

@@ -121,6 +121,7 @@ async fn build_harness(args: &ReplArgs) -> anyhow::Result<Arc<Harness>> {
         args.options(None),
     )
     .await?;
+    args.approval.apply(&probe);
     let named = (!args.tools.is_empty()).then(|| args.tools.clone());
     let shell_ok = recursive_core::confine::Plan::for_mode(probe.setup.shell_sandbox).is_ok();
     let tools = match named {

@@ -143,6 +143,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         args.options(),
     )
     .await?;
+    args.approval.apply(&harness);
     let budget = args.budget.limits(&harness.provider)?;
     let durable = opening.await??;
     let (question, input_specs) = match &durable {

@@ -9,6 +9,7 @@ use std::io::IsTerminal;
 
 use recursive_core::{FinishReason, ToolRegistry};
 use recursive_harness::RlmOptions;
+use recursive_tools::Mode;
 
 use crate::ProviderArgs;
 use crate::output;
@@ -54,9 +55,9 @@ pub struct RunArgs {
     /// blueprints = true`).
     #[arg(long)]
     pub blueprints: bool,
-    /// Plan mode: the model proposes a plan without tools; on a terminal you are asked to
-    /// approve it and the run carries it out (`--yes` approves); otherwise the run stops with
-    /// the plan pending (exit 7).
+    /// Plan mode (`--mode plan`): the model looks around with the read-only tools and proposes a
+    /// plan; on a terminal you are asked to approve it and the run carries it out (`--yes`
+    /// approves); otherwise the run stops with the plan pending (exit 7).
     #[arg(long)]
     pub plan: bool,
     #[command(flatten)]
@@ -165,6 +166,10 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         RlmOptions::default(),
     )
     .await?;
+    args.approval.apply(&harness);
+    if args.plan {
+        harness.setup.mode.set(Mode::Plan);
+    }
     let budget = args.budget.limits(&harness.provider)?;
     super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
 
@@ -206,7 +211,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     config.options.temperature = args.temperature;
     config.options.max_tokens = args.max_output_tokens;
     config.options.reasoning_effort = args.reasoning_effort.clone();
-    config.plan_mode = args.plan;
+    config.plan_mode = harness.setup.mode.get() == Mode::Plan;
     config.transcript_path = Some(session.meta.transcript.clone());
     config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
     let agent = harness.agent_from(tools, config).with_late_tools(mcp.late());
@@ -223,7 +228,8 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
                 outcome = agent.continue_in(result.messages.clone(), &revise, &scope).await;
             }
             PlanAnswer::Approve => {
-                // Carried out under a system prompt that allows tools again.
+                // Carried out under a system prompt and a mode that allow changes again.
+                harness.setup.mode.set(Mode::Ask);
                 let mut executor = agent.clone();
                 executor.config_mut().plan_mode = false;
                 outcome = executor.continue_in(result.messages.clone(), PLAN_APPROVED, &scope).await;

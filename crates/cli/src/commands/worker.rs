@@ -73,7 +73,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
         .into());
     }
     let options = options(&args);
-    let approver = super::ApprovalArgs { yes: args.yes, no_ask: !args.yes }.approver();
+    let approver = super::ApprovalArgs { yes: args.yes, no_ask: !args.yes, mode: None }.approver();
     let mut harness = super::harness(
         &args.provider,
         args.bind.workspace.as_deref(),

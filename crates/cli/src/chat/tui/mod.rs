@@ -482,6 +482,8 @@ fn finish_turn(app: &mut App, chat: &mut Chat, end: Option<TurnEnd>, before: (re
         app.code = 1;
     } else if interrupted.is_some() {
         app.note("interrupted; the chat goes on");
+    } else if end.result.finish_reason == recursive_core::FinishReason::PlanPending {
+        app.note(crate::chat::PLAN_READY);
     } else if !end.result.finish_reason.is_success() {
         app.note(format!("the turn stopped: {}; the chat goes on", end.result.finish_reason.as_str()));
     }
@@ -566,22 +568,30 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
             app.context = chat.context_use();
         }
         Input::Unknown(name) => app.entries.push(Entry::Error(format!("unknown command /{name}; /help lists them"))),
-        Input::Message(message) => {
-            app.entries.push(Entry::User(message.clone()));
-            app.scroll = 0;
-            let (mut turn, notes) = chat.prepare(&message).await?;
-            for note in notes {
-                app.note(note);
-            }
-            app.tree.clear();
-            let token = chat.scope.cancel_token().child_token();
-            let scope = settle(&mut turn, chat.scope.clone().with_cancel(token.clone()), &app.settings);
-            app.turn_from = app.entries.len();
-            app.working = Some(Working::new(token, Instant::now()));
-            return Ok(Some(tokio::spawn(turn.run(scope))));
-        }
+        Input::Mode(name) => app.note(chat.switch_mode(name.as_deref())),
+        Input::Approve => match chat.approve_plan() {
+            Ok(message) => return start_turn(app, chat, message).await,
+            Err(why) => app.note(why),
+        },
+        Input::Message(message) => return start_turn(app, chat, message).await,
     }
     Ok(None)
+}
+
+/// Starts a turn with `message`.
+async fn start_turn(app: &mut App, chat: &mut Chat, message: String) -> anyhow::Result<Option<JoinHandle<TurnEnd>>> {
+    app.entries.push(Entry::User(message.clone()));
+    app.scroll = 0;
+    let (mut turn, notes) = chat.prepare(&message).await?;
+    for note in notes {
+        app.note(note);
+    }
+    app.tree.clear();
+    let token = chat.scope.cancel_token().child_token();
+    let scope = settle(&mut turn, chat.scope.clone().with_cancel(token.clone()), &app.settings);
+    app.turn_from = app.entries.len();
+    app.working = Some(Working::new(token, Instant::now()));
+    Ok(Some(tokio::spawn(turn.run(scope))))
 }
 
 /// Applies the chat's per-turn settings to `turn`: its reasoning effort, and its budget (carved
@@ -677,6 +687,7 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
             }
         }
         KeyCode::Char('s') if ctrl => return steer_key(app),
+        KeyCode::BackTab => return Action::Send("/mode".into()),
         KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
         KeyCode::Char('t') if ctrl => app.show_tree = !app.show_tree,
         KeyCode::Char('a') if ctrl => app.editor.home(),

@@ -66,7 +66,7 @@ impl Queue {
 /// Whether `input`, sent while a turn runs, waits for the turn to end: messages do, and the
 /// commands that change the conversation the turn is using; the others run at once.
 pub fn waits_for_the_turn(input: &Input) -> bool {
-    matches!(input, Input::Message(_) | Input::Compact | Input::Undo)
+    matches!(input, Input::Message(_) | Input::Compact | Input::Undo | Input::Approve)
 }
 
 #[cfg(test)]

@@ -186,9 +186,16 @@ fn status_line(app: &App, chat: &Chat) -> Line<'static> {
         Some(w) if w > 0 => format!("context ~{used}/{w} ({}%)", used * 100 / w),
         _ => format!("context ~{used} tokens"),
     };
+    let mode = chat.mode();
+    let shown = match mode {
+        recursive_tools::Mode::Ask => Style::new().fg(Color::DarkGray),
+        recursive_tools::Mode::Plan => Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+        _ => Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+    };
+    spans.push(Span::styled(format!("{mode} "), shown));
     spans.push(Span::styled(
         format!(
-            "{} · {} in / {} out · ${:.4} · {context} · Ctrl-T tree",
+            "(Shift-Tab) · {} · {} in / {} out · ${:.4} · {context} · Ctrl-T tree",
             app.status_model,
             usage.input_tokens,
             usage.output_tokens,

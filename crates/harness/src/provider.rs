@@ -504,6 +504,27 @@ mod tests {
         assert!(main.require_price("--max-cost").unwrap_err().0.contains("their-new-model"), "as the main one");
     }
 
+    async fn harness(text: &str) -> Result<crate::Harness, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recursive.toml");
+        std::fs::write(&path, text).unwrap();
+        let options = crate::HarnessOptions {
+            config: Some(path),
+            provider: flag("mock"),
+            workspace: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        crate::Harness::build(options).await
+    }
+
+    #[tokio::test]
+    async fn an_rlm_sub_provider_of_the_configuration_must_be_configured() {
+        let err = harness("[rlm]\nsub_provider = \"nope\"\n").await.unwrap_err().0;
+        assert!(err.starts_with("[rlm] sub_provider: unknown provider `nope` (configured providers: none"), "{err}");
+        let built = harness(&format!("{TWO}\n[rlm]\nsub_provider = \"scripted\"\n")).await.unwrap();
+        assert!(built.rlm(None).is_ok());
+    }
+
     #[tokio::test]
     async fn under_record_every_name_records_to_the_one_cassette() {
         let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,8 @@
 //! - [`answer`]: the check of a structured answer;
 //! - [`openai`]: `/v1/models` and `/v1/chat/completions`;
 //! - [`responses`]: `/v1/responses` (OpenAI's Responses API);
+//! - `langgraph`: the LangGraph Platform API (assistants, threads, runs, store) over the graph
+//!   threads;
 //! - [`mcp`]: an MCP server (tools `run`, `rlm`, `goal`) over stdio and at `/mcp`;
 //! - [`web`]: the live web view at `/` (the runs and their trees, drawn as their events arrive).
 
@@ -22,6 +24,7 @@ pub mod answer;
 mod body;
 pub mod conversation;
 pub mod guard;
+mod langgraph;
 pub mod mcp;
 pub mod openai;
 pub mod queued;

@@ -214,6 +214,7 @@ impl Server {
             .route("/v1/responses", post(crate::responses::create_response))
             .route("/openapi.json", get(openapi))
             .nest_service("/mcp", self.mcp_service())
+            .merge(crate::langgraph::router(self))
             .layer(axum::middleware::from_fn_with_state(self.clone(), require_token));
         let guard = Arc::new(crate::guard::Guard::new(
             self.config.listen,
@@ -344,7 +345,9 @@ async fn require_token(State(server): State<Arc<Server>>, request: Request, next
     let Some(token) = server.config.token.as_deref().filter(|t| !t.is_empty()) else {
         return next.run(request).await;
     };
-    if bearer(request.headers()) == Some(token) {
+    // LangGraph's SDKs send the token as `x-api-key` (see crate::langgraph).
+    let api_key = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+    if bearer(request.headers()) == Some(token) || api_key == Some(token) {
         return next.run(request).await;
     }
     let mut response = error(

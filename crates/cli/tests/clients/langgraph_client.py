@@ -1,0 +1,192 @@
+"""Drives a running `recursive serve --graphs DIR` (offering the `approval` graph: write a draft,
+ask whether to publish it, publish it) with LangGraph's official Python SDK (`langgraph-sdk`),
+as a LangGraph user program would, and prints one JSON object: each SDK call tried and whether
+it worked (`ok`, or the error), and what the calls returned.
+Usage: langgraph_client.py BASE_URL TOKEN"""
+import json
+import sys
+import traceback
+
+import httpx
+from langgraph_sdk import get_sync_client
+from langgraph_sdk.schema import Command
+
+base, token = sys.argv[1], sys.argv[2]
+client = get_sync_client(url=base, api_key=token)
+calls, seen = {}, {}
+
+
+def call(name, fn):
+    """Runs one SDK call, noting whether it worked."""
+    try:
+        result = fn()
+        calls[name] = "ok"
+        return result
+    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
+        calls[name] = f"{type(e).__name__}: {e}"
+        seen.setdefault("tracebacks", {})[name] = traceback.format_exc()[-1500:]
+        return None
+
+
+def parts(stream):
+    return [(p.event, p.data) for p in stream]
+
+
+# 1-2. Assistants: each graph offered is one, by its name.
+found = call("assistants.search", lambda: client.assistants.search(limit=10))
+if found is not None:
+    seen["assistants"] = [(a["assistant_id"], a["graph_id"], a["name"]) for a in found]
+    seen["assistants_by_graph"] = len(client.assistants.search(graph_id="approval"))
+    seen["assistants_by_other_graph"] = len(client.assistants.search(graph_id="nope"))
+got = call("assistants.get", lambda: client.assistants.get("approval"))
+if got is not None:
+    seen["assistant"] = {"graph_id": got["graph_id"], "description": got["description"]}
+
+# 3-4. A thread of the graph, with metadata.
+thread = call("threads.create", lambda: client.threads.create(metadata={"user": "ada"}, graph_id="approval"))
+tid = thread["thread_id"] if thread else None
+if thread:
+    seen["created"] = {"status": thread["status"], "metadata": thread["metadata"]}
+got = call("threads.get", lambda: client.threads.get(tid))
+if got is not None:
+    seen["thread"] = {"thread_id": got["thread_id"], "status": got["status"], "user": got["metadata"].get("user")}
+
+# 5. Stream a run to the graph's question, in two stream modes.
+streamed = call(
+    "runs.stream",
+    lambda: parts(
+        client.runs.stream(tid, "approval", input={"topic": "tides"}, stream_mode=["values", "updates"])
+    ),
+)
+if streamed is not None:
+    seen["stream_events"] = [event for event, _ in streamed]
+    seen["stream_metadata"] = next((d for e, d in streamed if e == "metadata"), None)
+    seen["stream_updates"] = [d for e, d in streamed if e == "updates"]
+    seen["stream_values"] = [d for e, d in streamed if e == "values"]
+
+# 6. The thread's state: waiting on the question.
+state = call("threads.get_state", lambda: client.threads.get_state(tid))
+if state is not None:
+    seen["state"] = {"values": state["values"], "next": state["next"], "interrupts": state["interrupts"],
+                     "checkpoint_id": state["checkpoint"]["checkpoint_id"]}
+    seen["thread_interrupted"] = client.threads.get(tid)["status"]
+
+# 7. Answer the question with Command(resume=...), streaming updates.
+resumed = call(
+    "runs.stream(command=resume)",
+    lambda: parts(client.runs.stream(tid, "approval", command=Command(resume="yes"), stream_mode="updates")),
+)
+if resumed is not None:
+    seen["resumed_updates"] = [d for e, d in resumed if e == "updates"]
+    seen["resumed_events"] = [e for e, _ in resumed]
+
+# 8. The history, newest first.
+history = call("threads.get_history", lambda: client.threads.get_history(tid, limit=10))
+if history is not None:
+    seen["history"] = [{"next": h["next"], "step": h["metadata"].get("step"), "values": h["values"]} for h in history]
+    seen["history_limited"] = len(client.threads.get_history(tid, limit=1))
+
+# 9. Wait for a run on a new thread: it ends at the question, which a second wait answers.
+def wait_and_resume():
+    other = client.threads.create(graph_id="approval")["thread_id"]
+    first = client.runs.wait(other, "approval", input={"topic": "waves"})
+    second = client.runs.wait(other, "approval", command={"resume": "no"})
+    return first, second
+
+
+waited = call("runs.wait", wait_and_resume)
+if waited is not None:
+    seen["wait_interrupted"], seen["wait_resumed"] = waited
+
+# 10. Stateless runs: streamed and waited for, each on a thread of its own.
+stateless = call(
+    "runs.stream(stateless)",
+    lambda: parts(client.runs.stream(None, "approval", input={"topic": "sand"}, stream_mode="values")),
+)
+if stateless is not None:
+    seen["stateless_events"] = [e for e, _ in stateless]
+    seen["stateless_last_values"] = [d for e, d in stateless if e == "values"][-1]
+waited = call("runs.wait(stateless)", lambda: client.runs.wait(None, "approval", input={"topic": "rocks"}))
+if waited is not None:
+    seen["stateless_wait"] = waited
+
+# 11. Without the key the server refuses; with a wrong one too.
+def refused(key):
+    try:
+        get_sync_client(url=base, api_key=key).assistants.search()
+    except httpx.HTTPStatusError as e:
+        return e.response.status_code
+    return 200
+
+
+statuses = call("auth refused without key", lambda: [refused(None), refused("wrong")])
+if statuses is not None:
+    seen["unauthenticated_statuses"] = statuses
+
+# Beyond the eleven: a background run joined, the thread's runs, thread search, messages.
+def create_and_join():
+    other = client.threads.create(graph_id="approval", metadata={"user": "bob"})["thread_id"]
+    run = client.runs.create(other, "approval", input={"topic": "reefs"})
+    joined = client.runs.join(other, run["run_id"])
+    listed = client.runs.list(other)
+    return run, joined, listed, client.runs.get(other, run["run_id"])
+
+
+joined = call("runs.create+join+list+get", create_and_join)
+if joined is not None:
+    run, values, listed, fetched = joined
+    seen["joined"] = {"status": run["status"] in ("pending", "running"), "values": values,
+                      "listed": [r["run_id"] == run["run_id"] for r in listed], "fetched": fetched["status"]}
+searched = call("threads.search", lambda: client.threads.search(metadata={"user": "ada"}))
+if searched is not None:
+    seen["searched"] = [t["thread_id"] == tid for t in searched]
+messages = call(
+    "runs.stream(messages-tuple)",
+    lambda: parts(client.runs.stream(None, "approval", input={"topic": "dunes"}, stream_mode="messages-tuple")),
+)
+if messages is not None:
+    seen["messages"] = [d for e, d in messages if e == "messages"]
+
+def update_copy_delete():
+    updated = client.threads.update(tid, metadata={"reviewed": True})["metadata"]
+    copied = client.threads.copy(tid)
+    copy_state = client.threads.get_state(copied["thread_id"])
+    client.threads.delete(copied["thread_id"])
+    try:
+        client.threads.get(copied["thread_id"])
+        gone = False
+    except httpx.HTTPStatusError as e:
+        gone = e.response.status_code == 404
+    return {"updated": [updated.get("user"), updated.get("reviewed")], "copy_is_new": copied["thread_id"] != tid,
+            "copy_values": copy_state["values"], "deleted": gone}
+
+
+changed = call("threads.update+copy+delete", update_copy_delete)
+if changed is not None:
+    seen["changed"] = changed
+
+
+# The store.
+def store_round_trip():
+    client.store.put_item(["users", "ada"], "prefs", {"theme": "dark", "lang": "en"})
+    client.store.put_item(["users", "bob"], "prefs", {"theme": "light"})
+    item = client.store.get_item(["users", "ada"], key="prefs")
+    found = client.store.search_items(["users"], filter={"theme": "dark"})
+    queried = client.store.search_items(["users"], query="light")
+    spaces = client.store.list_namespaces(prefix=["users"])
+    client.store.delete_item(["users", "bob"], "prefs")
+    try:
+        client.store.get_item(["users", "bob"], key="prefs")
+        gone = False
+    except httpx.HTTPStatusError as e:
+        gone = e.response.status_code == 404
+    return {"item": item["value"], "found": [i["key"] + "@" + ".".join(i["namespace"]) for i in found["items"]],
+            "queried": [".".join(i["namespace"]) for i in queried["items"]], "namespaces": spaces["namespaces"],
+            "deleted": gone}
+
+
+store = call("store", store_round_trip)
+if store is not None:
+    seen["store"] = store
+
+print(json.dumps({"calls": calls, "seen": seen}, default=str))

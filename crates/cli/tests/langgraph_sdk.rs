@@ -1,0 +1,171 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! LangGraph's official Python SDK (`langgraph-sdk`) against `recursive serve --graphs DIR`
+//! with an `x-api-key`: the graph is an assistant; a thread is created with metadata and its
+//! graph, streamed to the graph's question (`values` and `updates`), its state read, the
+//! question answered with `Command(resume=...)`, its history read; runs waited for on a thread
+//! and stateless; a run created and joined; messages streamed; the store round-tripped; and a
+//! client without the key (or with a wrong one) refused. The model is a scripted server on
+//! 127.0.0.1; what it was asked is checked too.
+//!
+//! The Python with `langgraph_sdk` comes from `SERVE_TEST_PYTHON` (`./scripts/test` makes a
+//! virtualenv); without it the test fails unless `RECURSIVE_ALLOW_SKIP=1`.
+
+mod common;
+
+use common::{Env, Served};
+use recursive_testkit::{ModelServer, Reply};
+use serde_json::{Value, json};
+
+const APPROVAL: &str = include_str!("fixtures/graphs/approval.toml");
+
+/// The SDK calls the issue counts (eleven), each of which must work.
+const CALLS: [&str; 11] = [
+    "assistants.search",
+    "assistants.get",
+    "threads.create",
+    "threads.get",
+    "runs.stream",
+    "threads.get_state",
+    "runs.stream(command=resume)",
+    "threads.get_history",
+    "runs.wait",
+    "runs.stream(stateless)",
+    "auth refused without key",
+];
+
+/// The model: a draft about the topic the prompt names, and a published text.
+fn model(rt: &tokio::runtime::Runtime) -> ModelServer {
+    let model = rt.block_on(ModelServer::start());
+    model.respond_with(|request| {
+        let asked = request.last_user_text().unwrap_or_default();
+        if let Some(topic) = asked.strip_prefix("Write about ") {
+            return Some(Reply::text(format!("A draft about {}", topic)));
+        }
+        asked.strip_prefix("Publish: ").map(|draft| Reply::text(format!("PUBLISHED: {draft}")))
+    });
+    model
+}
+
+#[test]
+fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let model = model(&rt);
+    let env = Env::new();
+    std::fs::create_dir(env.path("graphs")).unwrap();
+    std::fs::write(env.path("graphs/approval.toml"), APPROVAL).unwrap();
+    let mut cmd = env.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--graphs", "graphs"])
+        .args(["--provider", "openai", "--base-url", &model.openai_url(), "--model", "gpt-4o-mini"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("RECURSIVE_SERVE_TOKEN", "lg-secret");
+    let server = Served::spawn(cmd);
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/langgraph_client.py");
+    let out = std::process::Command::new(python).args([client, &server.url(), "lg-secret"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (calls, seen) = (&report["calls"], &report["seen"]);
+
+    let working = CALLS.iter().filter(|c| calls[**c] == "ok").count();
+    eprintln!("langgraph-sdk: {working} of {} calls work; all tried: {calls}", CALLS.len());
+    let failed: Vec<(&str, &Value)> =
+        calls.as_object().unwrap().iter().filter(|(_, v)| *v != "ok").map(|(k, v)| (k.as_str(), v)).collect();
+    assert!(failed.is_empty(), "calls that failed: {failed:?}\n{}", seen["tracebacks"]);
+    assert_eq!(working, CALLS.len());
+
+    // Assistants: the graph, by its name.
+    assert_eq!(seen["assistants"], json!([["approval", "approval", "approval"]]));
+    assert_eq!((seen["assistants_by_graph"].as_u64(), seen["assistants_by_other_graph"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(seen["assistant"]["description"], "Writes a draft, asks whether to publish it, publishes it.");
+
+    // The thread, with its metadata and graph.
+    assert_eq!(seen["created"]["status"], "idle");
+    assert_eq!(seen["created"]["metadata"]["user"], "ada");
+    assert_eq!(seen["created"]["metadata"]["graph_id"], "approval");
+    assert_eq!(seen["thread"]["user"], "ada");
+
+    // Streamed to the question: metadata first, values and updates, the interrupt, end.
+    let events: Vec<&str> = seen["stream_events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(events.first(), Some(&"metadata"), "{events:?}");
+    assert_eq!(events.last(), Some(&"end"), "{events:?}");
+    assert!(seen["stream_metadata"]["run_id"].as_str().unwrap().starts_with("run_"));
+    let question = json!({"question": "Publish this draft? A draft about tides."});
+    let updates = seen["stream_updates"].as_array().unwrap();
+    assert_eq!(updates[0], json!({"write": {"draft": "A draft about tides."}}));
+    assert_eq!(updates.last().unwrap()["__interrupt__"][0]["value"], question);
+    let values = seen["stream_values"].as_array().unwrap();
+    assert_eq!(values[0], json!({"topic": "tides", "draft": "", "answer": ""}), "the input first");
+    assert_eq!(values[1]["draft"], "A draft about tides.");
+    assert_eq!(values.last().unwrap()["__interrupt__"][0]["value"], question);
+
+    // The state waits on the question.
+    assert_eq!(seen["state"]["next"], json!(["approve"]));
+    assert_eq!(seen["state"]["values"]["draft"], "A draft about tides.");
+    assert_eq!(seen["state"]["interrupts"][0]["value"], question);
+    assert_eq!(seen["thread_interrupted"], "interrupted");
+
+    // Answered: the answer and the published draft as updates.
+    assert_eq!(
+        seen["resumed_updates"],
+        json!([{"approve": {"answer": "yes"}}, {"publish": {"draft": "PUBLISHED: A draft about tides."}}])
+    );
+
+    // History, newest first, each checkpoint's next nodes.
+    let nexts: Vec<&Value> = seen["history"].as_array().unwrap().iter().map(|h| &h["next"]).collect();
+    assert_eq!(nexts, [&json!([]), &json!(["publish"]), &json!(["approve"]), &json!(["write"])]);
+    assert_eq!(seen["history"][0]["values"]["draft"], "PUBLISHED: A draft about tides.");
+    assert_eq!(seen["history_limited"], 1);
+
+    // Waited for: the question, then the answer `no` ends it unpublished.
+    assert_eq!(seen["wait_interrupted"]["draft"], "A draft about waves.");
+    assert_eq!(
+        seen["wait_interrupted"]["__interrupt__"][0]["value"]["question"],
+        "Publish this draft? A draft about waves."
+    );
+    assert_eq!(seen["wait_resumed"], json!({"topic": "waves", "draft": "A draft about waves.", "answer": "no"}));
+
+    // Stateless runs.
+    assert_eq!(seen["stateless_events"][0], "metadata");
+    assert_eq!(
+        seen["stateless_last_values"]["__interrupt__"][0]["value"]["question"],
+        "Publish this draft? A draft about sand."
+    );
+    assert_eq!(seen["stateless_wait"]["draft"], "A draft about rocks.");
+
+    // The key: none, or a wrong one, is refused.
+    assert_eq!(seen["unauthenticated_statuses"], json!([401, 401]));
+
+    // A run created, joined, listed and read.
+    assert_eq!(seen["joined"]["status"], true);
+    assert_eq!(seen["joined"]["values"]["draft"], "A draft about reefs.");
+    assert_eq!(seen["joined"]["listed"], json!([true]));
+    assert_eq!(seen["joined"]["fetched"], "interrupted");
+    assert_eq!(seen["searched"], json!([true]));
+
+    // A thread's metadata updated, the thread copied (with its state) and the copy deleted.
+    assert_eq!(seen["changed"]["updated"], json!(["ada", true]));
+    assert_eq!(seen["changed"]["copy_is_new"], true);
+    assert_eq!(seen["changed"]["copy_values"]["draft"], "PUBLISHED: A draft about tides.");
+    assert_eq!(seen["changed"]["deleted"], true);
+
+    // Messages: the model node's text, with the node in the metadata.
+    let messages = seen["messages"].as_array().unwrap();
+    assert!(!messages.is_empty(), "{seen}");
+    let text: String = messages.iter().map(|m| m[0]["content"].as_str().unwrap()).collect();
+    assert_eq!(text, "A draft about dunes.");
+    assert_eq!(messages[0][0]["type"], "AIMessageChunk");
+    assert_eq!(messages[0][1]["langgraph_node"], "write");
+    assert_eq!(messages[0][1]["langgraph_step"], 1);
+
+    // The store.
+    assert_eq!(
+        seen["store"],
+        json!({"item": {"theme": "dark", "lang": "en"}, "found": ["prefs@users.ada"], "queried": ["users.bob"],
+            "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
+    );
+
+    // One model call per node that ran: six drafts and one publication.
+    let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
+    assert_eq!(asked.iter().filter(|a| a.starts_with("Write about")).count(), 6, "{asked:?}");
+    assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
+}

@@ -195,3 +195,34 @@ fn a_recorded_pursuit_with_concurrent_sub_goals_replays_offline_to_the_same_tree
     assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
     assert_eq!(tree(&stdout_json(&replayed)), tree(&stdout_json(&recorded)));
 }
+
+#[test]
+fn a_pursuit_being_run_is_not_resumed_by_a_second_process() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start());
+    server.respond_with(|_| Some(Reply::hang()));
+    let log = env.path("survey.jsonl");
+    let goal = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.env("OPENAI_API_KEY", "sk-test").arg("goal").args(args).args(provider_args(&server));
+        cmd
+    };
+    let mut first = goal(&[OBJECTIVE, "--log", s(&log)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for("the first pursuit's first call", Duration::from_secs(30), || server.request_count() > 0);
+    let log_before = std::fs::read_to_string(&log).unwrap();
+    let second = goal(&["--resume", s(&log)]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is being run by another process"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), log_before, "the second process left the log alone");
+    assert_eq!(server.request_count(), 1, "and asked the model nothing");
+    signal(first.id(), "KILL");
+    first.wait().unwrap();
+    let third = goal(&["--resume", s(&log), "--max-cost", "0.000001"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&third.stderr).contains("another process"),
+        "a killed runner's lock is taken over at once: {}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+}

@@ -122,13 +122,15 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
         }
     };
     let goal_config = goal_config(&args, max_cost, harness.provider.model())?;
-    // A bad log to resume is reported before any model is called.
-    let resume = args.resume.as_deref().map(resume_log).transpose()?;
-    let log_path = match (&resume, &args.log) {
-        (Some(r), _) => r.path().to_path_buf(),
+    let log_path = match (&args.resume, &args.log) {
+        (Some(spec), _) => resume_path(spec)?,
         (None, Some(path)) => path.clone(),
         (None, None) => crate::sessions::goals_root()?.join(format!("{}.jsonl", crate::sessions::new_id())),
     };
+    // One runner per pursuit: taken before the log is read (a resume repairs its end).
+    let _runner = recursive_harness::RunnerLock::take(&log_path, &format!("goal log {}", log_path.display()))?;
+    // A bad log to resume is reported before any model is called.
+    let resume = args.resume.as_ref().map(|_| resume_log(&log_path)).transpose()?;
 
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
     // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
@@ -214,7 +216,8 @@ fn goal_config(args: &GoalArgs, max_cost: f64, model: String) -> anyhow::Result<
 }
 
 /// The log to resume: a path to an existing file, else a pursuit id.
-fn resume_log(spec: &str) -> anyhow::Result<ResumeLog> {
+/// The log `--resume` names: a path, or the id of a log under the data directory.
+fn resume_path(spec: &str) -> anyhow::Result<PathBuf> {
     let path = if Path::new(spec).is_file() {
         PathBuf::from(spec)
     } else if spec.is_empty() || spec.contains(['/', '\\']) || spec.starts_with('.') {
@@ -230,7 +233,12 @@ fn resume_log(spec: &str) -> anyhow::Result<ResumeLog> {
         }
         path
     };
-    let log = ResumeLog::open(&path).map_err(|e| ConfigError(format!("--resume: {e}")))?;
+    Ok(path)
+}
+
+/// The log to resume, read (its end repaired) and checked to hold a pursuit.
+fn resume_log(path: &Path) -> anyhow::Result<ResumeLog> {
+    let log = ResumeLog::open(path).map_err(|e| ConfigError(format!("--resume: {e}")))?;
     if log.objective().is_none() {
         return Err(ConfigError(format!("--resume: {} holds no pursuit", path.display())).into());
     }

@@ -200,7 +200,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let model_name = harness.provider.model();
     let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
     // Each turn is a durable run: killed, its resume reads back what it had finished.
-    let durable = harness.durable(&format!("session-{}", session.meta.id), &scope).map_err(anyhow::Error::msg)?;
+    let durable = harness.durable(&format!("session-{}", session.meta.id), &scope).map_err(crate::ConfigError)?;
     let scope = durable.scope.clone();
     let system_prompt = harness.setup.system_prompt(
         &tools,

@@ -8,14 +8,19 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::asks::{Asks, MAX_REPAIRS};
+use crate::asks::Asks;
 use crate::event::EventKind;
 use crate::invoke::{DEFAULT_MAX_OUTPUT_CHARS, ToolInvoker, ToolLimits, ToolOutcome};
 use crate::message::{Message, Role, ToolCall, Usage};
-use crate::provider::{ChatOptions, ChatProvider, ChatRequest, ProviderError, StopReason};
+use crate::provider::{ChatOptions, ChatProvider, ChatRequest, ProviderError};
 use crate::run::{FinishReason, ModelCall, ModelCallError, RunScope};
 use crate::tool::{ToolGate, ToolRegistry};
 use crate::transcript::{Transcript, TranscriptError, TranscriptLog};
+
+mod hooks;
+mod turn;
+
+use turn::{State, Turn};
 
 /// Limits of one run (the tree-wide budget lives in [`crate::Budget`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -401,32 +406,6 @@ impl Agent {
         rec.push(Message::user(input))
     }
 
-    /// Runs the calls a cut-off turn left without results (its last assistant message's), so
-    /// the turn goes on where it was: in a journaled run, those that had finished are read
-    /// back. Returns a finish reason when the run must stop.
-    async fn answer_pending(
-        &self,
-        rec: &mut Recorder,
-        scope: &RunScope,
-        invoker: &ToolInvoker,
-        deadline: Option<Instant>,
-    ) -> Result<Option<FinishReason>, AgentError> {
-        let pending: Vec<ToolCall> = match rec.transcript.messages().iter().rev().find(|m| m.role == Role::Assistant) {
-            Some(last) => {
-                let open: Vec<&str> = rec.transcript.pending_calls().collect();
-                last.tool_calls.iter().filter(|c| open.contains(&c.id.as_str())).cloned().collect()
-            }
-            None => Vec::new(),
-        };
-        if pending.is_empty() {
-            return Ok(None);
-        }
-        let outcomes = invoker.invoke_all(&pending, scope, 0, deadline).await;
-        let stop = outcomes.iter().find_map(|o| o.stop.clone());
-        rec.push_outcomes(outcomes)?;
-        Ok(stop)
-    }
-
     /// The system message of a new conversation (with the plan-mode rules in plan mode).
     fn system_message(&self) -> Option<Message> {
         let mut system = self.config.system_prompt.clone().unwrap_or_default();
@@ -439,6 +418,7 @@ impl Agent {
         (!system.is_empty()).then(|| Message::system(system))
     }
 
+    /// The loop: a small state machine whose capabilities are hooks ([`hooks::built_in`]).
     async fn drive(
         &self,
         rec: &mut Recorder,
@@ -446,128 +426,30 @@ impl Agent {
         step: &mut u32,
         asks: &Asks,
     ) -> Result<FinishReason, AgentError> {
-        let limits = &self.config.limits;
-        let plan = self.config.plan_mode;
-        let mut tools = if plan { self.tools.read_only() } else { self.tools.clone() };
-        if let Some(clash) = asks.tools.iter().find(|t| tools.get(&t.name).is_some()) {
-            return Err(AgentError::ToolClash(clash.name.clone()));
-        }
-        let options = asks.overlay(&self.config.options);
-        let mut repairs = 0u32;
-        let mut joined = 0usize;
-        let mut invoker = self.invoker_over(tools.clone());
-        let deadline = limits.wall_clock.and_then(|w| Instant::now().checked_add(w));
-        let mut denials = 0u32;
-        let mut stuck = StuckDetector::new(limits.stuck_threshold);
-        if let Some(reason) = self.answer_pending(rec, scope, &invoker, deadline).await? {
-            return Ok(reason);
-        }
+        let mut hooks = hooks::built_in(self, asks.check.as_ref(), !asks.tools.is_empty());
+        let mut turn = Turn::new(self, rec, scope, step, asks);
+        let mut state = State::Start;
         loop {
-            if *step >= limits.max_steps {
-                return Ok(FinishReason::BudgetExceeded);
-            }
-            if limits.max_transcript_chars.is_some_and(|max| rec.transcript.size_chars() > max) {
-                return Ok(FinishReason::TranscriptLimit);
-            }
-            if let Some(late) = &self.late {
-                let new = late.since(joined);
-                if !new.is_empty() {
-                    joined += new.len();
-                    for registry in &new {
-                        tools.extend(&if plan { registry.read_only() } else { registry.clone() });
+            state = match state {
+                State::Start => hooks.on_start(&mut turn).await?.then(State::BeforeCall),
+                State::BeforeCall => hooks.before_call(&mut turn).await?.then(State::Call),
+                State::Call => turn.call_model().await?,
+                State::Answer(reply) => {
+                    hooks.on_answer(&mut turn, &reply)?.then(State::Done(FinishReason::NoMoreToolCalls))
+                }
+                State::Tools(reply) => match hooks.before_tools(&turn, &reply) {
+                    Some(refusal) => turn.refuse(&reply.calls, refusal)?,
+                    None => {
+                        let outcomes = turn.run(&reply.own).await;
+                        let flow = hooks.after_tools(&turn, &reply, &outcomes);
+                        match turn.answer(outcomes, &reply.client)? {
+                            Some(stopped) => State::Done(stopped),
+                            None => flow.then(State::BeforeCall),
+                        }
                     }
-                    invoker = self.invoker_over(tools.clone());
-                }
-            }
-            for m in self.inbox.as_ref().map(|i| i.deliver(scope, *step)).unwrap_or_default() {
-                rec.push(m)?;
-            }
-            if let Some(compaction) = &self.config.compaction
-                && let Some(reason) = self.compact(rec, scope, *step, deadline, compaction).await?
-            {
-                return Ok(reason);
-            }
-            let request = ChatRequest {
-                messages: rec.transcript.messages().to_vec(),
-                tools: tools.specs().into_iter().chain(asks.tools.iter().cloned()).collect(),
-                options: options.clone(),
+                },
+                State::Done(reason) => return Ok(reason),
             };
-            let call = ModelCall { step: *step + 1, deadline, stream_text: true, reserved: false };
-            let response = match scope.call_model(self.provider.as_ref(), request, call).await {
-                Ok(r) => r,
-                Err(ModelCallError::Stopped(reason)) => return Ok(reason),
-                Err(ModelCallError::Provider(e)) => return Err(e.into()),
-            };
-            *step += 1;
-            let step = *step;
-            let mut message = response.message;
-            message.role = Role::Assistant;
-            message.tool_call_id = None;
-            // The caller's calls go last: the agent's own are answered here, theirs later.
-            let (own, client): (Vec<ToolCall>, Vec<ToolCall>) =
-                message.tool_calls.drain(..).partition(|c| !asks.is_client_tool(&c.name));
-            message.tool_calls = own.iter().chain(&client).cloned().collect();
-            let calls = message.tool_calls.clone();
-            if !message.content.is_empty() {
-                scope.emit(step, EventKind::AssistantText { text: message.content.clone() });
-            }
-            let answer = message.content.clone();
-            rec.push(message)?;
-            if calls.is_empty() {
-                if self.config.plan_mode {
-                    return Ok(FinishReason::PlanPending);
-                }
-                if !response.stop_reason.is_natural() {
-                    return Ok(FinishReason::ProviderStop(response.stop_reason.clone()));
-                }
-                match asks.check.as_ref().map(|c| c.0.check(&answer)) {
-                    None | Some(Ok(())) => return Ok(FinishReason::NoMoreToolCalls),
-                    Some(Err(_)) if repairs >= MAX_REPAIRS => return Ok(FinishReason::NoAnswer),
-                    Some(Err(why)) => {
-                        repairs += 1;
-                        rec.push(Message::user(format!(
-                            "Your answer does not have the required format: {why}\nAnswer again with only \
-                             the corrected answer."
-                        )))?;
-                        continue;
-                    }
-                }
-            }
-            // Calls that cannot run still get exactly one result each.
-            let skip = if response.stop_reason == StopReason::MaxTokens {
-                Some((
-                    FinishReason::ProviderStop(StopReason::MaxTokens),
-                    "not executed: the response was cut off by the token limit".to_string(),
-                ))
-            } else if stuck.observe(&calls) {
-                Some((
-                    FinishReason::Stuck,
-                    format!(
-                        "not executed: the same call was repeated {} times in a row; the run stopped as stuck",
-                        limits.stuck_threshold
-                    ),
-                ))
-            } else {
-                None
-            };
-            if let Some((reason, text)) = skip {
-                rec.push_outcomes(invoker.skip_all(&calls, scope, step, &text))?;
-                return Ok(reason);
-            }
-            let outcomes = invoker.invoke_all(&own, scope, step, deadline).await;
-            denials += outcomes.iter().filter(|o| o.denied).count() as u32;
-            let stop = outcomes.iter().find_map(|o| o.stop.clone());
-            rec.push_outcomes(outcomes)?;
-            if let Some(reason) = stop {
-                rec.push_outcomes(invoker.skip_all(&client, scope, step, "not executed: the run stopped"))?;
-                return Ok(reason);
-            }
-            if !client.is_empty() {
-                return Ok(FinishReason::ClientToolCalls);
-            }
-            if limits.max_permission_denials > 0 && denials >= limits.max_permission_denials {
-                return Ok(FinishReason::PermissionDenialLimit);
-            }
         }
     }
 }

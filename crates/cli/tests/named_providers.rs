@@ -103,6 +103,39 @@ fn an_rlm_root_on_one_provider_sends_its_sub_calls_to_the_named_one() {
 }
 
 #[test]
+fn sub_provider_on_the_command_line_sends_the_sub_calls_there() {
+    let env = Env::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let first = "```python\nr = llm_query('what is six times seven?')\nprint('got', r['result'])\n```";
+    let root = rt.block_on(ModelServer::start_with([
+        Reply::text(first).with_usage(1000, 100),
+        Reply::text("```python\nsubmit('ok')\n```").with_usage(1000, 100),
+    ]));
+    let sub = rt.block_on(ModelServer::start_with([Reply::text("forty-two").with_usage(2000, 200)]));
+    user_config(&env, &sub, "");
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["rlm", "what is in the notes?", "--input", "notes.txt", "--json", "--sub-provider", "local"])
+        .args(main_provider(&root))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!((root.request_count(), sub.request_count()), (2, 1), "the sub-call went to `local`, the root did not");
+    assert_eq!(sub.requests()[0].last_user_text().as_deref(), Some("what is six times seven?"));
+
+    let unknown = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["rlm", "q", "--input", "notes.txt", "--sub-provider", "nowhere"])
+        .args(main_provider(&root))
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(2), "{}", stderr(&unknown));
+    assert!(stderr(&unknown).contains("nowhere"), "{}", stderr(&unknown));
+}
+
+#[test]
 fn an_agent_file_naming_a_provider_sends_its_calls_there_only() {
     let env = Env::new();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -141,7 +141,11 @@ impl Harness {
         let provider = provider::build(&options.provider, &config).await?;
         let setup =
             ToolSetup::load(&config, options.workspace.as_deref(), options.approver.clone(), options.max_steps)?;
-        let rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
+        let mut rlm_file: RlmFile = config.section(&config.file.rlm, "rlm")?;
+        // `--sub-provider` over `[rlm] sub_provider`.
+        if let Some(name) = &options.rlm.sub_provider {
+            rlm_file.sub_provider = Some(name.clone());
+        }
         let mut harness = Self {
             config,
             provider,

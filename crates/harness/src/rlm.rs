@@ -76,6 +76,9 @@ pub struct RlmOptions {
     pub model: Option<String>,
     /// The sub-model of `llm_query` (default: the primary model).
     pub sub_model: Option<String>,
+    /// The named provider of `llm_query` (`--sub-provider`; default: `[rlm] sub_provider`, else
+    /// the root's).
+    pub sub_provider: Option<String>,
     /// Primary-model turns before the answer is extracted.
     pub max_iterations: Option<u32>,
     /// Sub-calls of the whole RLM tree.

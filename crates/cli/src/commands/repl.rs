@@ -36,6 +36,10 @@ pub struct ReplArgs {
     /// Model of `model_query` / `llm_query` (default: the configuration's).
     #[arg(long)]
     pub sub_model: Option<String>,
+    /// The configured provider (`[providers.NAME]`) of sub-calls, e.g. a local model while the
+    /// root runs on a hosted one (default: `[rlm] sub_provider`, else the root's provider).
+    #[arg(long, value_name = "NAME")]
+    pub sub_provider: Option<String>,
     /// Budget of sub-model calls for the whole session (default: none beyond the run's budget).
     #[arg(long)]
     pub max_llm_calls: Option<u32>,
@@ -65,6 +69,7 @@ impl ReplArgs {
     fn options(&self, tools: Option<Vec<String>>) -> RlmOptions {
         RlmOptions {
             sub_model: self.sub_model.clone(),
+            sub_provider: self.sub_provider.clone(),
             max_llm_calls: Some(self.max_llm_calls.unwrap_or(u32::MAX)),
             snippet_timeout_secs: Some(self.snippet_timeout.unwrap_or(CELL_TIMEOUT_SECS)),
             memory_limit_mib: self.sandbox.memory_limit,

@@ -39,6 +39,10 @@ pub struct RlmArgs {
     /// Model for sub-calls (`llm_query`), e.g. a cheaper one (default: the primary model).
     #[arg(long)]
     pub sub_model: Option<String>,
+    /// The configured provider (`[providers.NAME]`) of sub-calls, e.g. a local model while the
+    /// root runs on a hosted one (default: `[rlm] sub_provider`, else the root's provider).
+    #[arg(long, value_name = "NAME")]
+    pub sub_provider: Option<String>,
     /// Most REPL iterations before the answer is extracted (default 20).
     #[arg(long)]
     pub max_iterations: Option<u32>,
@@ -99,6 +103,7 @@ impl RlmArgs {
         RlmOptions {
             model: None,
             sub_model: self.sub_model.clone(),
+            sub_provider: self.sub_provider.clone(),
             max_iterations: self.max_iterations,
             max_llm_calls: self.max_llm_calls,
             max_depth: self.max_depth,

@@ -1,6 +1,9 @@
 //! The agent loop: a goal goes to the model, the model's tool calls run (concurrently, results
 //! appended in call order), and this repeats until a finish condition. Every limit ends the
-//! run with a [`FinishReason`] and its transcript; `Err` is kept for faults.
+//! run with a [`FinishReason`] and its transcript; `Err` is kept for faults. The loop is a small
+//! state machine (`turn`: the states and the steps they share); each capability — limits, plan
+//! mode, client tools, joining tools and messages, compaction, repairs, the stuck detector — is
+//! a hook (`hooks`), assembled in one place.
 
 use std::path::PathBuf;
 use std::sync::Arc;

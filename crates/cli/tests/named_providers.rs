@@ -339,12 +339,12 @@ fn a_blueprint_node_naming_a_provider_sends_its_call_there_and_an_unpriced_one_i
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("unknown provider `nope`") && err.contains("local, pricey"), "{err}");
     assert_eq!(main.request_count() + local.request_count(), 0, "nothing was sent");
-    // A blueprint bound as the run starts: the guarded call refuses the unpriced one, unsent.
+    // `graph run` binds its blueprint before it sets the budget: refused at start, no node run.
     let out = graph("pricey");
     let err = stderr(&out);
-    assert_ne!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("`their-new-model` has no known price") && err.contains("was not made"), "{err}");
-    assert_eq!(local.request_count(), 0, "the unpriced provider was never called");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("their-new-model") && err.contains("provider `pricey`"), "{err}");
+    assert_eq!(main.request_count() + local.request_count(), 0, "no node ran, nothing was sent");
 
     let before = main.request_count();
     let out = graph("local");

@@ -89,8 +89,7 @@ impl Harness {
         run: ThreadRun,
         scope: &RunScope,
     ) -> Result<GraphOutcome, ThreadError> {
-        let allow = self.allowlist(run.subgraphs.sources()).map_err(|e| ThreadError::Bind(e.to_string()))?;
-        let graph = blueprint::load(&run.source, &allow).map_err(|d| ThreadError::Bind(d.to_string()))?;
+        let (graph, allow) = self.bind_thread(&run.source, &run.subgraphs)?;
         let lease = Lease::take(store.clone(), &run.thread, run.wait).await?;
         if let Some(mut info) = run.new_thread {
             info.graph = graph.name().to_string();
@@ -125,6 +124,19 @@ impl Harness {
         scope
             .emit(0, EventKind::RunFinished { finish_reason, error, usage: scope.usage(), cost_usd: scope.cost_usd() });
         Ok(outcome?)
+    }
+
+    /// Binds a thread's blueprint with its sub-graphs: the graph, and what it may bind. Every
+    /// model and provider its nodes name is noted with the provider, so a command that binds
+    /// before it sets its budget refuses an unpriced one under a USD cap at start (exit 2).
+    pub fn bind_thread(
+        &self,
+        source: &Source,
+        subgraphs: &SubGraphs,
+    ) -> Result<(recursive_graph::Graph, recursive_graph::blueprint::Allowlist), ThreadError> {
+        let allow = self.allowlist(subgraphs.sources()).map_err(|e| ThreadError::Bind(e.to_string()))?;
+        let graph = blueprint::load(source, &allow).map_err(|d| ThreadError::Bind(d.to_string()))?;
+        Ok((graph, allow))
     }
 
     /// A stored thread's next run: its pinned blueprint and sub-graphs.

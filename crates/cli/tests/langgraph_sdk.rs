@@ -41,6 +41,9 @@ fn model(rt: &tokio::runtime::Runtime) -> ModelServer {
         if let Some(topic) = asked.strip_prefix("Write about ") {
             return Some(Reply::text(format!("A draft about {}", topic)));
         }
+        if asked == "Say hello" {
+            return Some(Reply::text("Hello from the agent."));
+        }
         asked.strip_prefix("Publish: ").map(|draft| Reply::text(format!("PUBLISHED: {draft}")))
     });
     model
@@ -73,8 +76,11 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert!(failed.is_empty(), "calls that failed: {failed:?}\n{}", seen["tracebacks"]);
     assert_eq!(working, CALLS.len());
 
-    // Assistants: the graph, by its name.
-    assert_eq!(seen["assistants"], json!([["approval", "approval", "approval"]]));
+    // Assistants: the graph, by its name, and the server's other runnables.
+    assert_eq!(
+        seen["assistants"],
+        json!([["approval", "approval", "approval"], ["agent", "agent", "agent"], ["rlm", "rlm", "rlm"]])
+    );
     assert_eq!((seen["assistants_by_graph"].as_u64(), seen["assistants_by_other_graph"].as_u64()), (Some(1), Some(0)));
     assert_eq!(seen["assistant"]["description"], "Writes a draft, asks whether to publish it, publishes it.");
 
@@ -147,6 +153,19 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert_eq!(seen["changed"]["copy_is_new"], true);
     assert_eq!(seen["changed"]["copy_values"]["draft"], "PUBLISHED: A draft about tides.");
     assert_eq!(seen["changed"]["deleted"], true);
+
+    // The agent, stateless, on a conversation; no thread of its own.
+    let answered = json!([["human", "Say hello"], ["ai", "Hello from the agent."]]);
+    assert_eq!(seen["agent"]["waited"], answered);
+    assert_eq!(seen["agent"]["streamed_last"], answered);
+    assert_eq!(seen["agent"]["streamed_text"], "Hello from the agent.");
+    assert_eq!(seen["agent"]["on_thread"], 400);
+
+    // What is not served is refused.
+    assert_eq!(
+        seen["refusals"],
+        json!({"interrupt_before": 400, "unknown_assistant": 404, "debug_mode": 400, "unknown_thread": 404})
+    );
 
     // Messages: the model node's text, with the node in the metadata.
     let messages = seen["messages"].as_array().unwrap();

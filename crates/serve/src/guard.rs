@@ -77,10 +77,12 @@ impl Guard {
         Some(
             tower_http::cors::CorsLayer::new()
                 .allow_origin(origins)
-                .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+                // PUT and PATCH, and `x-api-key`: the LangGraph API's store, threads and auth.
+                .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS])
                 .allow_headers([
                     header::AUTHORIZATION,
                     header::CONTENT_TYPE,
+                    header::HeaderName::from_static("x-api-key"),
                     header::HeaderName::from_static("last-event-id"),
                     header::HeaderName::from_static("mcp-session-id"),
                     header::HeaderName::from_static("mcp-protocol-version"),

@@ -166,6 +166,53 @@ if changed is not None:
     seen["changed"] = changed
 
 
+def refusals():
+    """What is not served is refused, never ignored: statuses of each try."""
+    def status(fn):
+        try:
+            result = fn()
+            if not isinstance(result, dict):
+                list(result)
+        except httpx.HTTPStatusError as e:
+            return e.response.status_code
+        return 200
+
+    return {
+        "interrupt_before": status(lambda: client.runs.wait(None, "approval", input={}, interrupt_before=["approve"])),
+        "unknown_assistant": status(lambda: client.runs.wait(None, "nope", input={})),
+        "debug_mode": status(lambda: client.runs.stream(None, "approval", input={}, stream_mode="debug")),
+        "unknown_thread": status(lambda: client.threads.get_state("no-such-thread")),
+    }
+
+
+refused = call("refusals", refusals)
+if refused is not None:
+    seen["refusals"] = refused
+
+
+def agent_runs():
+    """The served agent as an assistant: stateless, on a conversation."""
+    waited = client.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "Say hello"}]})
+    streamed = parts(client.runs.stream(None, "agent", input={"messages": [{"type": "human", "content": "Say hello"}]},
+                                        stream_mode=["messages-tuple", "values"]))
+    try:
+        client.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "Say hello"}]})
+        on_thread = 200
+    except httpx.HTTPStatusError as e:
+        on_thread = e.response.status_code
+    return {
+        "waited": [(m["type"], m["content"]) for m in waited["messages"]],
+        "streamed_text": "".join(d[0]["content"] for e, d in streamed if e == "messages"),
+        "streamed_last": [(m["type"], m["content"]) for m in [d for e, d in streamed if e == "values"][-1]["messages"]],
+        "on_thread": on_thread,
+    }
+
+
+agent = call("runs (agent assistant)", agent_runs)
+if agent is not None:
+    seen["agent"] = agent
+
+
 # The store.
 def store_round_trip():
     client.store.put_item(["users", "ada"], "prefs", {"theme": "dark", "lang": "en"})

@@ -14,6 +14,7 @@
 //! thread's LangGraph metadata and id (when the client chose one), the runs started here (for
 //! listing and joining), and the store's items.
 
+mod agents;
 mod runs;
 mod store;
 
@@ -369,18 +370,22 @@ fn page(body: &Map<String, Value>, default: usize) -> Result<(usize, usize), Ref
     Ok((field(body, "limit")?.unwrap_or(default), field(body, "offset")?.unwrap_or(0)))
 }
 
+/// Every assistant: the graphs, then the other runnables.
+fn assistants(api: &Api) -> Vec<Value> {
+    let at = rfc3339(0);
+    let graphs = api.server.config.graphs.as_ref().map(|h| h.graphs()).unwrap_or_default();
+    let runnables = agents::names(api).into_iter().map(|name| agents::assistant(&name, &at));
+    graphs.iter().map(|g| assistant(g, &at)).chain(runnables).collect()
+}
+
 async fn matching_assistants(api: &Api, body: &Map<String, Value>) -> Result<Vec<Value>, Refused> {
-    let Some(host) = api.server.config.graphs.clone() else { return Ok(Vec::new()) };
     let metadata: Option<Map<String, Value>> = field(body, "metadata")?;
     let graph: Option<String> = field(body, "graph_id")?;
     let name: Option<String> = field(body, "name")?;
-    let at = rfc3339(0);
-    Ok(host
-        .graphs()
-        .iter()
-        .filter(|g| graph.as_ref().is_none_or(|id| *id == g.name))
-        .filter(|g| name.as_ref().is_none_or(|n| g.name.contains(n.as_str())))
-        .map(|g| assistant(g, &at))
+    Ok(assistants(api)
+        .into_iter()
+        .filter(|a| graph.as_ref().is_none_or(|id| a["graph_id"] == json!(id)))
+        .filter(|a| name.as_ref().is_none_or(|n| a["name"].as_str().is_some_and(|a| a.contains(n.as_str()))))
         .filter(|a| metadata.as_ref().is_none_or(|m| matches(&a["metadata"], m)))
         .collect())
 }
@@ -404,12 +409,8 @@ async fn count_assistants(State(api): Shared, Optional(body): Optional) -> Respo
 }
 
 async fn get_assistant(State(api): Shared, Path(id): Path<String>) -> Response {
-    let host = match api.host() {
-        Ok(host) => host,
-        Err(refused) => return refused.into_response(),
-    };
-    match host.graphs().iter().find(|g| g.name == id) {
-        Some(info) => Json(assistant(info, &rfc3339(0))).into_response(),
+    match assistants(&api).into_iter().find(|a| a["assistant_id"] == json!(id)) {
+        Some(assistant) => Json(assistant).into_response(),
         None => not_found(&format!("no assistant `{id}`")).into_response(),
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct RunMeta {
     assistant: String,
     metadata: Map<String, Value>,
     modes: Vec<Mode>,
+    /// Whether a stream's reader going away cancels the run (`on_disconnect`).
+    cancel_on_disconnect: bool,
+    /// A run of a runnable that is not a graph: its input's messages (see [`super::agents`]).
+    messages: Option<Vec<Value>>,
     created_at: String,
 }
 
@@ -64,6 +68,19 @@ fn mode(name: &str) -> Result<Mode, Refused> {
     })
 }
 
+/// The stream modes a request asks for (`values` by default).
+fn modes(body: &Map<String, Value>) -> Result<Vec<Mode>, Refused> {
+    Ok(match body.get("stream_mode") {
+        None | Some(Value::Null) => vec![Mode::Values],
+        Some(Value::String(name)) => vec![mode(name)?],
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|n| n.as_str().ok_or_else(|| bad_request("`stream_mode` must be names")).and_then(mode))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad_request("`stream_mode` must be a name or a list of names")),
+    })
+}
+
 /// A run request read: the graph, what the host is asked, the stream modes.
 struct Asked {
     graph: String,
@@ -82,15 +99,7 @@ fn read(api: &Api, body: &Map<String, Value>) -> Result<Asked, Refused> {
             )));
         }
     }
-    let modes = match body.get("stream_mode") {
-        None | Some(Value::Null) => vec![Mode::Values],
-        Some(Value::String(name)) => vec![mode(name)?],
-        Some(Value::Array(names)) => names
-            .iter()
-            .map(|n| n.as_str().ok_or_else(|| bad_request("`stream_mode` must be names")).and_then(mode))
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad_request("`stream_mode` must be a name or a list of names")),
-    };
+    let modes = modes(body)?;
     let command: Map<String, Value> = field(body, "command")?.unwrap_or_default();
     for unsupported in ["goto", "update"] {
         if command.get(unsupported).is_some_and(|v| !v.is_null()) {
@@ -119,6 +128,10 @@ async fn start(
     thread: Option<&str>,
     body: &Map<String, Value>,
 ) -> Result<(Arc<RunRecord>, RunMeta), Refused> {
+    let assistant: Option<String> = field(body, "assistant_id")?;
+    if let Some(name) = assistant.filter(|a| super::agents::names(api).contains(a)) {
+        return start_runnable(api, thread, &name, body);
+    }
     let asked = read(api, body)?;
     let view = match thread {
         Some(id) => api.bind_thread(id, &asked.graph).await?,
@@ -134,7 +147,16 @@ async fn start(
     let (job_thread, request) = (host_thread.clone(), asked.request);
     let job = move |scope| async move { host.run(&job_thread, request, scope).await };
     let record = api.server.start_job(RunKind::Graph, title, job).map_err(|_| Refused::from(crate::server::busy()))?;
+    // A stateless run's stream is its only reader; a thread's run leaves its work in the thread.
+    let cancel_on_disconnect = match body.get("on_disconnect").and_then(Value::as_str) {
+        Some("cancel") => true,
+        Some("continue") => false,
+        Some(other) => return Err(bad_request(&format!("`on_disconnect` is `cancel` or `continue`, not `{other}`"))),
+        None => thread.is_none(),
+    };
     let meta = RunMeta {
+        cancel_on_disconnect,
+        messages: None,
         thread: lg_thread.clone(),
         host_thread,
         assistant: asked.graph,
@@ -168,9 +190,41 @@ fn remember(api: &Api, id: &str, meta: &RunMeta) {
     }
 }
 
+/// Starts a runnable that is not a graph (stateless only).
+fn start_runnable(
+    api: &Api,
+    thread: Option<&str>,
+    name: &str,
+    body: &Map<String, Value>,
+) -> Result<(Arc<RunRecord>, RunMeta), Refused> {
+    if thread.is_some() {
+        return Err(bad_request(&format!(
+            "the assistant `{name}` keeps no thread: run it stateless (`/runs/stream`, `/runs/wait`: thread_id None)"
+        )));
+    }
+    if body.get("command").is_some_and(|c| !c.is_null()) {
+        return Err(bad_request(&format!("the assistant `{name}` does not interrupt: there is nothing to resume")));
+    }
+    let modes = modes(body)?;
+    let (record, messages) = super::agents::start(api, name, body.get("input").cloned())?;
+    let meta = RunMeta {
+        thread: String::new(),
+        host_thread: String::new(),
+        assistant: name.to_string(),
+        metadata: field(body, "metadata")?.unwrap_or_default(),
+        modes,
+        cancel_on_disconnect: body.get("on_disconnect").and_then(Value::as_str) != Some("continue"),
+        messages: Some(messages),
+        created_at: now(),
+    };
+    remember(api, &record.id, &meta);
+    Ok((record, meta))
+}
+
 /// Where a client finds the run (the SDK reads the ids from it).
 fn located(mut response: Response, run: &str, thread: &str) -> Response {
-    if let Ok(value) = HeaderValue::from_str(&format!("/threads/{thread}/runs/{run}")) {
+    let location = if thread.is_empty() { format!("/runs/{run}") } else { format!("/threads/{thread}/runs/{run}") };
+    if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::CONTENT_LOCATION, value);
     }
     response
@@ -210,6 +264,13 @@ async fn run_json(api: &Api, id: &str, meta: &RunMeta) -> Value {
 /// `__interrupt__` when it waits for a value), or `__error__` when it failed.
 async fn final_values(api: &Api, record: &RunRecord, meta: &RunMeta) -> Value {
     let output = crate::server::wait_finished(record).await;
+    if let Some(messages) = &meta.messages {
+        if !output.ok {
+            let message = output.error.clone().unwrap_or_else(|| output.text.clone());
+            return json!({"__error__": {"error": output.outcome.as_str(), "message": message}});
+        }
+        return Value::Object(super::agents::values(messages, &output.text, &record.id));
+    }
     let view = match api.host().map(|h| async move { h.thread(&meta.host_thread).await }) {
         Ok(read) => read.await.ok().flatten(),
         Err(_) => None,
@@ -287,8 +348,11 @@ async fn stream(api: Arc<Api>, thread: Option<String>, body: Map<String, Value>)
 fn told(api: Arc<Api>, record: Arc<RunRecord>, meta: RunMeta) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
+        let cancel = meta.cancel_on_disconnect;
         let mut teller = Teller::new(api, meta, record.id.clone());
-        let _ = teller.tell(&record, &tx).await;
+        if teller.tell(&record, &tx).await.is_err() && cancel {
+            record.cancel.cancel();
+        }
     });
     let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
@@ -356,8 +420,9 @@ impl Teller {
             if finished {
                 break;
             }
-            if changes.changed().await.is_err() {
-                break;
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                () = tx.closed() => return Err(Gone),
             }
         }
         for e in self.at_end(record).await {
@@ -384,6 +449,18 @@ impl Teller {
             ));
         }
         match kind {
+            "run_started" if depth == 0 && self.meta.messages.is_some() => {
+                self.nodes.insert(run, (self.meta.assistant.clone(), "model".into()));
+            }
+            "assistant_text" if self.meta.messages.is_some() && self.nodes.contains_key(&run) => {
+                let text = e["text"].as_str().unwrap_or_default().to_string();
+                if !self.streamed.contains_key(&run) {
+                    out.extend(self.message(&run, &text, &text, true, true));
+                } else if self.wants(Mode::Messages) {
+                    out.extend(self.message(&run, "", &text, false, true));
+                }
+                self.streamed.remove(&run);
+            }
             "graph_started" if depth == 0 => {
                 if self.wants(Mode::Values)
                     && let Some(values) = self.values_at(e["checkpoint"].as_str().unwrap_or_default()).await
@@ -485,6 +562,22 @@ impl Teller {
     /// What follows the run's last event: its interrupt, or its failure.
     async fn at_end(&self, record: &RunRecord) -> Vec<Event> {
         let output = crate::server::wait_finished(record).await;
+        if let Some(messages) = &self.meta.messages {
+            if !output.ok {
+                let message = output.error.clone().unwrap_or_else(|| output.text.clone());
+                return vec![event("error", &json!({"error": output.outcome.as_str(), "message": message}))];
+            }
+            let values = super::agents::values(messages, &output.text, &self.run);
+            let mut out = Vec::new();
+            if self.wants(Mode::Updates) {
+                let answer = values["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+                out.push(event("updates", &json!({ self.meta.assistant.clone(): {"messages": [answer]} })));
+            }
+            if self.wants(Mode::Values) {
+                out.push(event("values", &Value::Object(values)));
+            }
+            return out;
+        }
         let host = self.api.host().ok();
         let view = match host {
             Some(host) => host.thread(&self.meta.host_thread).await.ok().flatten(),

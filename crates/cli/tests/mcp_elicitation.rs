@@ -67,3 +67,40 @@ fn the_official_mcp_sdk_answers_a_runs_permission_ask_by_elicitation() {
     assert_eq!(seen["prompt_text"], "keep this", "{seen}");
     assert_eq!(seen["completion"], json!([]), "a free-text input has no known values: {seen}");
 }
+
+#[test]
+fn over_stdio_recursive_mcp_client_asks_puts_a_runs_permission_ask_to_the_client() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let model = rt.block_on(ModelServer::start());
+    model.respond_with(|request| {
+        let last = request.body["messages"].as_array()?.last()?.clone();
+        if last["role"] == "tool" {
+            return Some(Reply::text(format!("done: {}", last["content"].as_str().unwrap_or_default())));
+        }
+        let text = request.body.to_string();
+        let file = ["first", "second"].into_iter().find(|f| text.contains(&format!("save the {f}")))?;
+        Some(Reply::tool_call("write_file", json!({"path": format!("{file}.txt"), "content": file})))
+    });
+    let env = Env::new();
+    let saver = env.path("saver.toml");
+    std::fs::write(&saver, "description = \"Saves what it is given.\"\ntools = [\"write_file\"]\n").unwrap();
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_stdio_elicit.py");
+    let agent = format!("saver={}", saver.display());
+    let out = std::process::Command::new(python)
+        .args([client, &env.dir.path().display().to_string(), env!("CARGO_BIN_EXE_recursive")])
+        .args(["mcp", "--client-asks", "20", "--agent", &agent])
+        .args(["--provider", "openai", "--base-url", &model.openai_url(), "--model", "gpt-4o-mini"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("HOME", env.dir.path())
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .env("OLLAMA_HOST", "127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(std::fs::read_to_string(env.path("first.txt")).unwrap(), "first", "accepted: written");
+    assert!(!env.path("second.txt").exists(), "declined: not written");
+    assert!(seen["second"].as_str().unwrap().contains("declined by the person"), "{seen}");
+    assert_eq!(seen["asked"].as_array().unwrap().len(), 2, "{seen}");
+}

@@ -146,10 +146,30 @@ pub struct McpArgs {
     /// Workspace of the tools (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Let the client answer permission asks: a tool call that would ask is put to the client
+    /// by elicitation (when it declared the capability) and waits up to SECS; no answer denies.
+    /// Without it, asks are denied at once with how to allow the tool.
+    #[arg(long, value_name = "SECS", value_parser = crate::flags::whole_secs)]
+    pub client_asks: Option<u64>,
     #[command(flatten)]
     pub runnables: super::RunnableArgs,
     #[command(flatten)]
     pub provider: ProviderArgs,
+}
+
+/// Who answers the permission asks of served runs: with `--client-asks SECS`, the clients
+/// (through the board the server keeps), else nobody (denied at once, saying how to allow).
+fn asks_of(
+    client_asks: Option<u64>,
+) -> (Option<Arc<recursive_core::AnswerBoard>>, Arc<dyn recursive_tools::ApprovalHandler>) {
+    match client_asks {
+        Some(secs) => {
+            let board = Arc::new(recursive_core::AnswerBoard::default());
+            let approver = recursive_tools::ClientApprover::new(board.clone(), std::time::Duration::from_secs(secs));
+            (Some(board), Arc::new(approver))
+        }
+        None => (None, Arc::new(recursive_tools::ServerApprover)),
+    }
 }
 
 /// The `--cors-origin` values, each checked to be an origin (`http(s)://host[:port]`).
@@ -172,10 +192,10 @@ fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
 /// `recursive mcp`: the MCP server on stdin/stdout until the client closes them, or until
 /// SIGINT or SIGTERM (which cancel the runs and exit 0).
 pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
-    let approver = Arc::new(recursive_tools::ServerApprover);
+    let (answers, approver) = asks_of(args.client_asks);
     let (runner, _, mcp) =
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
-    let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, ..Default::default() };
+    let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, answers, ..Default::default() };
     let server = Server::new(Arc::new(runner), config);
     tokio::select! {
         served = recursive_serve::mcp::serve_stdio(server.clone()) => {
@@ -230,13 +250,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     };
     let shown = super::graph::shown_address(&address);
     let queue = run_queue(&address, &args).await?;
-    let answers = args.client_asks.map(|_| Arc::new(recursive_core::AnswerBoard::default()));
-    let approver: Arc<dyn recursive_tools::ApprovalHandler> = match (&answers, args.client_asks) {
-        (Some(board), Some(secs)) => {
-            Arc::new(recursive_tools::ClientApprover::new(board.clone(), std::time::Duration::from_secs(secs)))
-        }
-        _ => Arc::new(recursive_tools::ServerApprover),
-    };
+    let (answers, approver) = asks_of(args.client_asks);
     let (runner, archive) = tokio::join!(
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
         recursive_store::open_archive(&address)

@@ -253,6 +253,147 @@ pub trait ExtensionEvent: std::fmt::Debug + Send + Sync + 'static {
 
     /// For [`Extension::get`].
     fn as_any(&self) -> &dyn Any;
+
+    /// What this event does to the run tree's spans (telemetry draws them; the event's crate
+    /// says what they mean). None by default.
+    fn span_ops(&self) -> Vec<SpanOp> {
+        Vec::new()
+    }
+}
+
+/// One step of an extension event's effect on the spans of its run (see
+/// [`ExtensionEvent::span_ops`]). Keys name spans within the event's run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanOp {
+    /// The run invokes a runnable of this kind (when its parent did not already say what it is).
+    Claim(crate::runnable::RunnableKind),
+    /// Opens span `key` named `name` under span `parent` (the run's own span when `None` or not
+    /// open); nothing when `key` is already open.
+    Open {
+        /// The span's key.
+        key: String,
+        /// Its name.
+        name: String,
+        /// Its parent's key.
+        parent: Option<String>,
+        /// Its attributes.
+        attrs: Vec<SpanAttr>,
+    },
+    /// Opens the run's current step under the run's span, ending the one before: the run's model
+    /// calls, tool calls and notes on [`SpanOn::Current`] go under it until it ends.
+    Step {
+        /// The span's key.
+        key: String,
+        /// Its name.
+        name: String,
+        /// Its attributes.
+        attrs: Vec<SpanAttr>,
+    },
+    /// Ends the run's current step, if one is open.
+    EndStep,
+    /// A timestamped note on a span.
+    Note {
+        /// Which span.
+        on: SpanOn,
+        /// What it is.
+        name: String,
+        /// Its attributes.
+        attrs: Vec<SpanAttr>,
+    },
+    /// Sets attributes of a span.
+    Set {
+        /// Which span.
+        on: SpanOn,
+        /// The attributes.
+        attrs: Vec<SpanAttr>,
+    },
+    /// Ends span `key`, failed with `error` when there is one.
+    End {
+        /// The span's key.
+        key: String,
+        /// Why it failed.
+        error: Option<String>,
+    },
+}
+
+/// The span a [`SpanOp`] acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanOn {
+    /// The run's own span.
+    Run,
+    /// The run's current step, else the run's span.
+    Current,
+    /// The open span of this key.
+    Key(String),
+}
+
+/// A span attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanAttr {
+    /// Its name (`recursive.rlm.iteration`).
+    pub key: String,
+    /// Its value.
+    pub value: SpanValue,
+    /// Whether it holds the run's content (prompts, completions, code, outputs, objectives):
+    /// exported only when content is asked for.
+    pub content: bool,
+}
+
+impl SpanAttr {
+    /// A structural attribute (names, counts, outcomes).
+    pub fn new(key: &str, value: impl Into<SpanValue>) -> Self {
+        Self { key: key.to_string(), value: value.into(), content: false }
+    }
+
+    /// An attribute holding the run's content.
+    pub fn content(key: &str, value: impl Into<SpanValue>) -> Self {
+        Self { key: key.to_string(), value: value.into(), content: true }
+    }
+}
+
+/// A span attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanValue {
+    /// Text.
+    Str(String),
+    /// A whole number.
+    Int(i64),
+    /// A fraction.
+    Float(f64),
+    /// A flag.
+    Bool(bool),
+    /// A list of texts.
+    Strs(Vec<String>),
+}
+
+impl From<&str> for SpanValue {
+    fn from(v: &str) -> Self {
+        SpanValue::Str(v.to_string())
+    }
+}
+
+impl From<String> for SpanValue {
+    fn from(v: String) -> Self {
+        SpanValue::Str(v)
+    }
+}
+
+impl From<u64> for SpanValue {
+    fn from(v: u64) -> Self {
+        SpanValue::Int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
+impl From<bool> for SpanValue {
+    fn from(v: bool) -> Self {
+        SpanValue::Bool(v)
+    }
+}
+
+impl From<Vec<String>> for SpanValue {
+    fn from(v: Vec<String>) -> Self {
+        SpanValue::Strs(v)
+    }
 }
 
 /// An extension event: live (as emitted) or recorded (read back from a JSONL log).
@@ -292,6 +433,20 @@ impl Extension {
             Extension::Live(e) => e.render(),
             Extension::Recorded(_) => None,
         }
+    }
+
+    /// Its effect on the spans (recorded events have none until [`Extension::revived`]).
+    pub fn span_ops(&self) -> Vec<SpanOp> {
+        match self {
+            Extension::Live(e) => e.span_ops(),
+            Extension::Recorded(_) => Vec::new(),
+        }
+    }
+
+    /// The event live again as type `T`, if it is one (a recorded event read back as what it
+    /// was, so it renders and draws its spans).
+    pub fn revived<T: ExtensionEvent + Clone + DeserializeOwned>(&self) -> Option<Extension> {
+        self.get::<T>().map(Extension::new)
     }
 }
 

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
+use recursive_core::event::{SpanAttr, SpanOn, SpanOp};
 use recursive_core::text::one_line;
-use recursive_core::{ExtensionEvent, JsonlFile, read_jsonl};
+use recursive_core::{ExtensionEvent, JsonlFile, RunnableKind, read_jsonl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -160,6 +161,39 @@ impl ExtensionEvent for GoalRunEvent {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+
+    /// A run with goal events pursues goals; each goal is a span under its parent goal's (the
+    /// run's for the top goal), each event a note on it, and the status ends it (failed unless
+    /// achieved or completed). Objectives and event data are content.
+    fn span_ops(&self) -> Vec<SpanOp> {
+        let GoalRunEvent::Goal { event, goal_id, goal, parent_goal_id, status, data, .. } = self;
+        let key = format!("goal:{goal_id}");
+        let data = (!data.is_null()).then(|| SpanAttr::content("recursive.data", data.to_string()));
+        let mut ops = vec![
+            SpanOp::Claim(RunnableKind::Goal),
+            SpanOp::Open {
+                key: key.clone(),
+                name: format!("goal {goal_id}"),
+                parent: parent_goal_id.as_ref().map(|p| format!("goal:{p}")),
+                attrs: vec![
+                    SpanAttr::new("recursive.goal.id", goal_id.as_str()),
+                    SpanAttr::content("recursive.goal", goal.as_str()),
+                ],
+            },
+            SpanOp::Note {
+                on: SpanOn::Key(key.clone()),
+                name: event.as_str().into(),
+                attrs: data.into_iter().collect(),
+            },
+        ];
+        if let Some(status) = status {
+            let attrs = vec![SpanAttr::new("recursive.goal.status", status.as_str())];
+            ops.push(SpanOp::Set { on: SpanOn::Key(key.clone()), attrs });
+            let failed = !matches!(status.as_str(), "achieved" | "completed");
+            ops.push(SpanOp::End { key, error: failed.then(|| status.to_string()) });
+        }
+        ops
+    }
 }
 
 /// Failure reading a log back.
@@ -241,6 +275,50 @@ fn is_within(id: &str, root: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_event(id: &str, parent: Option<&str>, status: Option<GoalStatus>, data: Value) -> GoalRunEvent {
+        GoalRunEvent::Goal {
+            event: GoalEventKind::Executed,
+            goal_id: id.into(),
+            goal: "wire the money".into(),
+            goal_depth: 1,
+            parent_goal_id: parent.map(Into::into),
+            status,
+            data,
+        }
+    }
+
+    #[test]
+    fn a_goal_is_a_span_under_its_parent_goal_with_its_objective_as_content() {
+        let ops = run_event("1.2", Some("1"), None, Value::Null).span_ops();
+        assert_eq!(ops[0], SpanOp::Claim(RunnableKind::Goal));
+        let attrs =
+            vec![SpanAttr::new("recursive.goal.id", "1.2"), SpanAttr::content("recursive.goal", "wire the money")];
+        let open =
+            SpanOp::Open { key: "goal:1.2".into(), name: "goal 1.2".into(), parent: Some("goal:1".into()), attrs };
+        assert_eq!(ops[1], open);
+        let note = SpanOp::Note { on: SpanOn::Key("goal:1.2".into()), name: "executed".into(), attrs: vec![] };
+        assert_eq!(ops[2], note, "no data, no attribute");
+        assert_eq!(ops.len(), 3, "a goal without a status stays open");
+    }
+
+    #[test]
+    fn a_goals_status_ends_its_span_failed_unless_achieved_or_completed() {
+        let ends = |status| run_event("1", None, Some(status), serde_json::json!({"n": 1})).span_ops();
+        let done = ends(GoalStatus::Completed);
+        assert!(
+            matches!(&done[2], SpanOp::Note { attrs, .. } if attrs == &[SpanAttr::content("recursive.data", "{\"n\":1}")])
+        );
+        assert_eq!(
+            done[3],
+            SpanOp::Set {
+                on: SpanOn::Key("goal:1".into()),
+                attrs: vec![SpanAttr::new("recursive.goal.status", "completed")]
+            }
+        );
+        assert_eq!(done[4], SpanOp::End { key: "goal:1".into(), error: None });
+        assert_eq!(ends(GoalStatus::Failed)[4], SpanOp::End { key: "goal:1".into(), error: Some("failed".into()) });
+    }
 
     fn ev(id: &str, goal: &str, kind: GoalEventKind) -> GoalEvent {
         GoalEvent {

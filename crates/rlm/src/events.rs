@@ -1,9 +1,12 @@
 //! The RLM's run-tree events: typed, serde-tagged (`type` = `rlm_...`), rendered as the
 //! readable lines the CLI shows, and read back by type (`EventKind::extension::<RlmEvent>()`).
-//! Model calls, tool calls and the end of a run are core's own events.
+//! Model calls, tool calls and the end of a run are core's own events. As spans: a run with
+//! RLM events invokes an RLM; each iteration is a step span, code, observations and sub-calls
+//! are notes on it (code, output, prompts and answers as content).
 
+use recursive_core::event::{SpanAttr, SpanOn, SpanOp};
 use recursive_core::text::one_line;
-use recursive_core::{ExtensionEvent, Usage};
+use recursive_core::{ExtensionEvent, RunnableKind, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -194,5 +197,112 @@ impl ExtensionEvent for RlmEvent {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn span_ops(&self) -> Vec<SpanOp> {
+        let note = |name: &str, attrs| SpanOp::Note { on: SpanOn::Current, name: name.into(), attrs };
+        let effect = match self {
+            RlmEvent::RlmIteration { iteration, .. } => SpanOp::Step {
+                key: format!("rlm-iteration:{iteration}"),
+                name: format!("rlm iteration {iteration}"),
+                attrs: vec![SpanAttr::new("recursive.rlm.iteration", u64::from(*iteration))],
+            },
+            RlmEvent::RlmSnippet { code, block, .. } => note(
+                "rlm.snippet",
+                vec![
+                    SpanAttr::new("recursive.rlm.block", *block as u64),
+                    SpanAttr::content("recursive.rlm.code", code.as_str()),
+                ],
+            ),
+            RlmEvent::RlmObservation { observation, error, duration_ms, .. } => {
+                let mut attrs = vec![SpanAttr::new("recursive.rlm.duration_ms", *duration_ms)];
+                if let Some(e) = error {
+                    attrs.push(SpanAttr::new("recursive.rlm.error", format!("{e:?}")));
+                }
+                attrs.push(SpanAttr::content("recursive.rlm.observation", observation.as_str()));
+                note("rlm.observation", attrs)
+            }
+            RlmEvent::RlmSubCall { kind, prompt_chars, ok, error, prompt_head, answer_head, .. } => {
+                let mut attrs = vec![
+                    SpanAttr::new("recursive.rlm.sub_call", kind.as_str()),
+                    SpanAttr::new("recursive.rlm.prompt_chars", *prompt_chars as u64),
+                    SpanAttr::new("recursive.rlm.ok", *ok),
+                ];
+                if let Some(e) = error {
+                    attrs.push(SpanAttr::new("recursive.rlm.error", e.as_str()));
+                }
+                attrs.push(SpanAttr::content("gen_ai.prompt", prompt_head.as_str()));
+                attrs.push(SpanAttr::content("gen_ai.completion", answer_head.clone().unwrap_or_default()));
+                note("rlm.sub_call", attrs)
+            }
+            RlmEvent::RlmFinished { outcome } => {
+                let outcome = SpanAttr::new("recursive.rlm.outcome", outcome.as_str());
+                return vec![
+                    SpanOp::Claim(RunnableKind::Rlm),
+                    SpanOp::Set { on: SpanOn::Run, attrs: vec![outcome] },
+                    SpanOp::EndStep,
+                ];
+            }
+            _ => return vec![SpanOp::Claim(RunnableKind::Rlm)],
+        };
+        vec![SpanOp::Claim(RunnableKind::Rlm), effect]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(op: &SpanOp) -> Vec<(String, bool)> {
+        match op {
+            SpanOp::Note { attrs, .. } | SpanOp::Step { attrs, .. } | SpanOp::Set { attrs, .. } => {
+                attrs.iter().map(|a| (a.key.clone(), a.content)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_iteration_is_a_step_span_of_an_rlm_run() {
+        let ops = RlmEvent::RlmIteration { iteration: 2, max_iterations: 5, llm_calls_left: None }.span_ops();
+        assert_eq!(ops[0], SpanOp::Claim(RunnableKind::Rlm));
+        assert_eq!(
+            ops[1],
+            SpanOp::Step {
+                key: "rlm-iteration:2".into(),
+                name: "rlm iteration 2".into(),
+                attrs: vec![SpanAttr::new("recursive.rlm.iteration", 2u64)],
+            }
+        );
+    }
+
+    #[test]
+    fn code_output_prompts_and_answers_are_content_notes_on_the_iteration() {
+        let snippet = RlmEvent::RlmSnippet { iteration: 1, block: 1, code: "print(1)".into() }.span_ops();
+        assert!(matches!(&snippet[1], SpanOp::Note { on: SpanOn::Current, name, .. } if name == "rlm.snippet"));
+        assert_eq!(attrs(&snippet[1]), [("recursive.rlm.block".into(), false), ("recursive.rlm.code".into(), true)]);
+        let sub_call = RlmEvent::RlmSubCall {
+            kind: "llm_query".into(),
+            prompt_head: "p".into(),
+            answer_head: Some("a".into()),
+            prompt_chars: 1,
+            response_chars: Some(1),
+            latency_ms: 3,
+            ok: true,
+            error: None,
+        };
+        let content: Vec<String> =
+            attrs(&sub_call.span_ops()[1]).into_iter().filter(|(_, content)| *content).map(|(k, _)| k).collect();
+        assert_eq!(content, ["gen_ai.prompt", "gen_ai.completion"]);
+    }
+
+    #[test]
+    fn the_end_of_an_rlm_sets_its_outcome_and_ends_the_iteration() {
+        let ops = RlmEvent::RlmFinished { outcome: RlmOutcome::Submitted }.span_ops();
+        assert_eq!(
+            ops[1],
+            SpanOp::Set { on: SpanOn::Run, attrs: vec![SpanAttr::new("recursive.rlm.outcome", "submitted")] }
+        );
+        assert_eq!(ops[2], SpanOp::EndStep);
     }
 }

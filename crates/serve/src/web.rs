@@ -3,7 +3,7 @@
 //! observations, goals, graph nodes, tokens and cost per node — as its events arrive.
 //!
 //! The tree is drawn by the renderer of `recursive trace --html`
-//! ([`recursive_telemetry::html::SCRIPT`]), fed event by event; `web.js` adds the run list
+//! ([`recursive_trace_view::SCRIPT`]), fed event by event; `web.js` adds the run list
 //! (polled from `GET /v1/runs`), the events stream (`GET /v1/runs/{id}/events`, read with
 //! `fetch` so it can carry the token, resumed with `Last-Event-ID`), a form to start a run and
 //! the token prompt.
@@ -37,11 +37,11 @@ const PAGE: &str = include_str!("web.html");
 
 /// The script: the shared run-tree renderer, then the live view.
 static SCRIPT: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{}", recursive_telemetry::html::SCRIPT, include_str!("web.js")));
+    LazyLock::new(|| format!("{}\n{}", recursive_trace_view::SCRIPT, include_str!("web.js")));
 
 /// The styles: the run tree's, then the live view's.
 static STYLE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{}", recursive_telemetry::html::STYLE, include_str!("web.css")));
+    LazyLock::new(|| format!("{}\n{}", recursive_trace_view::STYLE, include_str!("web.css")));
 
 /// The routes of the web view, served without a token (they hold no run data).
 pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn the_script_is_the_shared_renderer_and_the_live_view() {
-        assert!(SCRIPT.starts_with(recursive_telemetry::html::SCRIPT));
+        assert!(SCRIPT.starts_with(recursive_trace_view::SCRIPT));
         assert!(SCRIPT.contains("RecursiveTrace.create("), "the live view draws with the shared renderer");
         assert!(!SCRIPT.contains("innerHTML") && !SCRIPT.contains("insertAdjacentHTML"), "no text as markup");
     }

@@ -3,14 +3,12 @@
 //! - [`spans`]: events → spans (one per run node, RLM iteration, goal, graph node, model call
 //!   and tool call; GenAI semantic conventions for model calls);
 //! - [`otlp`]: those spans exported over OTLP (HTTP/protobuf or gRPC), live from a sink that
-//!   never blocks a run, or after the fact from an events file;
-//! - [`html`]: one self-contained HTML page of a run tree.
+//!   never blocks a run, or after the fact from an events file.
 //!
 //! Export is off unless an endpoint is configured: [`Settings::from_env`] reads the standard
 //! `OTEL_EXPORTER_OTLP_*` variables (and `OTEL_SDK_DISABLED`), over the `[telemetry]` table of
 //! `recursive.toml` ([`TelemetryFile`]).
 
-pub mod html;
 pub mod otlp;
 pub mod spans;
 

@@ -4,6 +4,9 @@
 //! its permission decision). Ids are derived from the run ids, so the same events give the same
 //! tree live and after the fact, and a child finds its parent without shared state.
 //!
+//! Core's events are drawn here; every other crate's events say themselves what they do to the
+//! spans ([`recursive_core::ExtensionEvent::span_ops`]), so this module knows no engine.
+//!
 //! The model is fed events in order ([`SpanModel::push`]) and hands back each span once it has
 //! ended; [`SpanModel::finish`] ends what is still open (a killed run) at the last event's time.
 
@@ -11,25 +14,11 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime};
 
+use recursive_core::event::{SpanAttr, SpanOn, SpanOp};
 use recursive_core::{AgentEvent, Decision, EventKind, FinishReason, RunnableKind};
-use recursive_goal::GoalRunEvent;
-use recursive_graph::{GraphEvent, NodeOutcome};
-use recursive_rlm::RlmEvent;
 
-/// A span's attribute value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Attr {
-    /// Text.
-    Str(String),
-    /// A whole number.
-    Int(i64),
-    /// A fraction.
-    Float(f64),
-    /// A flag.
-    Bool(bool),
-    /// A list of texts.
-    Strs(Vec<String>),
-}
+/// A span's attribute value (core's, so every crate can describe its events' spans).
+pub type Attr = recursive_core::event::SpanValue;
 
 /// Client (a call out: model) or internal (everything else).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +82,7 @@ pub struct SpanModel {
     order: Vec<String>,
     /// A child run's runnable kind and name, from its parent's `sub_agent_started`.
     children: HashMap<String, (RunnableKind, String)>,
-    /// The open RLM iteration of each run.
+    /// The open step of each run (an RLM iteration: [`SpanOp::Step`]).
     iteration: HashMap<String, String>,
     /// Permission decisions by tool call id.
     decisions: HashMap<String, Decision>,
@@ -224,132 +213,77 @@ impl SpanModel {
         ended
     }
 
+    /// An extension event's spans, as its own crate describes them ([`SpanOp`]).
     fn extension(&mut self, event: &AgentEvent, ext: &recursive_core::Extension, at: SystemTime) -> Vec<Span> {
         let run = event.ids.run_id.clone();
-        if let Some(e) = ext.get::<RlmEvent>() {
-            self.claim(&run, RunnableKind::Rlm);
-            return self.rlm(&run, e, at);
+        let mut ended = Vec::new();
+        for op in ext.span_ops() {
+            match op {
+                SpanOp::Claim(kind) => self.claim(&run, kind),
+                SpanOp::Open { key, name, parent, attrs } => {
+                    let key = ext_key(&run, &key);
+                    if !self.open.contains_key(&key) {
+                        let parent = match parent.map(|p| ext_key(&run, &p)) {
+                            Some(p) if self.open.contains_key(&p) => p,
+                            _ => run_key(&run),
+                        };
+                        let attrs = self.kept(attrs);
+                        self.start(&key, &run, &parent, name, at, attrs);
+                    }
+                }
+                SpanOp::Step { key, name, attrs } => {
+                    ended.extend(self.end_iteration(&run, at));
+                    let key = ext_key(&run, &key);
+                    let attrs = self.kept(attrs);
+                    self.start(&key, &run, &run_key(&run), name, at, attrs);
+                    self.iteration.insert(run.clone(), key);
+                }
+                SpanOp::EndStep => ended.extend(self.end_iteration(&run, at)),
+                SpanOp::Note { on, name, attrs } => {
+                    let key = self.target(&run, on);
+                    let attrs = self.kept(attrs);
+                    self.note(&key, &name, at, attrs);
+                }
+                SpanOp::Set { on, attrs } => {
+                    let key = self.target(&run, on);
+                    for (name, value) in self.kept(attrs) {
+                        self.set(&key, &name, value);
+                    }
+                }
+                SpanOp::End { key, error } => {
+                    let key = ext_key(&run, &key);
+                    if let Some(why) = error {
+                        self.fail(&key, clip(&why));
+                    }
+                    ended.extend(self.end(&key, at));
+                }
+            }
         }
-        if let Some(GoalRunEvent::Goal { event: what, goal_id, goal, parent_goal_id, status, data, .. }) =
-            ext.get::<GoalRunEvent>()
-        {
-            self.claim(&run, RunnableKind::Goal);
-            let key = format!("goal:{run}:{goal_id}");
-            if !self.open.contains_key(&key) {
-                let parent = match parent_goal_id {
-                    Some(p) if self.open.contains_key(&format!("goal:{run}:{p}")) => format!("goal:{run}:{p}"),
-                    _ => run_key(&run),
+        ended
+    }
+
+    /// The key of the span `on` names in `run`.
+    fn target(&self, run: &str, on: SpanOn) -> String {
+        match on {
+            SpanOn::Run => run_key(run),
+            SpanOn::Current => self.innermost(run),
+            SpanOn::Key(key) => ext_key(run, &key),
+        }
+    }
+
+    /// The attributes exported under the options: content only when asked for, texts clipped.
+    fn kept(&self, attrs: Vec<SpanAttr>) -> Vec<(String, Attr)> {
+        attrs
+            .into_iter()
+            .filter(|a| self.options.content || !a.content)
+            .map(|a| {
+                let value = match a.value {
+                    Attr::Str(text) => Attr::Str(clip(&text)),
+                    other => other,
                 };
-                let mut attrs = vec![attr("recursive.goal.id", &goal_id)];
-                if self.options.content {
-                    attrs.push(attr("recursive.goal", &clip(&goal)));
-                }
-                self.start(&key, &run, &parent, format!("goal {goal_id}"), at, attrs);
-            }
-            let mut attrs = vec![];
-            if self.options.content && !data.is_null() {
-                attrs.push(attr("recursive.data", &clip(&data.to_string())));
-            }
-            self.note(&key, what.as_str(), at, attrs);
-            if let Some(status) = status {
-                self.set(&key, "recursive.goal.status", Attr::Str(status.to_string()));
-                if !matches!(status.as_str(), "achieved" | "completed") {
-                    self.fail(&key, status.to_string());
-                }
-                return self.end(&key, at);
-            }
-            return Vec::new();
-        }
-        if let Some(e) = ext.get::<GraphEvent>() {
-            return self.graph(&run, e, at);
-        }
-        Vec::new()
-    }
-
-    fn rlm(&mut self, run: &str, event: RlmEvent, at: SystemTime) -> Vec<Span> {
-        match event {
-            RlmEvent::RlmIteration { iteration, .. } => {
-                let ended = self.end_iteration(run, at);
-                let key = format!("rlm-iteration:{run}:{iteration}");
-                let attrs = vec![int("recursive.rlm.iteration", u64::from(iteration))];
-                self.start(&key, run, &run_key(run), format!("rlm iteration {iteration}"), at, attrs);
-                self.iteration.insert(run.to_string(), key);
-                ended
-            }
-            RlmEvent::RlmSnippet { code, block, .. } => {
-                let parent = self.innermost(run);
-                let mut attrs = vec![int("recursive.rlm.block", block as u64)];
-                if self.options.content {
-                    attrs.push(attr("recursive.rlm.code", &clip(&code)));
-                }
-                self.note(&parent, "rlm.snippet", at, attrs);
-                Vec::new()
-            }
-            RlmEvent::RlmObservation { observation, error, duration_ms, .. } => {
-                let parent = self.innermost(run);
-                let mut attrs = vec![int("recursive.rlm.duration_ms", duration_ms)];
-                if let Some(e) = error {
-                    attrs.push(attr("recursive.rlm.error", &format!("{e:?}")));
-                }
-                if self.options.content {
-                    attrs.push(attr("recursive.rlm.observation", &clip(&observation)));
-                }
-                self.note(&parent, "rlm.observation", at, attrs);
-                Vec::new()
-            }
-            RlmEvent::RlmSubCall { kind, prompt_chars, ok, error, prompt_head, answer_head, .. } => {
-                let parent = self.innermost(run);
-                let mut attrs =
-                    vec![attr("recursive.rlm.sub_call", &kind), int("recursive.rlm.prompt_chars", prompt_chars as u64)];
-                attrs.push(("recursive.rlm.ok".into(), Attr::Bool(ok)));
-                if let Some(e) = error {
-                    attrs.push(attr("recursive.rlm.error", &clip(&e)));
-                }
-                if self.options.content {
-                    attrs.push(attr("gen_ai.prompt", &prompt_head));
-                    attrs.push(attr("gen_ai.completion", &answer_head.unwrap_or_default()));
-                }
-                self.note(&parent, "rlm.sub_call", at, attrs);
-                Vec::new()
-            }
-            RlmEvent::RlmFinished { outcome } => {
-                self.set(&run_key(run), "recursive.rlm.outcome", Attr::Str(outcome.as_str().to_string()));
-                self.end_iteration(run, at)
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    fn graph(&mut self, run: &str, event: GraphEvent, at: SystemTime) -> Vec<Span> {
-        match event {
-            GraphEvent::GraphStarted { graph, thread, .. } => {
-                self.claim(run, RunnableKind::Graph);
-                self.set(&run_key(run), "recursive.graph", Attr::Str(graph));
-                self.set(&run_key(run), "recursive.graph.thread", Attr::Str(thread));
-                Vec::new()
-            }
-            GraphEvent::GraphNodeStarted { node, kind } => {
-                let key = format!("graph-node:{run}:{node}");
-                let attrs = vec![attr("recursive.graph.node", &node), attr("recursive.graph.node_kind", &kind)];
-                self.start(&key, run, &run_key(run), format!("graph node {node}"), at, attrs);
-                Vec::new()
-            }
-            GraphEvent::GraphNodeFinished { node, outcome, .. } => {
-                let key = format!("graph-node:{run}:{node}");
-                self.set(&key, "recursive.graph.outcome", Attr::Str(outcome.as_str().to_string()));
-                if outcome != NodeOutcome::Ok {
-                    self.fail(&key, outcome.as_str().to_string());
-                }
-                self.end(&key, at)
-            }
-            GraphEvent::GraphSuperstep { step, nodes, .. } => {
-                let attrs =
-                    vec![int("recursive.graph.step", step), ("recursive.graph.nodes".into(), Attr::Strs(nodes))];
-                self.note(&run_key(run), "graph.superstep", at, attrs);
-                Vec::new()
-            }
-            _ => Vec::new(),
-        }
+                (a.key, value)
+            })
+            .collect()
     }
 
     fn open_run(&mut self, event: &AgentEvent, at: SystemTime) {
@@ -442,7 +376,7 @@ impl SpanModel {
         }
     }
 
-    /// The span new work of `run` belongs under: its open RLM iteration, else the run.
+    /// The span new work of `run` belongs under: its open step, else the run.
     fn innermost(&self, run: &str) -> String {
         self.iteration.get(run).cloned().unwrap_or_else(|| run_key(run))
     }
@@ -487,6 +421,11 @@ impl SpanModel {
 
 fn run_key(run: &str) -> String {
     format!("run:{run}")
+}
+
+/// The key of an extension event's span `key` in `run`.
+fn ext_key(run: &str, key: &str) -> String {
+    format!("ext:{run}:{key}")
 }
 
 /// A run's name without its depth suffix (`reader-d1` → `reader`).
@@ -543,50 +482,134 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use recursive_core::{Extension, RunIds};
-    use recursive_goal::log::GoalEventKind;
+    use recursive_core::{Extension, ExtensionEvent, RunIds};
+    use serde::{Deserialize, Serialize};
 
     const OBJECTIVE: &str = "wire 4471 dollars to account 99";
 
+    /// An engine's event as telemetry sees it: only through its span operations.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Task {
+        #[serde(rename = "task_started")]
+        Started { id: String, parent: Option<String>, objective: String },
+        #[serde(rename = "task_ended")]
+        Ended { id: String, ok: bool },
+        #[serde(rename = "task_step")]
+        Step { n: u64 },
+    }
+
+    impl ExtensionEvent for Task {
+        fn to_json(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap_or_default()
+        }
+        fn render(&self) -> Option<String> {
+            None
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn span_ops(&self) -> Vec<SpanOp> {
+            match self {
+                Task::Started { id, parent, objective } => vec![
+                    SpanOp::Claim(RunnableKind::Goal),
+                    SpanOp::Open {
+                        key: id.clone(),
+                        name: format!("task {id}"),
+                        parent: parent.clone(),
+                        attrs: vec![
+                            SpanAttr::new("task.id", id.as_str()),
+                            SpanAttr::content("task.objective", objective.as_str()),
+                        ],
+                    },
+                ],
+                Task::Ended { id, ok } => {
+                    vec![SpanOp::End { key: id.clone(), error: (!ok).then(|| "failed".to_string()) }]
+                }
+                Task::Step { n } => vec![SpanOp::Step {
+                    key: format!("step:{n}"),
+                    name: format!("step {n}"),
+                    attrs: vec![SpanAttr::new("task.step", *n)],
+                }],
+            }
+        }
+    }
+
     fn event(kind: EventKind) -> AgentEvent {
-        let ids = RunIds {
-            run_id: "r1".into(),
-            parent_run_id: None,
-            root_run_id: "r1".into(),
-            depth: 0,
-            name: "goal".into(),
-        };
+        // A child whose parent did not say what it runs: its events say it.
+        let parent_run_id = Some("r0".into());
+        let ids = RunIds { run_id: "r1".into(), parent_run_id, root_run_id: "r0".into(), depth: 1, name: "run".into() };
         AgentEvent { timestamp: chrono::Utc::now(), ids, step: 0, kind }
     }
 
-    fn goal_event(what: GoalEventKind, status: Option<recursive_goal::outcome::GoalStatus>) -> AgentEvent {
-        event(EventKind::Extension(Extension::new(GoalRunEvent::Goal {
-            event: what,
-            goal_id: "1".into(),
-            goal: OBJECTIVE.into(),
-            goal_depth: 0,
-            parent_goal_id: None,
-            status,
-            data: serde_json::Value::Null,
-        })))
+    fn task(t: Task) -> AgentEvent {
+        event(EventKind::Extension(Extension::new(t)))
     }
 
-    /// Every span of a goal pursuit, as text, under `options`.
-    fn pursuit_spans(options: Options) -> String {
+    fn started(id: &str, parent: Option<&str>) -> AgentEvent {
+        task(Task::Started { id: id.into(), parent: parent.map(Into::into), objective: OBJECTIVE.into() })
+    }
+
+    fn named<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+        spans.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no span {name}: {spans:#?}"))
+    }
+
+    /// Every span of a task run, under `options`.
+    fn task_spans(options: Options) -> Vec<Span> {
         let mut model = SpanModel::new(options);
         let mut spans = model.push(&event(EventKind::RunStarted { goal: OBJECTIVE.into() }));
-        spans.extend(model.push(&goal_event(GoalEventKind::Started, None)));
-        let done = Some(recursive_goal::outcome::GoalStatus::Completed);
-        spans.extend(model.push(&goal_event(GoalEventKind::Executed, done)));
+        spans.extend(model.push(&started("1", None)));
+        spans.extend(model.push(&started("1.1", Some("1"))));
+        spans.extend(model.push(&task(Task::Ended { id: "1.1".into(), ok: false })));
+        spans.extend(model.push(&task(Task::Ended { id: "1".into(), ok: true })));
         spans.extend(model.finish());
-        assert!(spans.iter().any(|s| s.name == "goal 1"), "{spans:#?}");
-        format!("{spans:?}")
+        spans
     }
 
     #[test]
-    fn a_goals_objective_is_exported_only_with_content_on() {
-        assert!(!pursuit_spans(Options { content: false }).contains(OBJECTIVE));
-        assert!(pursuit_spans(Options { content: true }).contains(OBJECTIVE));
+    fn an_engines_spans_are_drawn_as_its_events_describe_them() {
+        let spans = task_spans(Options { content: false });
+        let (run, outer, inner) =
+            (named(&spans, "invoke_agent run"), named(&spans, "task 1"), named(&spans, "task 1.1"));
+        assert!(run.attrs.contains(&attr("recursive.kind", "goal")), "the run claimed as a goal: {run:?}");
+        assert_eq!(outer.parent, Some(run.span_id));
+        assert_eq!(inner.parent, Some(outer.span_id), "a task under its parent task");
+        assert_eq!(inner.error.as_deref(), Some("failed"));
+        assert!(outer.error.is_none() && outer.attrs.contains(&attr("task.id", "1")));
+    }
+
+    #[test]
+    fn an_engines_content_attributes_are_exported_only_with_content_on() {
+        assert!(!format!("{:?}", task_spans(Options { content: false })).contains(OBJECTIVE));
+        assert!(format!("{:?}", task_spans(Options { content: true })).contains(OBJECTIVE));
+    }
+
+    #[test]
+    fn a_step_holds_the_runs_model_calls_until_the_next_step() {
+        let mut model = SpanModel::new(Options::default());
+        model.push(&event(EventKind::RunStarted { goal: "x".into() }));
+        model.push(&task(Task::Step { n: 1 }));
+        let result = |id: &str| EventKind::ToolResult {
+            id: id.into(),
+            name: "read_file".into(),
+            is_error: false,
+            duration_ms: 1,
+            output: String::new(),
+        };
+        let mut spans = model.push(&event(result("c1")));
+        spans.extend(model.push(&task(Task::Step { n: 2 })));
+        spans.extend(model.finish());
+        let (tool, first) = (named(&spans, "execute_tool read_file"), named(&spans, "step 1"));
+        assert_eq!(tool.parent, Some(first.span_id), "the tool call sits in step 1");
+        assert!(first.attrs.contains(&int("task.step", 1)));
+        assert_eq!(named(&spans, "step 2").parent, Some(named(&spans, "run run").span_id));
+    }
+
+    #[test]
+    fn a_recorded_event_draws_nothing_until_revived() {
+        let recorded: Extension = serde_json::from_value(Task::Step { n: 1 }.to_json()).unwrap();
+        assert!(recorded.span_ops().is_empty());
+        assert_eq!(recorded.revived::<Task>().map(|e| e.span_ops().len()), Some(1));
     }
 
     #[test]

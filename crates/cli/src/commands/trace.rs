@@ -370,12 +370,23 @@ fn write_html(args: &TraceArgs) -> anyhow::Result<u8> {
         anyhow::bail!("{} holds no run events (write them with --events)", args.path.display());
     }
     let title = format!("recursive trace — {}", args.path.display());
-    let page = recursive_telemetry::html::render(&events, &title);
+    let page = recursive_trace_view::render(&events, &title);
     match &args.output {
         Some(path) => std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?,
         None => print!("{page}"),
     }
     Ok(0)
+}
+
+/// A recorded engine event read back as its type, so it says what it means for the spans.
+fn revive(kind: &mut EventKind) {
+    if let EventKind::Extension(ext) = kind {
+        let live =
+            ext.revived::<RlmEvent>().or_else(|| ext.revived::<GoalRunEvent>()).or_else(|| ext.revived::<GraphEvent>());
+        if let Some(live) = live {
+            *ext = live;
+        }
+    }
 }
 
 /// `--otlp`: the run's spans sent to a collector; exit 1 when it did not take them all.
@@ -395,8 +406,9 @@ fn export(args: &TraceArgs, endpoint: &str) -> anyhow::Result<u8> {
         if v.get("run_id").is_none() {
             continue;
         }
-        let e: AgentEvent = serde_json::from_value(v)
+        let mut e: AgentEvent = serde_json::from_value(v)
             .with_context(|| format!("{}:{}: not a Recursive event", args.path.display(), line + 1))?;
+        revive(&mut e.kind);
         runs += usize::from(matches!(e.kind, EventKind::RunStarted { .. }));
         sink.send(&e);
     }

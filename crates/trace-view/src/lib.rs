@@ -3,7 +3,8 @@
 //! model and tool calls, RLM iterations with their code, output and sub-calls, goal decisions,
 //! graph supersteps drawn as a graph — with a search box. Every text from the run is inserted as
 //! text, never as markup. The renderer ([`SCRIPT`], [`STYLE`]) takes events one by one too: the
-//! live view of `recursive serve` draws running runs with it.
+//! live view of `recursive serve` draws running runs with it. The page reads events as JSON, so
+//! this crate knows no engine and no exporter (the server takes it without either).
 
 use serde_json::Value;
 

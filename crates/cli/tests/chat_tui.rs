@@ -454,3 +454,81 @@ fn shift_tab_cycles_the_modes_shown_in_the_status_line_and_a_chat_starts_with_it
     tmux.keys(&["C-c"]);
     tmux.wait_for("exit-status=0", 1);
 }
+
+#[test]
+fn a_sub_agents_tool_call_shows_live_in_the_tree_pane_with_its_tokens_and_cost() {
+    let env = Env::new();
+    std::fs::write(env.path("helper.toml"), "kind = \"agent\"\ndescription = \"Helps.\"\ntools = [\"run_shell\"]\n")
+        .unwrap();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("helper", json!({"input": "wait for go"})).with_usage(1000, 200),
+        until_go().with_usage(2000, 300),
+        Reply::text("helped").with_usage(100, 10),
+        Reply::text("all done"),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes --agent helper=helper.toml");
+    tmux.keys(&["C-t"]);
+    tmux.line("get help");
+    // While it works: the sub-agent, what it runs, its step, tokens, cost and time, its calls.
+    let screen = tmux.wait_for("agent helper · running run_shell", 1);
+    assert!(screen.contains("▸ chat-d0"), "{screen}");
+    assert!(screen.contains("step 1 · 2.3k tok · $0.0005"), "{screen}");
+    assert!(screen.contains("model gpt-4o-mini · 2.3k tok") && screen.contains("· run_shell({\"command\""), "{screen}");
+    std::fs::write(env.path("go"), "").unwrap();
+    tmux.wait_for("all done", 1);
+    common::wait_for("the sub-agent done", Duration::from_secs(60), || tmux.screen().contains("✓ agent helper"));
+    // A second Ctrl-T opens every call, also the root's.
+    tmux.keys(&["C-t"]);
+    let screen = tmux.wait_for("every call", 1);
+    assert!(screen.contains("helper({\"input\":\"wait for go\"})"), "{screen}");
+    assert!(screen.contains("model gpt-4o-mini · 110 tok"), "{screen}");
+}
+
+#[test]
+fn diff_shows_the_sessions_edits_and_rewind_to_the_first_prompt_takes_back_the_second_turns_edits() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "one\n").unwrap();
+    let rt = runtime();
+    let write = |path: &str, content: &str| Reply::tool_call("write_file", json!({"path": path, "content": content}));
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::text("nothing changed yet"),
+        write("a.txt", "two\n"),
+        Reply::text("second done"),
+        write("b.txt", "created\n"),
+        Reply::text("third done"),
+        Reply::text("a fresh start"),
+    ]));
+    let tmux = start_chat(&env, &server, "--yes");
+    tmux.line("first prompt");
+    tmux.wait_for("nothing changed yet", 1);
+    tmux.line("second prompt");
+    tmux.wait_for("second done", 1);
+    tmux.line("third prompt");
+    tmux.wait_for("third done", 1);
+    tmux.line("/diff");
+    let screen = tmux.wait_for("*** created b.txt", 1);
+    assert!(screen.contains("*** changed a.txt") && screen.contains("-one") && screen.contains("+two"), "{screen}");
+    assert!(screen.contains("+created"), "{screen}");
+    // Esc Esc at the empty box lists the prompts, and leaves `/rewind ` in the box.
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["Escape"]);
+    let screen = tmux.wait_for("3. third prompt", 1);
+    assert!(screen.contains("1. first prompt") && screen.contains("│/rewind"), "{screen}");
+    tmux.keys(&["-l", "2"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("rewound to before prompt 2", 1);
+    assert!(screen.contains("restored a.txt") && screen.contains("removed b.txt"), "{screen}");
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "one\n");
+    assert!(!env.path("b.txt").exists());
+    // The prompt waits in the box to be edited; the conversation on screen went back.
+    assert!(screen.contains("│second prompt") && !screen.contains("third done"), "{screen}");
+    tmux.keys(&["C-u"]);
+    tmux.line("another second prompt");
+    tmux.wait_for("a fresh start", 1);
+    let last = server.request(server.request_count() - 1);
+    last.check_pairing().unwrap();
+    assert_eq!(user_messages(&last), ["first prompt", "another second prompt"]);
+    tmux.line("/diff");
+    tmux.wait_for("no file edits in this chat yet", 1);
+}

@@ -18,7 +18,7 @@ const MAX_TOTAL_BYTES: usize = 64 * 1024 * 1024;
 
 /// A file as it was before a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Saved {
+pub enum Saved {
     /// Its content.
     Bytes(Vec<u8>),
     /// It did not exist.
@@ -30,6 +30,8 @@ enum Saved {
 /// The files one turn changed, each as it was before.
 #[derive(Debug, Default)]
 struct Checkpoint {
+    /// Its id, as [`EditJournal::begin`] returned it.
+    id: u64,
     files: Vec<(PathBuf, Saved)>,
 }
 
@@ -44,6 +46,8 @@ impl Checkpoint {
 #[derive(Debug, Default)]
 pub struct EditJournal {
     checkpoints: Mutex<Option<Vec<Checkpoint>>>,
+    /// The id of the last checkpoint begun.
+    last_id: std::sync::atomic::AtomicU64,
 }
 
 /// What an undo did.
@@ -58,15 +62,18 @@ pub struct Undone {
 }
 
 impl EditJournal {
-    /// Starts a checkpoint: changes from now on are kept in it (and recording starts).
-    pub fn begin(&self) {
+    /// Starts a checkpoint: changes from now on are kept in it (and recording starts). Returns
+    /// its id, which [`EditJournal::rewind`] takes.
+    pub fn begin(&self) -> u64 {
+        let id = self.last_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         if let Ok(mut c) = self.checkpoints.lock() {
             let list = c.get_or_insert_with(Vec::new);
             if list.len() >= MAX_CHECKPOINTS {
                 list.remove(0);
             }
-            list.push(Checkpoint::default());
+            list.push(Checkpoint { id, files: Vec::new() });
         }
+        id
     }
 
     /// Keeps `path` as it is now, before a tool changes it (once per checkpoint).
@@ -94,26 +101,77 @@ impl EditJournal {
             }
             list.pop()?
         };
-        let mut done = Undone::default();
-        for (path, saved) in checkpoint.files.into_iter().rev() {
-            let outcome = match &saved {
-                Saved::Bytes(bytes) => crate::fs::write_contents(&path, bytes).map(|()| &mut done.restored),
-                Saved::Absent => match std::fs::remove_file(&path) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    other => other.map(|()| &mut done.removed),
-                },
-                Saved::NotKept(why) => {
-                    done.failed.push((path, why.clone()));
-                    continue;
-                }
-            };
-            match outcome {
-                Ok(list) => list.push(path),
-                Err(e) => done.failed.push((path, e.to_string())),
-            }
-        }
-        Some(done)
+        Some(restore(checkpoint.files.into_iter().rev()))
     }
+
+    /// Takes back every change since checkpoint `id` began (its own and later ones), each file
+    /// given its content from before the first of them; the checkpoints go. `None` when nothing
+    /// kept since then changed a file. A file whose checkpoint was dropped (past the limits) is
+    /// not restored: [`Rewound::complete`] says whether all were kept.
+    pub fn rewind(&self, id: u64) -> Option<Rewound> {
+        let (taken, complete) = {
+            let mut c = self.checkpoints.lock().ok()?;
+            let list = c.as_mut()?;
+            let complete = list.first().is_some_and(|cp| cp.id <= id);
+            let at = list.iter().position(|cp| cp.id >= id)?;
+            (list.split_off(at), complete)
+        };
+        let earliest = earliest(taken.iter());
+        if earliest.is_empty() {
+            return None;
+        }
+        Some(Rewound { undone: restore(earliest.into_iter()), complete })
+    }
+
+    /// Every file changed since recording began (as far as the checkpoints kept reach), with its
+    /// content from before its first change, in the order first changed.
+    pub fn changes(&self) -> Vec<(PathBuf, Saved)> {
+        let Ok(c) = self.checkpoints.lock() else { return Vec::new() };
+        c.as_ref().map(|list| earliest(list.iter())).unwrap_or_default()
+    }
+}
+
+/// What a rewind did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rewound {
+    /// The files restored and removed.
+    pub undone: Undone,
+    /// Whether every checkpoint since the one rewound to was still kept.
+    pub complete: bool,
+}
+
+/// Each path of `checkpoints` (oldest first) with its content before its first change.
+fn earliest<'a>(checkpoints: impl Iterator<Item = &'a Checkpoint>) -> Vec<(PathBuf, Saved)> {
+    let mut out: Vec<(PathBuf, Saved)> = Vec::new();
+    for (path, saved) in checkpoints.flat_map(|cp| cp.files.iter()) {
+        if !out.iter().any(|(p, _)| p == path) {
+            out.push((path.clone(), saved.clone()));
+        }
+    }
+    out
+}
+
+/// Gives each file its saved content (or removes it when it did not exist).
+fn restore(files: impl Iterator<Item = (PathBuf, Saved)>) -> Undone {
+    let mut done = Undone::default();
+    for (path, saved) in files {
+        let outcome = match &saved {
+            Saved::Bytes(bytes) => crate::fs::write_contents(&path, bytes).map(|()| &mut done.restored),
+            Saved::Absent => match std::fs::remove_file(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                other => other.map(|()| &mut done.removed),
+            },
+            Saved::NotKept(why) => {
+                done.failed.push((path, why.clone()));
+                continue;
+            }
+        };
+        match outcome {
+            Ok(list) => list.push(path),
+            Err(e) => done.failed.push((path, e.to_string())),
+        }
+    }
+    done
 }
 
 /// The file at `path` as it is now.
@@ -161,5 +219,34 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "before", "the content before the turn's first change");
         assert!(!b.exists());
         assert!(journal.undo().is_none());
+    }
+
+    #[test]
+    fn rewind_takes_back_every_turn_since_and_changes_lists_the_first_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+        std::fs::write(&a, "v0").unwrap();
+        let journal = EditJournal::default();
+        let first = journal.begin();
+        journal.before_change(&a);
+        std::fs::write(&a, "v1").unwrap();
+        let second = journal.begin();
+        journal.before_change(&a);
+        std::fs::write(&a, "v2").unwrap();
+        journal.before_change(&b);
+        std::fs::write(&b, "new").unwrap();
+        let third = journal.begin();
+        assert_eq!(journal.changes(), vec![(a.clone(), Saved::Bytes(b"v0".to_vec())), (b.clone(), Saved::Absent)]);
+        assert!(journal.rewind(third).is_none(), "the third turn changed nothing");
+        let rewound = journal.rewind(second).unwrap();
+        assert!(rewound.complete);
+        assert_eq!(rewound.undone.restored, std::slice::from_ref(&a));
+        assert_eq!(rewound.undone.removed, std::slice::from_ref(&b));
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "v1");
+        assert!(!b.exists());
+        assert_eq!(journal.changes(), vec![(a.clone(), Saved::Bytes(b"v0".to_vec()))]);
+        journal.rewind(first).unwrap();
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "v0");
+        assert!(journal.changes().is_empty());
     }
 }

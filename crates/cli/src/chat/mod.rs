@@ -25,11 +25,14 @@ pub const HELP: &str = "\
 /cost            tokens and cost of this session
 /compact         summarise the conversation so far to free context
 /undo            take back the file edits (write_file, apply_patch) of the last turn
+/rewind [N]      list this chat's prompts, or go back to before prompt N: the conversation
+                 and the file edits since (Esc Esc at an empty box lists them too)
+/diff            the file edits of this chat so far, as a unified diff per file
 /session         this session's id and how to resume it
 /rename TITLE    name this session (shown by `recursive sessions` and `chat --resume`)
 /mode [NAME]     switch how much is asked: ask, accept-edits, plan, auto (Shift-Tab cycles them)
 /approve         carry out the plan a plan-mode turn proposed (the mode goes back to ask)
-/tree            show or hide the run tree (terminal UI)
+/tree            the run tree pane: shown, every call, hidden (as Ctrl-T; terminal UI)
 /exit            leave (the session is saved)
 @path            in a message: attach that workspace file";
 
@@ -52,6 +55,10 @@ pub enum Input {
     Undo,
     /// `/tree`.
     Tree,
+    /// `/rewind` with or without the number of a prompt.
+    Rewind(Option<String>),
+    /// `/diff`.
+    Diff,
     /// `/rename` with the new title (empty: none given).
     Rename(String),
     /// `/mode` with or without a name.
@@ -84,6 +91,8 @@ pub fn parse(text: &str) -> Option<Input> {
         "compact" => Input::Compact,
         "undo" => Input::Undo,
         "tree" => Input::Tree,
+        "rewind" => Input::Rewind((!rest.is_empty()).then(|| rest.to_string())),
+        "diff" => Input::Diff,
         "rename" => Input::Rename(rest.to_string()),
         "mode" => Input::Mode((!rest.is_empty()).then(|| rest.to_string())),
         "approve" => Input::Approve,
@@ -91,6 +100,10 @@ pub fn parse(text: &str) -> Option<Input> {
         other => Input::Unknown(other.to_string()),
     })
 }
+
+/// `/diff` when no file was edited.
+pub const NO_CHANGES: &str =
+    "no file edits in this chat yet (write_file, apply_patch; changes made by shell commands are not tracked)";
 
 /// Said when a plan-mode turn ends with its plan.
 pub const PLAN_READY: &str = "plan ready: /approve carries it out (the mode goes back to ask); or say what to change";
@@ -136,6 +149,24 @@ pub struct Chat {
     pub first: Option<String>,
     starting: Option<JoinHandle<recursive_tools::McpTools>>,
     started: Option<recursive_tools::McpTools>,
+    /// The turns of this process, oldest first, for `/rewind`.
+    marks: Vec<TurnMark>,
+}
+
+/// Where a turn began: its prompt, the conversation before it and the edit journal's
+/// checkpoint of its file changes.
+struct TurnMark {
+    prompt: String,
+    history: Vec<Message>,
+    checkpoint: u64,
+}
+
+/// What `/rewind N` did.
+pub struct Rewind {
+    /// What was undone, for the person.
+    pub summary: String,
+    /// The prompt rewound to, to edit and send again.
+    pub prompt: String,
 }
 
 /// A turn ready to run: its agent, the conversation it continues and the message.
@@ -214,6 +245,7 @@ impl Chat {
             first: None,
             starting: Some(starting),
             started: None,
+            marks: Vec::new(),
         })
     }
 
@@ -249,7 +281,8 @@ impl Chat {
         if self.session.meta.title.is_empty() {
             self.session.retitle(text)?;
         }
-        self.harness.setup.workspace.journal().begin();
+        let checkpoint = self.harness.setup.workspace.journal().begin();
+        self.marks.push(TurnMark { prompt: text.to_string(), history: self.history.clone(), checkpoint });
         // A turn a kill cut off before this process left its spend in the session's journal:
         // opening the next turn's restores it into the session's totals.
         let name = format!("session-{}", self.session.meta.id);
@@ -408,6 +441,73 @@ impl Chat {
         lines.join("\n")
     }
 
+    /// `/rewind` without a number: this chat's prompts, numbered.
+    pub fn rewind_list(&self) -> String {
+        if self.marks.is_empty() {
+            return "nothing to rewind to: no prompt was sent in this chat yet".into();
+        }
+        let mut text = String::from("prompts of this chat (/rewind N goes back to before prompt N, files too):");
+        for (i, mark) in self.marks.iter().enumerate() {
+            text.push_str(&format!("\n  {}. {}", i + 1, recursive_core::text::one_line(mark.prompt.trim(), 80)));
+        }
+        text
+    }
+
+    /// `/rewind N`: the conversation as it was before prompt `n` (1-based) and the file edits
+    /// made since taken back; the session continues from there.
+    pub fn rewind(&mut self, n: &str) -> Result<Rewind, String> {
+        let count = self.marks.len();
+        let index = match n.trim().parse::<usize>() {
+            Ok(i) if (1..=count).contains(&i) => i - 1,
+            _ if count == 0 => return Err("nothing to rewind to: no prompt was sent in this chat yet".into()),
+            _ => return Err(format!("/rewind takes a prompt's number, 1 to {count}; /rewind lists them")),
+        };
+        let ws = &self.harness.setup.workspace;
+        let mut lines = Vec::new();
+        let mut marks = self.marks.split_off(index);
+        let mark = marks.remove(0);
+        match ws.journal().rewind(mark.checkpoint) {
+            None => lines.push("no file edits to take back".to_string()),
+            Some(rewound) => {
+                let undone = &rewound.undone;
+                lines.extend(undone.restored.iter().map(|p| format!("restored {}", ws.display_relative(p))));
+                lines.extend(
+                    undone.removed.iter().map(|p| format!("removed {} (created since)", ws.display_relative(p))),
+                );
+                lines.extend(
+                    undone.failed.iter().map(|(p, why)| format!("could not restore {}: {why}", ws.display_relative(p))),
+                );
+                if !rewound.complete {
+                    lines.push("some older edits were no longer kept and stay as they are".into());
+                }
+            }
+        }
+        lines.push("changes made by shell commands are not undone".into());
+        let dropped = self.history.len().saturating_sub(mark.history.len());
+        self.history = mark.history;
+        if let Err(e) = self.session.save_compacted(&self.history) {
+            lines.push(format!("warning: the session could not be updated: {e:#}"));
+        }
+        let summary = format!(
+            "rewound to before prompt {} ({} later message(s) dropped):\n{}",
+            index + 1,
+            dropped,
+            lines.join("\n")
+        );
+        Ok(Rewind { summary, prompt: mark.prompt })
+    }
+
+    /// `/diff`: the file edits of this chat so far, a unified diff per file (empty: none).
+    pub fn diff(&self) -> String {
+        let ws = &self.harness.setup.workspace;
+        let mut out = String::new();
+        for (path, before) in ws.journal().changes() {
+            let name = ws.display_relative(&path);
+            out.push_str(&file_diff(&name, &before, &path));
+        }
+        out
+    }
+
     /// Estimated tokens of the next request (conversation, system prompt, tool specs) and the
     /// model's window when known.
     pub fn context_use(&self) -> (usize, Option<usize>) {
@@ -433,6 +533,44 @@ impl Chat {
             mcp.shutdown().await;
         }
     }
+}
+
+/// Most bytes of a file compared by `/diff`.
+const MAX_DIFF_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The unified diff of the file at `path` (shown as `name`) from `before` to now.
+fn file_diff(name: &str, before: &recursive_tools::journal::Saved, path: &std::path::Path) -> String {
+    use recursive_tools::journal::Saved;
+    let now = match std::fs::metadata(path) {
+        Err(_) => None,
+        Ok(m) if !m.is_file() || m.len() > MAX_DIFF_BYTES => {
+            return format!("*** {name}: changed (not a regular file, or too large to compare)\n");
+        }
+        Ok(_) => match std::fs::read(path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => return format!("*** {name}: changed (it cannot be read: {e})\n"),
+        },
+    };
+    let old = match before {
+        Saved::Bytes(bytes) => Some(bytes.as_slice()),
+        Saved::Absent => None,
+        Saved::NotKept(why) => return format!("*** {name}: changed (its earlier content was not kept: {why})\n"),
+    };
+    if old == now.as_deref() {
+        return String::new();
+    }
+    let (Ok(old_text), Ok(new_text)) =
+        (std::str::from_utf8(old.unwrap_or_default()), std::str::from_utf8(now.as_deref().unwrap_or_default()))
+    else {
+        return format!("*** {name}: changed (binary)\n");
+    };
+    let header = match (old, &now) {
+        (None, _) => format!("*** created {name}\n"),
+        (_, None) => format!("*** deleted {name}\n"),
+        _ => format!("*** changed {name}\n"),
+    };
+    let diff = similar::TextDiff::from_lines(old_text, new_text);
+    header + &diff.unified_diff().context_radius(3).header(&format!("a/{name}"), &format!("b/{name}")).to_string()
 }
 
 /// What a turn added to the chat's usage.
@@ -534,6 +672,9 @@ mod tests {
         assert_eq!(parse("/model"), Some(Input::Model(None)));
         assert_eq!(parse("/undo"), Some(Input::Undo));
         assert_eq!(parse("/what"), Some(Input::Unknown("what".into())));
+        assert_eq!(parse("/rewind"), Some(Input::Rewind(None)));
+        assert_eq!(parse("/rewind 2"), Some(Input::Rewind(Some("2".into()))));
+        assert_eq!(parse("/diff"), Some(Input::Diff));
         assert_eq!(
             parse("/etc/passwd is a path\nsecond line"),
             Some(Input::Message("/etc/passwd is a path\nsecond line".into()))
@@ -552,6 +693,22 @@ mod tests {
         assert!(notes[1].starts_with("could not attach @missing.txt"), "{notes:?}");
         let (_, notes) = attach_mentions(&ws, "see @../../etc/passwd");
         assert!(notes[0].starts_with("could not attach"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_file_diff_shows_the_change_from_its_first_content() {
+        use recursive_tools::journal::Saved;
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        std::fs::write(&a, "one\nTWO\n").unwrap();
+        let diff = file_diff("a.txt", &Saved::Bytes(b"one\ntwo\n".to_vec()), &a);
+        assert!(diff.starts_with("*** changed a.txt\n--- a/a.txt\n+++ b/a.txt\n"), "{diff}");
+        assert!(diff.contains("-two\n+TWO\n"), "{diff}");
+        assert!(file_diff("a.txt", &Saved::Bytes(b"one\nTWO\n".to_vec()), &a).is_empty());
+        assert!(file_diff("a.txt", &Saved::Absent, &a).starts_with("*** created a.txt"));
+        assert!(
+            file_diff("b.txt", &Saved::Bytes(b"x\n".to_vec()), &dir.path().join("b.txt")).starts_with("*** deleted")
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! a terminal when one is there), and Ctrl-C ends the chat with 8.
 
 use super::tui::settle;
-use super::{Chat, HELP, Input, parse};
+use super::{Chat, HELP, Input, NO_CHANGES, parse};
 use crate::commands::chat::TurnSettings;
 
 /// Reads prompt lines on a thread of its own, one line per request, so a blocked read neither
@@ -101,6 +101,22 @@ pub async fn run(mut chat: Chat, settings: TurnSettings) -> anyhow::Result<u8> {
             },
             Some(Input::Rename(title)) => {
                 eprintln!("{}", chat.rename(&title));
+                continue;
+            }
+            Some(Input::Rewind(None)) => {
+                eprintln!("{}", chat.rewind_list());
+                continue;
+            }
+            Some(Input::Rewind(Some(n))) => {
+                match chat.rewind(&n) {
+                    Ok(rewound) => eprintln!("{}\nthe prompt was: {}", rewound.summary, rewound.prompt),
+                    Err(why) => eprintln!("{why}"),
+                }
+                continue;
+            }
+            Some(Input::Diff) => {
+                let diff = chat.diff();
+                eprintln!("{}", if diff.is_empty() { NO_CHANGES } else { diff.trim_end() });
                 continue;
             }
             Some(Input::Tree) => {

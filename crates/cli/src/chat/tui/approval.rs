@@ -76,7 +76,7 @@ pub fn describe(call: &ToolCall, root: &Path) -> Vec<Line<'static>> {
 }
 
 /// A line of a patch or unified diff, coloured by its kind.
-fn patch_line(line: &str) -> Line<'static> {
+pub(super) fn patch_line(line: &str) -> Line<'static> {
     let style = if line.starts_with("***") || line.starts_with("---") || line.starts_with("+++") {
         Style::new().add_modifier(Modifier::BOLD)
     } else if line.starts_with('+') {

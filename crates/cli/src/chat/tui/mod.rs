@@ -9,11 +9,12 @@
 //! [`queue`]); Ctrl-S steers: the box's text, or the queued messages, join the running turn
 //! before its next model call; ↑ on an empty box takes the last queued message back to edit;
 //! Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
-//! running turn (the chat goes on); Ctrl-C clears the input, and at an empty prompt a second
+//! running turn (the chat goes on), and Esc Esc at an empty box lists the prompts to `/rewind` to; Ctrl-C clears the input, and at an empty prompt a second
 //! Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown scroll; Ctrl-O unfolds tool results; Ctrl-T
-//! shows the run tree. While a tool approval is shown, typing still goes to the message box: a
-//! letter answers only after a pause in typing, "always" is `a` then Enter, and Tab/Shift-Tab
-//! with Enter pick a choice ([`question`]). The UI owns the terminal in one task; the turn runs
+//! shows the run tree (each run's step, doing, tokens, cost, time and latest calls), again opens
+//! every call of every run, a third time hides it ([`tree`]). While a tool approval is shown,
+//! typing still goes to the message box: a letter answers only after a pause in typing,
+//! "always" is `a` then Enter, and Tab/Shift-Tab with Enter pick a choice ([`question`]). The UI owns the terminal in one task; the turn runs
 //! in another.
 
 pub mod approval;
@@ -72,8 +73,31 @@ pub enum Entry {
     },
     /// A note from the chat itself.
     Note(String),
+    /// A unified diff (`/diff`).
+    Diff(String),
     /// Something that went wrong.
     Error(String),
+}
+
+/// How the run tree pane is shown; Ctrl-T goes to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeView {
+    /// Not shown.
+    Hidden,
+    /// Each run with its state, and the latest calls of the runs under the root.
+    Shown,
+    /// Every model and tool call of every run.
+    Open,
+}
+
+impl TreeView {
+    fn next(self) -> Self {
+        match self {
+            TreeView::Hidden => TreeView::Shown,
+            TreeView::Shown => TreeView::Open,
+            TreeView::Open => TreeView::Hidden,
+        }
+    }
 }
 
 /// What the input box is for right now.
@@ -110,7 +134,9 @@ pub struct App {
     streamed: String,
     interrupted: bool,
     tree: RunTree,
-    show_tree: bool,
+    /// The run tree pane: hidden, shown (latest calls of the runs under the root), or open
+    /// (every call of every run).
+    tree_view: TreeView,
     unfold: bool,
     /// Lines scrolled up from the bottom.
     scroll: u16,
@@ -123,6 +149,11 @@ pub struct App {
     code: u8,
     /// `/exit` was given.
     quit: bool,
+    /// Where each prompt of this process is in `entries`, for `/rewind`.
+    prompts: Vec<usize>,
+    /// When Esc was last pressed at an empty box with no turn running (twice lists the prompts
+    /// to rewind to).
+    escaped: Option<Instant>,
 }
 
 impl App {
@@ -156,7 +187,7 @@ impl App {
             streamed: String::new(),
             interrupted: false,
             tree: RunTree::default(),
-            show_tree: false,
+            tree_view: TreeView::Hidden,
             unfold: false,
             scroll: 0,
             leaving: false,
@@ -165,6 +196,8 @@ impl App {
             spinner: 0,
             code: 0,
             quit: false,
+            prompts: Vec::new(),
+            escaped: None,
         }
     }
 
@@ -548,11 +581,40 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
         Input::Help => app.note(HELP),
         Input::Cost => app.note(chat.cost_line()),
         Input::Session => app.note(chat.session_line()),
-        Input::Tree => app.show_tree = !app.show_tree,
+        Input::Tree => app.tree_view = app.tree_view.next(),
         Input::Rename(title) => app.note(chat.rename(&title)),
         Input::Undo => {
             let text = chat.undo();
             app.note(text);
+        }
+        Input::Rewind(None) => {
+            app.note(chat.rewind_list());
+            if !app.prompts.is_empty() && app.editor.is_empty() {
+                app.editor.set("/rewind ");
+            }
+        }
+        Input::Rewind(Some(n)) => match chat.rewind(&n) {
+            Ok(rewound) => {
+                // The conversation on screen goes back too; the prompt waits in the box.
+                let index = n.trim().parse::<usize>().unwrap_or(1).saturating_sub(1);
+                if let Some(&at) = app.prompts.get(index) {
+                    app.entries.truncate(at);
+                    app.prompts.truncate(index);
+                }
+                app.note(rewound.summary);
+                app.editor.set(&rewound.prompt);
+                app.context = chat.context_use();
+            }
+            Err(why) => app.note(why),
+        },
+        Input::Diff => {
+            let diff = chat.diff();
+            if diff.is_empty() {
+                app.note(crate::chat::NO_CHANGES);
+            } else {
+                app.entries.push(Entry::Diff(diff));
+                app.scroll = 0;
+            }
         }
         Input::Compact => {
             app.note("compacting…");
@@ -580,6 +642,7 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
 
 /// Starts a turn with `message`.
 async fn start_turn(app: &mut App, chat: &mut Chat, message: String) -> anyhow::Result<Option<JoinHandle<TurnEnd>>> {
+    app.prompts.push(app.entries.len());
     app.entries.push(Entry::User(message.clone()));
     app.scroll = 0;
     let (mut turn, notes) = chat.prepare(&message).await?;
@@ -657,6 +720,16 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
     if key.code != KeyCode::Char('c') || !ctrl {
         app.leaving = false;
     }
+    let escaped = app.escaped.take();
+    if key.code == KeyCode::Esc && app.working.is_none() && app.editor.is_empty() && !ctrl && !alt {
+        // Esc Esc at an empty box: the prompts to rewind to.
+        let now = Instant::now();
+        if escaped.is_some_and(|at| now.duration_since(at) < DOUBLE_ESC) {
+            return Action::Send("/rewind".into());
+        }
+        app.escaped = Some(now);
+        return Action::Nothing;
+    }
     match key.code {
         KeyCode::Char('c') if ctrl => {
             if app.working.is_some() {
@@ -689,7 +762,7 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
         KeyCode::Char('s') if ctrl => return steer_key(app),
         KeyCode::BackTab => return Action::Send("/mode".into()),
         KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
-        KeyCode::Char('t') if ctrl => app.show_tree = !app.show_tree,
+        KeyCode::Char('t') if ctrl => app.tree_view = app.tree_view.next(),
         KeyCode::Char('a') if ctrl => app.editor.home(),
         KeyCode::Char('e') if ctrl => app.editor.end(),
         KeyCode::Char('u') if ctrl => app.editor.kill_to_start(),
@@ -715,6 +788,9 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
     }
     Action::Nothing
 }
+
+/// Most time between the two presses of Esc Esc.
+const DOUBLE_ESC: Duration = Duration::from_millis(800);
 
 /// Enter on the message box: at an empty box the next queued text is sent; during a turn a
 /// message (or a command that changes the conversation) is queued, other commands run now.

@@ -1,6 +1,6 @@
 //! Type-ahead: what the person sent while a turn was running, in order. Messages wait here and
 //! are sent one turn each when the running turn ends; commands that touch the conversation
-//! (`/compact`, `/undo`) wait here too and run then. `↑` on an empty box takes the last one
+//! (`/compact`, `/undo`, `/rewind N`) wait here too and run then. `↑` on an empty box takes the last one
 //! back to edit (clearing it removes it); the steering key takes the waiting messages out to
 //! deliver them into the running turn instead.
 //!
@@ -66,7 +66,7 @@ impl Queue {
 /// Whether `input`, sent while a turn runs, waits for the turn to end: messages do, and the
 /// commands that change the conversation the turn is using; the others run at once.
 pub fn waits_for_the_turn(input: &Input) -> bool {
-    matches!(input, Input::Message(_) | Input::Compact | Input::Undo | Input::Approve)
+    matches!(input, Input::Message(_) | Input::Compact | Input::Undo | Input::Approve | Input::Rewind(Some(_)))
 }
 
 #[cfg(test)]

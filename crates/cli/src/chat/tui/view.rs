@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use super::question::Choice;
-use super::{App, Entry, Mode, markdown};
+use super::{App, Entry, Mode, TreeView, markdown};
 use crate::chat::Chat;
 
 /// The spinner's frames.
@@ -53,12 +53,17 @@ pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     ])
     .areas(f.area());
     f.render_widget(Paragraph::new(waiting), queued);
-    if app.show_tree {
+    if app.tree_view != TreeView::Hidden {
         let [conversation, tree] =
             Layout::horizontal([Constraint::Percentage(68), Constraint::Percentage(32)]).areas(main);
         draw_conversation(f, app, conversation);
-        let block = Block::default().borders(Borders::LEFT).title(format!(" run tree ({}) ", app.tree.len()));
-        f.render_widget(Paragraph::new(app.tree.lines()).block(block), tree);
+        let open = app.tree_view == TreeView::Open;
+        let title = format!(" run tree ({}){} ", app.tree.len(), if open { " · every call" } else { "" });
+        let block = Block::default().borders(Borders::LEFT).title(title);
+        let lines = app.tree.lines(std::time::Instant::now(), open);
+        // The end of a long tree (the runs at work) stays in sight.
+        let top = (lines.len() as u16).saturating_sub(tree.height);
+        f.render_widget(Paragraph::new(lines).block(block).scroll((top, 0)), tree);
     } else {
         draw_conversation(f, app, main);
     }
@@ -101,6 +106,7 @@ fn entry_lines(entry: &Entry, unfold: bool, keys: Keys, out: &mut Vec<Line<'stat
             styled_lines(text, "› ", Style::new().fg(Color::Blue).add_modifier(Modifier::BOLD), out);
         }
         Entry::Answer(text) => out.extend(markdown::render(text)),
+        Entry::Diff(text) => out.extend(text.lines().map(|l| super::approval::patch_line(&expand_tabs(l)))),
         Entry::Reasoning(text) => styled_lines(text, "thinking: ", dim.add_modifier(Modifier::ITALIC), out),
         Entry::Tool { title, result, .. } => {
             let (mark, style) = match result {

@@ -154,6 +154,18 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert_eq!(seen["changed"]["copy_values"]["draft"], "PUBLISHED: A draft about tides.");
     assert_eq!(seen["changed"]["deleted"], true);
 
+    // A thread made without its graph is bound by its first run; messages and events modes.
+    let more = &seen["more"];
+    assert_eq!(more["bound_graph"], "approval");
+    assert_eq!(more["draft"], "A draft about moss.");
+    assert_eq!(more["message_events"], json!(["messages/metadata", "messages/partial", "messages/complete"]));
+    assert_eq!(more["complete"], json!(["A draft about moss."]));
+    let events: Vec<&str> = more["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    for wanted in ["on_run_started", "on_graph_node_started", "on_graph_checkpoint", "on_run_finished"] {
+        assert!(events.contains(&wanted), "{wanted} in {events:?}");
+    }
+    assert_eq!(more["earlier_next"], json!(["write"]));
+
     // The agent, stateless, on a conversation; no thread of its own.
     let answered = json!([["human", "Say hello"], ["ai", "Hello from the agent."]]);
     assert_eq!(seen["agent"]["waited"], answered);
@@ -185,6 +197,6 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
 
     // One model call per node that ran: six drafts and one publication.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
-    assert_eq!(asked.iter().filter(|a| a.starts_with("Write about")).count(), 6, "{asked:?}");
+    assert_eq!(asked.iter().filter(|a| a.starts_with("Write about")).count(), 7, "{asked:?}");
     assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
 }

@@ -190,6 +190,29 @@ if refused is not None:
     seen["refusals"] = refused
 
 
+def more_modes_and_binding():
+    """A thread created without its graph, bound by its first run; the `messages` and `events` modes;
+    the state at a checkpoint."""
+    bare = client.threads.create(metadata={"user": "cy"})["thread_id"]
+    streamed = parts(client.runs.stream(bare, "approval", input={"topic": "moss"}, stream_mode=["messages", "events"]))
+    state = client.threads.get_state(bare)
+    first = client.threads.get_history(bare)[-1]["checkpoint"]["checkpoint_id"]
+    earlier = client.threads.get_state(bare, checkpoint_id=first)
+    return {
+        "bound_graph": client.threads.get(bare)["metadata"].get("graph_id"),
+        "draft": state["values"]["draft"],
+        "message_events": [e for e, _ in streamed if e.startswith("messages")],
+        "complete": [d[0]["content"] for e, d in streamed if e == "messages/complete"],
+        "events": sorted({d["event"] for e, d in streamed if e == "events"}),
+        "earlier_next": earlier["next"],
+    }
+
+
+more = call("threads.create without graph + messages/events modes + state at checkpoint", more_modes_and_binding)
+if more is not None:
+    seen["more"] = more
+
+
 def agent_runs():
     """The served agent as an assistant: stateless, on a conversation."""
     waited = client.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "Say hello"}]})

@@ -66,13 +66,16 @@ pub(crate) fn router(server: &Arc<Server>) -> axum::Router<Arc<Server>> {
         store: store::Items::default(),
     });
     axum::Router::new()
+        .route("/info", get(info))
         .route("/assistants/search", post(search_assistants))
         .route("/assistants/count", post(count_assistants))
         .route("/assistants/{id}", get(get_assistant))
         .route("/threads", post(create_thread))
         .route("/threads/search", post(search_threads))
         .route("/threads/{id}", get(get_thread).patch(patch_thread).delete(delete_thread))
-        .route("/threads/{id}/state", get(thread_state))
+        .route("/threads/{id}/state", get(thread_state).post(update_state))
+        .route("/threads/{id}/state/checkpoint", post(state_at_posted))
+        .route("/threads/{id}/state/{checkpoint}", get(state_at))
         .route("/threads/{id}/history", post(thread_history).get(thread_history_get))
         .route("/threads/{id}/copy", post(copy_thread))
         .route("/threads/{id}/runs", post(runs::create_on_thread).get(runs::list))
@@ -595,6 +598,43 @@ async fn thread_state(State(api): Shared, Path(id): Path<String>) -> Response {
         },
         Err(refused) => refused.into_response(),
     }
+}
+
+/// The state at one checkpoint of the thread.
+async fn state_at(State(api): Shared, Path((id, checkpoint)): Path<(String, String)>) -> Response {
+    match states(&api, &id).await {
+        Ok(states) => match states.into_iter().find(|s| s["checkpoint"]["checkpoint_id"] == json!(checkpoint)) {
+            Some(state) => Json(state).into_response(),
+            None => not_found(&format!("thread `{id}` has no checkpoint `{checkpoint}`")).into_response(),
+        },
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn state_at_posted(State(api): Shared, Path(id): Path<String>, Optional(body): Optional) -> Response {
+    let checkpoint = body.get("checkpoint").and_then(|c| c.get("checkpoint_id")).and_then(Value::as_str);
+    match checkpoint {
+        Some(checkpoint) => state_at(State(api), Path((id, checkpoint.to_string()))).await,
+        None => thread_state(State(api), Path(id)).await,
+    }
+}
+
+/// Writing a thread's state as a node would is not served: a fork sets channels instead.
+async fn update_state(Path(id): Path<String>) -> Response {
+    let message = format!(
+        "updating a thread's state in place is not supported: copy the thread, or fork it with new values at \
+         POST /v1/threads/{id}/fork {{\"set\": {{...}}}}"
+    );
+    bad_request(&message).into_response()
+}
+
+/// What the server is (LangGraph's clients and UIs check it is there).
+async fn info() -> Json<Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "server": "recursive",
+        "flags": {"assistants": true, "crons": false, "langsmith": false, "store": true},
+    }))
 }
 
 #[derive(Debug, Default, Deserialize)]

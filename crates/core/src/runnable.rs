@@ -106,6 +106,23 @@ impl RunInput {
         Self { text: text.into(), ..Default::default() }
     }
 
+    /// The input as one message for a model: the text, then each named value on a line of its
+    /// own (`name: value`; strings as they are, anything else as JSON), so a caller's further
+    /// arguments reach an agent instead of being dropped.
+    pub fn message(&self) -> String {
+        let mut message = self.text.clone();
+        for (name, value) in &self.data {
+            if !message.is_empty() {
+                message.push('\n');
+            }
+            match value {
+                Value::String(s) => message.push_str(&format!("{name}: {s}")),
+                other => message.push_str(&format!("{name}: {other}")),
+            }
+        }
+        message
+    }
+
     /// Adds a named value.
     pub fn with(mut self, name: impl Into<String>, value: Value) -> Self {
         self.data.insert(name.into(), value);
@@ -451,6 +468,14 @@ impl Tool for RunnableTool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_inputs_further_arguments_are_part_of_its_message() {
+        let input = RunInput::text("greet them").with("message", json!("hello")).with("times", json!(2));
+        assert_eq!(input.message(), "greet them\nmessage: hello\ntimes: 2");
+        assert_eq!(RunInput::text("just this").message(), "just this");
+        assert_eq!(RunInput::default().with("message", json!("hi")).message(), "message: hi");
+    }
+
     use super::*;
 
     struct Echo;

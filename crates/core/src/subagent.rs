@@ -66,7 +66,8 @@ impl Runnable for Agent {
     }
 
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
-        agent_outcome(self.continue_with(input.history, &input.text, &input.asks, scope).await)
+        let message = input.message();
+        agent_outcome(self.continue_with(input.history, &message, &input.asks, scope).await)
     }
 }
 

@@ -133,6 +133,13 @@ async fn start(
         return start_runnable(api, thread, &name, body);
     }
     let asked = read(api, body)?;
+    // A stateless run's stream is its only reader; a thread's run leaves its work in the thread.
+    let cancel_on_disconnect = match body.get("on_disconnect").and_then(Value::as_str) {
+        Some("cancel") => true,
+        Some("continue") => false,
+        Some(other) => return Err(bad_request(&format!("`on_disconnect` is `cancel` or `continue`, not `{other}`"))),
+        None => thread.is_none(),
+    };
     let view = match thread {
         Some(id) => api.bind_thread(id, &asked.graph).await?,
         None => api.stateless_thread(&asked.graph, body.get("on_completion") == Some(&json!("keep"))).await?,
@@ -147,13 +154,6 @@ async fn start(
     let (job_thread, request) = (host_thread.clone(), asked.request);
     let job = move |scope| async move { host.run(&job_thread, request, scope).await };
     let record = api.server.start_job(RunKind::Graph, title, job).map_err(|_| Refused::from(crate::server::busy()))?;
-    // A stateless run's stream is its only reader; a thread's run leaves its work in the thread.
-    let cancel_on_disconnect = match body.get("on_disconnect").and_then(Value::as_str) {
-        Some("cancel") => true,
-        Some("continue") => false,
-        Some(other) => return Err(bad_request(&format!("`on_disconnect` is `cancel` or `continue`, not `{other}`"))),
-        None => thread.is_none(),
-    };
     let meta = RunMeta {
         cancel_on_disconnect,
         messages: None,
@@ -206,12 +206,13 @@ fn start_runnable(
         return Err(bad_request(&format!("the assistant `{name}` does not interrupt: there is nothing to resume")));
     }
     let modes = modes(body)?;
+    let metadata = field(body, "metadata")?.unwrap_or_default();
     let (record, messages) = super::agents::start(api, name, body.get("input").cloned())?;
     let meta = RunMeta {
         thread: String::new(),
         host_thread: String::new(),
         assistant: name.to_string(),
-        metadata: field(body, "metadata")?.unwrap_or_default(),
+        metadata,
         modes,
         cancel_on_disconnect: body.get("on_disconnect").and_then(Value::as_str) != Some("continue"),
         messages: Some(messages),

@@ -11,10 +11,9 @@ use common::{Env, Served};
 use recursive_testkit::{ModelServer, Reply};
 use serde_json::{Value, json};
 
-#[test]
-fn the_official_mcp_sdk_answers_a_runs_permission_ask_by_elicitation() {
-    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
-    let rt = tokio::runtime::Runtime::new().unwrap();
+/// A model that has the `saver` agent write `first.txt` or `second.txt` as it is told, and a
+/// workspace with the agent's file.
+fn saver(rt: &tokio::runtime::Runtime) -> (ModelServer, Env, std::path::PathBuf) {
     let model = rt.block_on(ModelServer::start());
     model.respond_with(|request| {
         let last = request.body["messages"].as_array()?.last()?.clone();
@@ -28,6 +27,14 @@ fn the_official_mcp_sdk_answers_a_runs_permission_ask_by_elicitation() {
     let env = Env::new();
     let saver = env.path("saver.toml");
     std::fs::write(&saver, "description = \"Saves what it is given.\"\ntools = [\"write_file\"]\n").unwrap();
+    (model, env, saver)
+}
+
+#[test]
+fn the_official_mcp_sdk_answers_a_runs_permission_ask_by_elicitation() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (model, env, saver) = saver(&rt);
     let mut cmd = env.cmd();
     cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--client-asks", "20"])
         .args(["--provider", "openai", "--base-url", &model.openai_url(), "--model", "gpt-4o-mini"])
@@ -72,19 +79,7 @@ fn the_official_mcp_sdk_answers_a_runs_permission_ask_by_elicitation() {
 fn over_stdio_recursive_mcp_client_asks_puts_a_runs_permission_ask_to_the_client() {
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let model = rt.block_on(ModelServer::start());
-    model.respond_with(|request| {
-        let last = request.body["messages"].as_array()?.last()?.clone();
-        if last["role"] == "tool" {
-            return Some(Reply::text(format!("done: {}", last["content"].as_str().unwrap_or_default())));
-        }
-        let text = request.body.to_string();
-        let file = ["first", "second"].into_iter().find(|f| text.contains(&format!("save the {f}")))?;
-        Some(Reply::tool_call("write_file", json!({"path": format!("{file}.txt"), "content": file})))
-    });
-    let env = Env::new();
-    let saver = env.path("saver.toml");
-    std::fs::write(&saver, "description = \"Saves what it is given.\"\ntools = [\"write_file\"]\n").unwrap();
+    let (model, env, saver) = saver(&rt);
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/mcp_stdio_elicit.py");
     let agent = format!("saver={}", saver.display());
     let out = std::process::Command::new(python)

@@ -38,6 +38,9 @@ fn model(rt: &tokio::runtime::Runtime) -> ModelServer {
     let model = rt.block_on(ModelServer::start());
     model.respond_with(|request| {
         let asked = request.last_user_text().unwrap_or_default();
+        if asked == "Write about slowness." {
+            return Some(Reply::text("too late").after(std::time::Duration::from_secs(20)));
+        }
         if let Some(topic) = asked.strip_prefix("Write about ") {
             return Some(Reply::text(format!("A draft about {}", topic)));
         }
@@ -166,6 +169,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     }
     assert_eq!(more["earlier_next"], json!(["write"]));
 
+    // A run cancelled while its model is slow: the thread is busy, then idle; the run interrupted.
+    assert_eq!(seen["cancelled"], json!({"busy": "busy", "status": "interrupted", "after": "idle"}));
+
     // The agent, stateless, on a conversation; no thread of its own.
     let answered = json!([["human", "Say hello"], ["ai", "Hello from the agent."]]);
     assert_eq!(seen["agent"]["waited"], answered);
@@ -195,8 +201,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
             "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
     );
 
-    // One model call per node that ran: six drafts and one publication.
+    // One model call per node that ran (the cancelled one aside): seven drafts and one publication.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
-    assert_eq!(asked.iter().filter(|a| a.starts_with("Write about")).count(), 7, "{asked:?}");
+    let drafts = asked.iter().filter(|a| a.starts_with("Write about") && !a.contains("slowness")).count();
+    assert_eq!(drafts, 7, "{asked:?}");
     assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
 }

@@ -213,6 +213,21 @@ if more is not None:
     seen["more"] = more
 
 
+def cancelled():
+    """A run whose model is slow, cancelled and waited for."""
+    slow = client.threads.create(graph_id="approval")["thread_id"]
+    run = client.runs.create(slow, "approval", input={"topic": "slowness"})
+    busy = client.threads.get(slow)["status"]
+    client.runs.cancel(slow, run["run_id"], wait=True)
+    return {"busy": busy, "status": client.runs.get(slow, run["run_id"])["status"],
+            "after": client.threads.get(slow)["status"]}
+
+
+cancel = call("runs.cancel", cancelled)
+if cancel is not None:
+    seen["cancelled"] = cancel
+
+
 def agent_runs():
     """The served agent as an assistant: stateless, on a conversation."""
     waited = client.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "Say hello"}]})

@@ -172,6 +172,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     // A run cancelled while its model is slow: the thread is busy, then idle; the run interrupted.
     assert_eq!(seen["cancelled"], json!({"busy": "busy", "status": "interrupted", "after": "idle"}));
 
+    // A stateless stream its client closed: the run is cancelled, not left to finish for nobody.
+    assert_eq!(seen["disconnected"], "cancelled");
+
     // The agent, stateless, on a conversation; no thread of its own.
     let answered = json!([["human", "Say hello"], ["ai", "Hello from the agent."]]);
     assert_eq!(seen["agent"]["waited"], answered);

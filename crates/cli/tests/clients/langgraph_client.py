@@ -5,6 +5,7 @@ it worked (`ok`, or the error), and what the calls returned.
 Usage: langgraph_client.py BASE_URL TOKEN"""
 import json
 import sys
+import time
 import traceback
 
 import httpx
@@ -222,6 +223,25 @@ def cancelled():
     return {"busy": busy, "status": client.runs.get(slow, run["run_id"])["status"],
             "after": client.threads.get(slow)["status"]}
 
+
+def disconnected():
+    """A stateless stream closed by its client while the model is slow: the run is cancelled."""
+    stream = client.runs.stream(None, "approval", input={"topic": "slowness"}, stream_mode="values")
+    run_id = next(stream).data["run_id"]
+    next(stream)  # the input's values
+    stream.close()
+    started = time.time()
+    while time.time() - started < 15:
+        view = httpx.get(f"{base}/v1/runs/{run_id}", headers={"x-api-key": token}).json()
+        if view["status"] == "finished":
+            return view["result"]["outcome"]
+        time.sleep(0.1)
+    return "still running"
+
+
+gone = call("stream closed by its client", disconnected)
+if gone is not None:
+    seen["disconnected"] = gone
 
 cancel = call("runs.cancel", cancelled)
 if cancel is not None:

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
 use crate::error::LlmError;
-use crate::gemini::{self, GeminiConfig, GeminiProvider};
+use crate::gemini::{self, CacheMode, GeminiConfig, GeminiProvider};
 use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
 use crate::openai::{self, OpenAiConfig, OpenAiProvider};
 use crate::pricing::{PriceTable, PricedProvider};
@@ -197,6 +197,22 @@ pub struct ProviderSettings {
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub script: Option<PathBuf>,
+    /// Gemini: explicit context caching of a long system instruction with its tools —
+    /// `auto` (default: from the second request with the same prefix), `always`, or `off`
+    /// (implicit caching only). A cache's storage is billed by the hour and not counted in
+    /// any call's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["always".into(), "auto".into(), "off".into()], builtin: Some(CacheMode::default().as_str().into()) }))]
+    pub cache: Option<CacheMode>,
+    /// Gemini: how long an explicit cache lives (default 600 s; its storage is billed for it).
+    #[serde(default, with = "duration_opt", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
+    pub cache_ttl: Option<Duration>,
+    /// Gemini: the shortest prefix cached explicitly, in characters (default 8192, about the
+    /// API's minimum of 2048 tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub cache_min_chars: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -220,6 +236,9 @@ impl fmt::Debug for ProviderSettings {
             .field("record", &self.record)
             .field("replay", &self.replay)
             .field("script", &self.script)
+            .field("cache", &self.cache)
+            .field("cache_ttl", &self.cache_ttl)
+            .field("cache_min_chars", &self.cache_min_chars)
             .finish()
     }
 }
@@ -250,6 +269,9 @@ impl ProviderSettings {
             record: None,
             replay: None,
             script: None,
+            cache: None,
+            cache_ttl: None,
+            cache_min_chars: None,
         }
     }
 
@@ -361,6 +383,22 @@ pub struct NamedProviderSettings {
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub script: Option<PathBuf>,
+    /// Gemini: explicit context caching of a long system instruction with its tools —
+    /// `auto` (default: from the second request with the same prefix), `always`, or `off`
+    /// (implicit caching only). A cache's storage is billed by the hour and not counted in
+    /// any call's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["always".into(), "auto".into(), "off".into()], builtin: Some(CacheMode::default().as_str().into()) }))]
+    pub cache: Option<CacheMode>,
+    /// Gemini: how long an explicit cache lives (default 600 s; its storage is billed for it).
+    #[serde(default, with = "duration_opt", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
+    pub cache_ttl: Option<Duration>,
+    /// Gemini: the shortest prefix cached explicitly, in characters (default 8192, about the
+    /// API's minimum of 2048 tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::Neutral))]
+    pub cache_min_chars: Option<usize>,
 }
 
 impl NamedProviderSettings {
@@ -398,6 +436,9 @@ impl NamedProviderSettings {
             record: None,
             replay: None,
             script: self.script.clone(),
+            cache: self.cache,
+            cache_ttl: self.cache_ttl,
+            cache_min_chars: self.cache_min_chars,
         })
     }
 }
@@ -544,8 +585,14 @@ pub fn build_provider_with_env(
         }
         (ProviderKind::Gemini, None) => {
             let endpoint = GEMINI.resolve(settings, &env_nonempty)?;
+            let defaults = gemini::CacheSettings::default();
             let config = http_config!(GeminiConfig, common("gemini", endpoint), {
                 default_max_tokens: settings.max_tokens,
+                cache: gemini::CacheSettings {
+                    mode: settings.cache.unwrap_or(defaults.mode),
+                    ttl: settings.cache_ttl.unwrap_or(defaults.ttl),
+                    min_chars: settings.cache_min_chars.unwrap_or(defaults.min_chars),
+                },
             });
             (Arc::new(GeminiProvider::new(config)?), true)
         }
@@ -935,6 +982,21 @@ mod tests {
         assert_eq!((provider.name(), provider.default_model()), ("gemini", gemini::DEFAULT_MODEL));
         let local = |name: &str| (name == "GEMINI_BASE_URL").then(|| "http://127.0.0.1:9".to_string());
         assert!(build_provider_with_env(&s, &prices, &local).is_ok(), "a local server needs no key");
+    }
+
+    #[test]
+    fn gemini_cache_settings_read_from_the_provider_and_named_tables() {
+        let text = "[provider]\nkind = \"gemini\"\ncache = \"always\"\ncache_ttl = \"5m\"\ncache_min_chars = 20000\n";
+        let s = ProviderSettings::from_toml(text).unwrap().unwrap();
+        assert_eq!(s.cache, Some(CacheMode::Always));
+        assert_eq!(s.cache_ttl, Some(Duration::from_secs(300)));
+        assert_eq!(s.cache_min_chars, Some(20_000));
+        let named: NamedProviderSettings = toml::from_str("kind = \"gemini\"\ncache = \"off\"").unwrap();
+        assert_eq!(named.settings("g", &|_| None).unwrap().cache, Some(CacheMode::Off));
+        let err = ProviderSettings::from_toml("[provider]\nkind = \"gemini\"\ncache = \"sometimes\"\n").unwrap_err();
+        assert!(err.to_string().contains("sometimes"), "{err}");
+        let local = |name: &str| (name == "GEMINI_BASE_URL").then(|| "http://127.0.0.1:9".to_string());
+        assert!(build_provider_with_env(&s, &PriceTable::builtin(), &local).is_ok());
     }
 
     #[test]

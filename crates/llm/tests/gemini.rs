@@ -5,20 +5,25 @@
 //! describe them): a three-turn tool loop whose 2nd and 3rd requests carry back the thought
 //! signatures on the parts they came on and the functionCall / functionResponse pairs; parallel
 //! calls; safety, blocked-prompt and MAX_TOKENS stops; Google's error body and retries; usage
-//! with cached and thought tokens priced; the non-streaming path.
+//! with cached and thought tokens priced; the non-streaming path. Explicit context caching: the
+//! server also serves `POST /v1beta/cachedContents`, and the requests after it name the cache
+//! and leave out the system instruction and tools; a cache found gone is made anew once, a short
+//! prefix is never cached, and concurrent calls with one prefix make one cache.
 
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::collect;
 use recursive_core::{
     Agent, AgentConfig, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ProviderError, StopReason,
-    ToolRegistry,
+    ToolRegistry, ToolSpec,
 };
+use recursive_llm::gemini::{CacheMode, CacheSettings};
 use recursive_llm::{GeminiConfig, GeminiProvider, PriceTable, PricedProvider, RetryPolicy, RetryProvider};
-use recursive_testkit::{EchoTool, ModelServer, Reply, Script};
+use recursive_testkit::{EchoTool, ModelServer, RecordedRequest, Reply, Script};
 use serde_json::{Value, json};
 
 /// One part of a scripted turn.
@@ -326,4 +331,205 @@ async fn the_non_streaming_path_posts_generate_content_and_parses_the_answer() {
     assert_eq!(response.message.reasoning[1].signature, "c2ln");
     assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (7, 7));
     assert_eq!(response.model, "gemini-2.5-pro");
+}
+
+const CACHE_PATH: &str = "/v1beta/cachedContents";
+
+fn json_reply(body: Value) -> Reply {
+    Reply::raw(
+        Script::sse(body.to_string().as_bytes(), 4096)
+            .with_head("HTTP/1.1 200 OK\r\ncontent-type: application/json; charset=UTF-8\r\nconnection: close"),
+    )
+}
+
+/// Serves `POST cachedContents` (names `cachedContents/c1`, `c2`... in order, after `delay`);
+/// other requests go to the script. Returns the count of caches made.
+fn serve_caches(server: &ModelServer, delay: Duration) -> Arc<AtomicUsize> {
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = made.clone();
+    server.respond_with(move |r: &RecordedRequest| {
+        (r.path == CACHE_PATH).then(|| {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            json_reply(json!({"name": format!("cachedContents/c{n}"), "model": r.body["model"],
+                "createTime": "2026-01-01T00:00:00Z", "expireTime": "2026-01-01T00:10:00Z",
+                "usageMetadata": {"totalTokenCount": 3000}}))
+            .after(delay)
+        })
+    });
+    made
+}
+
+fn caching_provider(server: &ModelServer, mode: CacheMode, min_chars: usize) -> GeminiProvider {
+    GeminiProvider::new(GeminiConfig {
+        cache: CacheSettings { mode, min_chars, ..Default::default() },
+        ..provider(server, true).config().clone()
+    })
+    .unwrap()
+}
+
+fn answer_text(text: &'static str, cached: u64) -> Reply {
+    sse(chunks(&[Out::Text { text, signature: None }], "STOP", usage(3_000, cached, 2, 0)))
+}
+
+/// A request whose system prompt is `system_chars` long, with a tool, asking `question`.
+fn long_prompt_request(system_chars: usize, question: &str) -> ChatRequest {
+    let tool = ToolSpec {
+        name: "echo".into(),
+        description: "Echo the text back.".into(),
+        parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    };
+    ChatRequest {
+        messages: vec![Message::system("You are an RLM. ".repeat(system_chars / 16)), Message::user(question)],
+        tools: vec![tool],
+        options: ChatOptions { tool_choice: Some(recursive_core::ToolChoice::Auto), ..Default::default() },
+    }
+}
+
+fn paths(server: &ModelServer) -> Vec<String> {
+    server.requests().into_iter().map(|r| r.path).collect()
+}
+
+const GENERATE: &str = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
+
+/// The body names `cache` and carries none of the cached parts.
+fn names_cache(r: &RecordedRequest, cache: &str) {
+    assert_eq!(r.body["cachedContent"], cache, "{}", r.body);
+    for cached in ["systemInstruction", "tools", "toolConfig"] {
+        assert!(r.body.get(cached).is_none(), "{cached} sent with the cache: {}", r.body);
+    }
+    assert!(r.body["contents"].as_array().is_some_and(|c| !c.is_empty()));
+}
+
+#[tokio::test]
+async fn a_long_prefix_seen_twice_is_cached_once_and_named_by_later_requests() {
+    let server = ModelServer::start_with([answer_text("a", 0), answer_text("b", 2_900), answer_text("c", 2_900)]).await;
+    let made = serve_caches(&server, Duration::ZERO);
+    let provider = caching_provider(&server, CacheMode::Auto, 1_000);
+    let priced = PricedProvider::new(Arc::new(provider), PriceTable::builtin());
+    for q in ["one", "two", "three"] {
+        priced.complete(long_prompt_request(4_000, q)).await.unwrap();
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    assert_eq!(paths(&server), [GENERATE, CACHE_PATH, GENERATE, GENERATE]);
+    let first = server.request(0);
+    assert!(first.body.get("cachedContent").is_none(), "a prefix seen once goes uncached");
+    let create = server.request(1);
+    assert_eq!(create.header("x-goog-api-key"), Some("AIza-test"));
+    assert_eq!(create.body["model"], "models/gemini-2.5-flash");
+    assert_eq!(create.body["ttl"], "600s");
+    assert_eq!(create.body["systemInstruction"], first.body["systemInstruction"]);
+    assert_eq!(create.body["tools"], first.body["tools"]);
+    assert_eq!(create.body["toolConfig"], json!({"functionCallingConfig": {"mode": "AUTO"}}));
+    assert!(create.body.get("contents").is_none(), "the conversation is not cached: {}", create.body);
+    for (i, q) in [(2, "two"), (3, "three")] {
+        let r = server.request(i);
+        names_cache(&r, "cachedContents/c1");
+        assert_eq!(r.body["contents"], json!([{"role": "user", "parts": [{"text": q}]}]));
+    }
+}
+
+#[tokio::test]
+async fn cached_tokens_of_an_explicit_cache_are_priced_as_cache_reads() {
+    let server = ModelServer::start_with([answer_text("a", 2_900)]).await;
+    serve_caches(&server, Duration::ZERO);
+    let priced =
+        PricedProvider::new(Arc::new(caching_provider(&server, CacheMode::Always, 1_000)), PriceTable::builtin());
+    let response = priced.complete(long_prompt_request(4_000, "q")).await.unwrap();
+    assert_eq!((response.usage.input_tokens, response.usage.cache_read_tokens), (100, 2_900));
+    let expected = (100.0 * 0.30 + 2_900.0 * 0.03 + 2.0 * 2.50) / 1e6;
+    assert!((response.cost_usd.unwrap() - expected).abs() < 1e-12, "storage is not billed per call");
+}
+
+fn gone() -> Reply {
+    let body = json!({"error": {"code": 403, "message": "CachedContent not found (or permission denied)",
+        "status": "PERMISSION_DENIED"}});
+    Reply::error(403, body.to_string())
+}
+
+#[tokio::test]
+async fn an_expired_cache_is_made_anew_once() {
+    let server = ModelServer::start_with([gone(), answer_text("fine", 2_900)]).await;
+    let made = serve_caches(&server, Duration::ZERO);
+    let provider = caching_provider(&server, CacheMode::Always, 1_000);
+    let response = provider.complete(long_prompt_request(4_000, "q")).await.unwrap();
+    assert_eq!(response.message.content, "fine");
+    assert_eq!(made.load(Ordering::SeqCst), 2);
+    assert_eq!(paths(&server), [CACHE_PATH, GENERATE, CACHE_PATH, GENERATE]);
+    names_cache(&server.request(1), "cachedContents/c1");
+    names_cache(&server.request(3), "cachedContents/c2");
+}
+
+#[tokio::test]
+async fn a_cache_gone_twice_falls_back_to_an_uncached_request_and_is_not_made_again() {
+    let server =
+        ModelServer::start_with([gone(), gone(), answer_text("uncached", 0), answer_text("still uncached", 0)]).await;
+    let made = serve_caches(&server, Duration::ZERO);
+    let provider = caching_provider(&server, CacheMode::Always, 1_000);
+    let response = provider.complete(long_prompt_request(4_000, "q")).await.unwrap();
+    assert_eq!(response.message.content, "uncached");
+    assert_eq!(paths(&server), [CACHE_PATH, GENERATE, CACHE_PATH, GENERATE, GENERATE]);
+    let last = server.request(4);
+    assert!(last.body.get("cachedContent").is_none());
+    assert!(last.body["systemInstruction"]["parts"][0]["text"].as_str().unwrap().starts_with("You are an RLM."));
+    assert_eq!(last.body["tools"][0]["functionDeclarations"][0]["name"], "echo");
+    provider.complete(long_prompt_request(4_000, "again")).await.unwrap();
+    assert_eq!(made.load(Ordering::SeqCst), 2, "a prefix whose cache failed twice is sent uncached");
+    assert_eq!(server.request(5).path, GENERATE);
+}
+
+#[tokio::test]
+async fn a_short_prefix_is_never_cached() {
+    let server = ModelServer::start_with([answer_text("a", 0), answer_text("b", 0), answer_text("c", 0)]).await;
+    let made = serve_caches(&server, Duration::ZERO);
+    let provider = caching_provider(&server, CacheMode::Always, recursive_llm::gemini::DEFAULT_CACHE_MIN_CHARS);
+    for q in ["one", "two", "three"] {
+        provider.complete(long_prompt_request(2_000, q)).await.unwrap();
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 0);
+    assert_eq!(paths(&server), [GENERATE, GENERATE, GENERATE]);
+    assert!(server.requests().iter().all(|r| r.body.get("systemInstruction").is_some()));
+}
+
+#[tokio::test]
+async fn a_cache_the_api_refuses_is_not_asked_for_again() {
+    let server = ModelServer::start_with([answer_text("a", 0), answer_text("b", 0)]).await;
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let counter = refusals.clone();
+    server.respond_with(move |r: &RecordedRequest| {
+        (r.path == CACHE_PATH).then(|| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let body = json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                "message": "Cached content is too small. total_token_count=900, min_total_token_count=1024"}});
+            Reply::error(400, body.to_string())
+        })
+    });
+    let provider = caching_provider(&server, CacheMode::Always, 1_000);
+    for q in ["one", "two"] {
+        provider.complete(long_prompt_request(4_000, q)).await.unwrap();
+    }
+    assert_eq!(refusals.load(Ordering::SeqCst), 1);
+    assert_eq!(paths(&server), [CACHE_PATH, GENERATE, GENERATE]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_with_one_prefix_make_one_cache() {
+    let server = ModelServer::start().await;
+    server.fallback(answer_text("ok", 2_900));
+    let made = serve_caches(&server, Duration::from_millis(300));
+    let provider = Arc::new(caching_provider(&server, CacheMode::Always, 1_000));
+    let calls = (0..4).map(|i| {
+        let provider = provider.clone();
+        async move { provider.complete(long_prompt_request(4_000, &format!("q{i}"))).await }
+    });
+    for result in futures::future::join_all(calls).await {
+        assert_eq!(result.unwrap().message.content, "ok");
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    let requests = server.requests();
+    assert_eq!(requests.iter().filter(|r| r.path == CACHE_PATH).count(), 1);
+    let generates: Vec<_> = requests.iter().filter(|r| r.path == GENERATE).collect();
+    assert_eq!(generates.len(), 4);
+    for r in generates {
+        names_cache(r, "cachedContents/c1");
+    }
 }

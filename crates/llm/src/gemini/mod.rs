@@ -13,21 +13,29 @@
 //! Two pure transforms around one HTTP call: [`GeminiConfig::request_body`] (core request →
 //! wire body, in [`request`]) and, back, [`ResponseAccumulator`] (response chunks → response) or
 //! [`parse_response`] (one whole answer → response), in [`response`].
+//!
+//! [`GeminiProvider`] adds **explicit context caching** ([`cache`]): a long system instruction
+//! with its tools, reused, is stored once as a cached content and named by later requests.
 
+pub mod cache;
 pub mod request;
 pub mod response;
 pub mod wire;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use recursive_core::{ChatRequest, ChatResponse, ChatStream, ProviderError};
+use async_trait::async_trait;
+use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
 
+pub use cache::{CacheMode, CacheSettings, DEFAULT_CACHE_MIN_CHARS, DEFAULT_CACHE_TTL};
 pub use request::gemini_schema;
 pub use response::{ResponseAccumulator, blocked_prompt, finish_reason, parse_response, usage};
 
-use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, join_url};
-use crate::shell::{self, ByteStream, HttpProvider, WireApi};
+use crate::error::LlmError;
+use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HttpClient, join_url};
+use crate::shell::{self, ByteStream, WireApi};
 use crate::sse::{self, Decoder, SseFrame};
 
 /// Default base URL (the API version is added).
@@ -73,9 +81,11 @@ pub struct GeminiConfig {
     pub connect_timeout: Duration,
     /// Extra headers sent with every request.
     pub headers: BTreeMap<String, String>,
+    /// Explicit context caching of a long, reused system instruction and tools.
+    pub cache: CacheSettings,
 }
 
-shell::redacted_debug!(GeminiConfig { default_max_tokens });
+shell::redacted_debug!(GeminiConfig { default_max_tokens, cache });
 
 impl Default for GeminiConfig {
     fn default() -> Self {
@@ -89,6 +99,7 @@ impl Default for GeminiConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             headers: BTreeMap::new(),
+            cache: CacheSettings::default(),
         }
     }
 }
@@ -110,14 +121,23 @@ impl GeminiConfig {
 
     /// The URL of a call of `model`: streamed (`:streamGenerateContent?alt=sse`) or not.
     pub fn url(&self, model: &str) -> String {
+        let method = if self.stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+        format!("{}/models/{model}:{method}", self.api_root())
+    }
+
+    /// The URL cached contents are created at.
+    pub fn cache_url(&self) -> String {
+        format!("{}/cachedContents", self.api_root())
+    }
+
+    /// The base URL with its API version (`/v1beta` added unless it names one).
+    fn api_root(&self) -> String {
         let base = self.base_url.trim_end_matches('/');
         let versioned = base
             .rsplit('/')
             .next()
             .is_some_and(|last| last.strip_prefix('v').is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit())));
-        let root = if versioned { base.to_string() } else { join_url(base, API_VERSION) };
-        let method = if self.stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
-        format!("{root}/models/{model}:{method}")
+        if versioned { base.to_string() } else { join_url(base, API_VERSION) }
     }
 }
 
@@ -147,8 +167,139 @@ impl Decoder for ChunkDecoder {
     }
 }
 
-/// A client of the Gemini API.
-pub type GeminiProvider = HttpProvider<GeminiConfig>;
+/// A client of the Gemini API: the wire mapping of [`GeminiConfig`] over one HTTP client, with
+/// the explicit caches it made (see [`cache`]). Clones share the caches.
+#[derive(Debug, Clone)]
+pub struct GeminiProvider {
+    config: GeminiConfig,
+    http: HttpClient,
+    headers: Vec<(String, String)>,
+    caches: Arc<cache::Caches>,
+}
+
+impl GeminiProvider {
+    /// A client for this configuration.
+    pub fn new(config: GeminiConfig) -> Result<Self, LlmError> {
+        let http = HttpClient::new(&config.name, config.timeout, config.connect_timeout)?;
+        let headers = WireApi::headers(&config);
+        Ok(Self { config, http, headers, caches: Arc::default() })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GeminiConfig {
+        &self.config
+    }
+
+    /// One `generateContent` call with this body.
+    async fn send(&self, model: &str, body: &wire::GenerateContentRequest<'_>) -> Result<ChatStream, ProviderError> {
+        let url = self.config.url(model);
+        let name = self.config.name.as_str();
+        let decode = |bytes, model| <GeminiConfig as WireApi>::decode(name, bytes, model);
+        let parse = |bytes: &[u8]| parse_response(name, bytes);
+        self.http.exchange(&url, &self.headers, body, self.config.stream, model.to_string(), decode, parse).await
+    }
+
+    /// Stores `prefix` as a cached content for `model`.
+    async fn create_cache(&self, model: &str, prefix: &wire::CachePrefix<'_>) -> Result<String, ProviderError> {
+        let body = wire::CreateCachedContent {
+            model: format!("models/{model}"),
+            display_name: None,
+            prefix,
+            ttl: cache::ttl_text(self.config.cache.ttl),
+        };
+        let response = self.http.post_json(&self.config.cache_url(), &self.headers, &body).await?;
+        let bytes = self.http.body(response).await?;
+        let malformed = |message: String| ProviderError::Malformed { provider: self.config.name.clone(), message };
+        let created: wire::CachedContent = serde_json::from_slice(&bytes)
+            .map_err(|e| malformed(format!("cannot read the cached content created: {e}")))?;
+        if created.name.is_empty() {
+            return Err(malformed("the cached content created has no name".into()));
+        }
+        Ok(created.name)
+    }
+
+    /// The name of a live cache of `prefix`, made now if there is none (one maker at a time per
+    /// prefix: a concurrent call waits and uses it); `None` when the prefix goes uncached.
+    async fn cache_name(&self, model: &str, prefix: &wire::CachePrefix<'_>, key: cache::Key) -> Option<String> {
+        let slot = self.caches.slot(key);
+        let mut slot = slot.lock().await;
+        if *slot == cache::Slot::Refused {
+            return None;
+        }
+        if let Some(name) = slot.usable(Instant::now()) {
+            return Some(name.to_string());
+        }
+        let started = Instant::now();
+        match self.create_cache(model, prefix).await {
+            Ok(name) => {
+                tracing::debug!(provider = %self.config.name, model, cache = %name, "cached the request prefix");
+                *slot = cache::Slot::Live { name: name.clone(), until: started + self.config.cache.ttl };
+                Some(name)
+            }
+            Err(e) => {
+                tracing::warn!(provider = %self.config.name, model, error = %e, "could not cache the request prefix; sending it uncached");
+                *slot = if cache::refused(&e) { cache::Slot::Refused } else { cache::Slot::Empty };
+                None
+            }
+        }
+    }
+
+    /// After a request naming `name` found it gone: the slot forgets it (unless another call
+    /// already replaced it), or refuses the prefix from now on when `last` (it was made anew).
+    async fn forget(&self, key: cache::Key, name: &str, last: bool) {
+        let slot = self.caches.slot(key);
+        let mut slot = slot.lock().await;
+        let same = matches!(&*slot, cache::Slot::Live { name: n, .. } if n == name);
+        if same {
+            *slot = if last { cache::Slot::Refused } else { cache::Slot::Empty };
+        }
+    }
+}
+
+#[async_trait]
+impl ChatProvider for GeminiProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
+    /// Sends the request, its prefix from a cache when [`cache::Caches::wants`] it: a cache
+    /// found gone is made anew once, then the request goes uncached.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
+        let (model, mut body) = self.config.request_body(&request)?;
+        if self.config.cache.mode == CacheMode::Off || (body.system_instruction.is_none() && body.tools.is_empty()) {
+            return self.send(&model, &body).await;
+        }
+        let prefix = wire::CachePrefix {
+            system_instruction: body.system_instruction.take(),
+            tools: std::mem::take(&mut body.tools),
+            tool_config: body.tool_config.take(),
+        };
+        let json = serde_json::to_vec(&prefix).unwrap_or_default();
+        let key = cache::Key::of(&model, &json);
+        if !json.is_empty() && self.caches.wants(&self.config.cache, key, json.len()) {
+            for attempt in 0..2 {
+                let Some(name) = self.cache_name(&model, &prefix, key).await else { break };
+                body.cached_content = Some(name.clone());
+                match self.send(&model, &body).await {
+                    Err(e) if cache::cache_gone(&e) => {
+                        tracing::info!(provider = %self.config.name, cache = %name, error = %e, "the cache is gone");
+                        self.forget(key, &name, attempt == 1).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+        body.cached_content = None;
+        body.system_instruction = prefix.system_instruction;
+        body.tools = prefix.tools;
+        body.tool_config = prefix.tool_config;
+        self.send(&model, &body).await
+    }
+}
 
 impl WireApi for GeminiConfig {
     type Body<'a> = wire::GenerateContentRequest<'a>;

@@ -49,6 +49,7 @@ pub fn request_body<'a>(
         },
         tool_config: opts.tool_choice.as_ref().filter(|_| has_tools).map(tool_config),
         generation_config: generation_config(request, defaults.max_tokens),
+        cached_content: None,
     };
     Ok((model, body))
 }

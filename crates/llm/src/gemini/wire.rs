@@ -26,6 +26,54 @@ pub struct GenerateContentRequest<'a> {
     /// Sampling, caps, answer format and thinking.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation_config: Option<GenerationConfig>,
+    /// The cached content (`cachedContents/{id}`) holding this request's system instruction,
+    /// tools and tool config, which are then left out of the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_content: Option<String>,
+}
+
+/// The body of `POST cachedContents`: a request's shared prefix, stored for `ttl`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateCachedContent<'a, 'b> {
+    /// `models/{model}`: a cache serves only the model it was made for.
+    pub model: String,
+    /// A label shown when caches are listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// The prefix: system instruction, tools and tool config.
+    #[serde(flatten)]
+    pub prefix: &'b CachePrefix<'a>,
+    /// How long it lives, e.g. `"600s"`.
+    pub ttl: String,
+}
+
+/// What a cached content holds of a request: the parts a request naming the cache must leave
+/// out (the API refuses a request with a cache and any of these).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachePrefix<'a> {
+    /// The system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_instruction: Option<Content<'a>>,
+    /// Tools offered to the model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+    /// Whether and which function the model must call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_config: Option<ToolConfig>,
+}
+
+/// A cached content as the API describes it after creating it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedContent {
+    /// `cachedContents/{id}`, what a request names.
+    #[serde(default)]
+    pub name: String,
+    /// When it expires (RFC 3339).
+    #[serde(default)]
+    pub expire_time: Option<String>,
 }
 
 /// One turn of the conversation (or the system instruction, which has no role).

@@ -149,7 +149,10 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert_eq!(seen["joined"]["values"]["draft"], "A draft about reefs.");
     assert_eq!(seen["joined"]["listed"], json!([true]));
     assert_eq!(seen["joined"]["fetched"], "interrupted");
+    assert_eq!(seen["joined"]["after_delete"], 0);
+    assert_eq!(seen["joined"]["stateless_draft"], "A draft about kelp.");
     assert_eq!(seen["searched"], json!([true]));
+    assert_eq!(seen["counted"], 1);
 
     // A thread's metadata updated, the thread copied (with its state) and the copy deleted.
     assert_eq!(seen["changed"]["updated"], json!(["ada", true]));
@@ -204,9 +207,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
             "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
     );
 
-    // One model call per node that ran (the cancelled one aside): seven drafts and one publication.
+    // One model call per node that ran (the cancelled ones aside): eight drafts and one publication.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
     let drafts = asked.iter().filter(|a| a.starts_with("Write about") && !a.contains("slowness")).count();
-    assert_eq!(drafts, 7, "{asked:?}");
+    assert_eq!(drafts, 8, "{asked:?}");
     assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
 }

@@ -130,17 +130,23 @@ def create_and_join():
     run = client.runs.create(other, "approval", input={"topic": "reefs"})
     joined = client.runs.join(other, run["run_id"])
     listed = client.runs.list(other)
-    return run, joined, listed, client.runs.get(other, run["run_id"])
+    fetched = client.runs.get(other, run["run_id"])
+    client.runs.delete(other, run["run_id"])
+    stateless = client.runs.create(None, "approval", input={"topic": "kelp"})
+    stateless_values = client.runs.join(stateless["thread_id"], stateless["run_id"])
+    return run, joined, listed, fetched, client.runs.list(other), stateless_values
 
 
-joined = call("runs.create+join+list+get", create_and_join)
+joined = call("runs.create+join+list+get+delete", create_and_join)
 if joined is not None:
-    run, values, listed, fetched = joined
+    run, values, listed, fetched, after_delete, stateless_values = joined
     seen["joined"] = {"status": run["status"] in ("pending", "running"), "values": values,
-                      "listed": [r["run_id"] == run["run_id"] for r in listed], "fetched": fetched["status"]}
+                      "listed": [r["run_id"] == run["run_id"] for r in listed], "fetched": fetched["status"],
+                      "after_delete": len(after_delete), "stateless_draft": stateless_values.get("draft")}
 searched = call("threads.search", lambda: client.threads.search(metadata={"user": "ada"}))
 if searched is not None:
     seen["searched"] = [t["thread_id"] == tid for t in searched]
+    seen["counted"] = client.threads.count(metadata={"user": "ada"})
 messages = call(
     "runs.stream(messages-tuple)",
     lambda: parts(client.runs.stream(None, "approval", input={"topic": "dunes"}, stream_mode="messages-tuple")),

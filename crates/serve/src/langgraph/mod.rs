@@ -72,6 +72,7 @@ pub(crate) fn router(server: &Arc<Server>) -> axum::Router<Arc<Server>> {
         .route("/assistants/{id}", get(get_assistant))
         .route("/threads", post(create_thread))
         .route("/threads/search", post(search_threads))
+        .route("/threads/count", post(count_threads))
         .route("/threads/{id}", get(get_thread).patch(patch_thread).delete(delete_thread))
         .route("/threads/{id}/state", get(thread_state).post(update_state))
         .route("/threads/{id}/state/checkpoint", post(state_at_posted))
@@ -81,12 +82,13 @@ pub(crate) fn router(server: &Arc<Server>) -> axum::Router<Arc<Server>> {
         .route("/threads/{id}/runs", post(runs::create_on_thread).get(runs::list))
         .route("/threads/{id}/runs/stream", post(runs::stream_on_thread))
         .route("/threads/{id}/runs/wait", post(runs::wait_on_thread))
-        .route("/threads/{id}/runs/{run}", get(runs::get))
+        .route("/threads/{id}/runs/{run}", get(runs::get).delete(runs::delete))
         .route("/threads/{id}/runs/{run}/join", get(runs::join))
         .route("/threads/{id}/runs/{run}/stream", get(runs::join_stream))
         .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
         .route("/runs/stream", post(runs::stream_stateless))
         .route("/runs/wait", post(runs::wait_stateless))
+        .route("/runs", post(runs::create_stateless))
         .route("/store/items", get(store::get_item).put(store::put_item).delete(store::delete_item))
         .route("/store/items/search", post(store::search_items))
         .route("/store/namespaces", post(store::list_namespaces))
@@ -261,6 +263,7 @@ impl Api {
         let status = match (&view, busy) {
             (_, true) => "busy",
             (Some(v), _) if v.status == "interrupted" => "interrupted",
+            _ if runs::last_failed(self, id).await => "error",
             _ => "idle",
         };
         let created = meta.as_ref().map(|m| m.created_at.clone());
@@ -506,22 +509,27 @@ async fn delete_thread(State(api): Shared, Path(id): Path<String>) -> Response {
 }
 
 async fn search_threads(State(api): Shared, Optional(body): Optional) -> Response {
-    let (limit, offset) = match page(&body, 10) {
-        Ok(page) => page,
-        Err(refused) => return refused.into_response(),
-    };
-    let filter: Option<Map<String, Value>> = match field(&body, "metadata") {
-        Ok(filter) => filter,
-        Err(refused) => return refused.into_response(),
-    };
-    let ids: Option<Vec<String>> = match field(&body, "ids") {
-        Ok(ids) => ids,
-        Err(refused) => return refused.into_response(),
-    };
-    let status: Option<String> = match field(&body, "status") {
-        Ok(status) => status,
-        Err(refused) => return refused.into_response(),
-    };
+    match found_threads(&api, &body).await {
+        Ok(found) => Json(found).into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn count_threads(State(api): Shared, Optional(mut body): Optional) -> Response {
+    body.insert("limit".into(), json!(usize::MAX));
+    body.insert("offset".into(), json!(0));
+    match found_threads(&api, &body).await {
+        Ok(found) => Json(found.len()).into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// The threads created here that a search's body asks for, newest first.
+async fn found_threads(api: &Api, body: &Map<String, Value>) -> Result<Vec<Value>, Refused> {
+    let (limit, offset) = page(body, 10)?;
+    let filter: Option<Map<String, Value>> = field(body, "metadata")?;
+    let ids: Option<Vec<String>> = field(body, "ids")?;
+    let status: Option<String> = field(body, "status")?;
     let mut known: Vec<(String, String)> = {
         let threads = api.threads.lock().unwrap_or_else(|e| e.into_inner());
         threads.iter().map(|(id, meta)| (meta.created_at.clone(), id.clone())).collect()
@@ -541,7 +549,7 @@ async fn search_threads(State(api): Shared, Optional(body): Optional) -> Respons
         }
         found.push(thread);
     }
-    Json(found.into_iter().skip(offset).take(limit).collect::<Vec<_>>()).into_response()
+    Ok(found.into_iter().skip(offset).take(limit).collect())
 }
 
 /// A checkpoint of the store (as the graph host lists them) as LangGraph's thread state.

@@ -301,6 +301,15 @@ pub(crate) async fn create_on_thread(
     }
 }
 
+pub(crate) async fn create_stateless(State(api): Shared, Optional(body): Optional) -> Response {
+    match start(&api, None, &body).await {
+        Ok((record, meta)) => {
+            located(Json(run_json(&api, &record.id, &meta).await).into_response(), &record.id, &meta.thread)
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
 pub(crate) async fn wait_on_thread(
     State(api): Shared,
     Path(thread): Path<String>,
@@ -612,6 +621,43 @@ fn meta_of(api: &Api, thread: &str, run: &str) -> Result<RunMeta, Refused> {
     match runs.get(run) {
         Some(meta) if meta.thread == thread => Ok(meta.clone()),
         _ => Err(not_found(&format!("no run `{run}` on thread `{thread}`"))),
+    }
+}
+
+/// Whether the latest run started here on thread `thread` failed (LangGraph's thread status
+/// `error`).
+pub(crate) async fn last_failed(api: &Api, thread: &str) -> bool {
+    let latest = {
+        let runs = api.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.iter()
+            .filter(|(_, m)| m.thread == thread)
+            .max_by(|a, b| a.1.created_at.cmp(&b.1.created_at))
+            .map(|(id, _)| id.clone())
+    };
+    let Some(id) = latest else { return false };
+    let result = match api.server.store.live(&id) {
+        Some(record) => record.result(),
+        None => api.server.store.view(&id).await.ok().flatten().and_then(|v| v.result),
+    };
+    result.is_some_and(|r| {
+        !r.ok
+            && r.outcome != recursive_core::FinishReason::Interrupted
+            && r.outcome != recursive_core::FinishReason::Cancelled
+    })
+}
+
+/// Deletes a run that has ended (with its events, from the runs API too).
+pub(crate) async fn delete(State(api): Shared, Path((thread, run)): Path<(String, String)>) -> Response {
+    if let Err(refused) = meta_of(&api, &thread, &run) {
+        return refused.into_response();
+    }
+    match api.server.store.delete(&run).await {
+        Ok(Ok(_)) => {
+            api.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(&run);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(_)) => conflict(&format!("run `{run}` is still running: cancel it first")).into_response(),
+        Err(e) => crate::server::error(StatusCode::SERVICE_UNAVAILABLE, "server_error", &e).into_response(),
     }
 }
 

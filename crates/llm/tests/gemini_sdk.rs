@@ -7,6 +7,9 @@
 //! requests must agree: the path, the API key header, and the whole body (contents with their
 //! parts and signatures, system instruction, tools, tool config, generation config).
 //!
+//! Likewise for explicit context caching: the SDK's `caches.create` of a system instruction,
+//! tools and tool config, and its call naming the cache, against ours for the same call.
+//!
 //! The Python with `google-genai` comes from `SERVE_TEST_PYTHON` (`./scripts/test` makes a
 //! virtualenv); without it the test fails unless `RECURSIVE_ALLOW_SKIP=1`.
 
@@ -14,8 +17,9 @@ mod common;
 
 use common::collect;
 use recursive_core::{ChatOptions, ChatProvider, ChatRequest, Message, ToolChoice, ToolSpec};
+use recursive_llm::gemini::{CacheMode, CacheSettings};
 use recursive_llm::{GeminiConfig, GeminiProvider};
-use recursive_testkit::{ModelServer, Reply, Script};
+use recursive_testkit::{ModelServer, RecordedRequest, Reply, Script};
 use serde_json::{Value, json};
 
 fn answer(body: Value) -> Reply {
@@ -45,6 +49,16 @@ fn turn2() -> Reply {
     answer(response(json!([{"text": "one"}])))
 }
 
+/// The `echo` tool as the SDK client declares it.
+fn echo_spec() -> ToolSpec {
+    ToolSpec {
+        name: "echo".into(),
+        description: "Echo the text back.".into(),
+        parameters: json!({"type": "object", "properties": {"text": {"type": "string", "description": "What to echo."}},
+            "required": ["text"], "additionalProperties": false}),
+    }
+}
+
 /// The same two turns through the Recursive client.
 async fn ours(server: &ModelServer) {
     let provider = GeminiProvider::new(GeminiConfig {
@@ -61,15 +75,9 @@ async fn ours(server: &ModelServer) {
         tool_choice: Some(ToolChoice::Auto),
         ..Default::default()
     };
-    let echo = ToolSpec {
-        name: "echo".into(),
-        description: "Echo the text back.".into(),
-        parameters: json!({"type": "object", "properties": {"text": {"type": "string", "description": "What to echo."}},
-            "required": ["text"], "additionalProperties": false}),
-    };
     let mut request = ChatRequest {
         messages: vec![Message::system("You echo."), Message::user("Echo one.")],
-        tools: vec![echo],
+        tools: vec![echo_spec()],
         options,
     };
     let first = collect(provider.stream(request.clone()).await.unwrap()).await.response.unwrap();
@@ -137,4 +145,79 @@ async fn the_official_sdk_sends_the_same_tool_loop_request_with_thought_signatur
     // The second request carries the thought and the signature back on the call's part.
     let model_turn = &our_server.request(1).body["contents"][1];
     assert_eq!(model_turn["parts"][1]["thoughtSignature"], "c2lnbmF0dXJlLTE=");
+}
+
+/// Serves `POST cachedContents` with a cache named `cachedContents/sdk-1`.
+fn serve_cache(server: &ModelServer) {
+    server.respond_with(|r: &RecordedRequest| {
+        r.path.ends_with("/cachedContents").then(|| {
+            answer(json!({"name": "cachedContents/sdk-1", "model": r.body["model"], "displayName": "",
+                "createTime": "2026-01-01T00:00:00Z", "updateTime": "2026-01-01T00:00:00Z",
+                "expireTime": "2026-01-01T00:10:00Z", "usageMetadata": {"totalTokenCount": 2500}}))
+        })
+    });
+}
+
+/// The SDK's body with lowerCamelCase keys and no role on the system instruction.
+fn sdk_shape(body: &Value) -> Value {
+    let mut body = camel_case_keys(body);
+    if let Some(system) = body.get_mut("systemInstruction").and_then(Value::as_object_mut) {
+        system.remove("role");
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_sdk_makes_the_same_explicit_cache_and_names_it_the_same_way() {
+    let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
+    let sdk_server = ModelServer::start_with([turn2()]).await;
+    serve_cache(&sdk_server);
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/gemini_sdk.py");
+    let url = sdk_server.url().to_string();
+    let out =
+        tokio::task::spawn_blocking(move || std::process::Command::new(python).args([client, &url, "cache"]).output())
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen, json!({"cache": "cachedContents/sdk-1", "answer": "one"}));
+
+    let our_server = ModelServer::start_with([turn2()]).await;
+    serve_cache(&our_server);
+    let provider = GeminiProvider::new(GeminiConfig {
+        base_url: our_server.url().to_string(),
+        api_key: Some("AIza-test".into()),
+        model: "gemini-2.5-flash".into(),
+        stream: false,
+        cache: CacheSettings { mode: CacheMode::Always, ..Default::default() },
+        ..Default::default()
+    })
+    .unwrap();
+    let options = ChatOptions {
+        reasoning_effort: Some("medium".into()),
+        max_tokens: Some(2000),
+        tool_choice: Some(ToolChoice::Auto),
+        ..Default::default()
+    };
+    let request = ChatRequest {
+        messages: vec![Message::system("You are an RLM. ".repeat(500)), Message::user("Echo one.")],
+        tools: vec![echo_spec()],
+        options,
+    };
+    let response = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
+    assert_eq!(response.message.content, "one");
+
+    assert_eq!(sdk_server.request_count(), 2);
+    assert_eq!(our_server.request_count(), 2);
+    for i in 0..2 {
+        let (sdk, ours) = (sdk_server.request(i), our_server.request(i));
+        assert_eq!(ours.path, sdk.path, "request #{i}");
+        assert_eq!(ours.header("x-goog-api-key"), sdk.header("x-goog-api-key"));
+        assert_eq!(ours.body, sdk_shape(&sdk.body), "request #{i}: ours vs the SDK's");
+    }
+    let create = sdk_server.request(0);
+    assert_eq!((create.path.as_str(), &create.body["ttl"]), ("/v1beta/cachedContents", &json!("600s")));
+    assert_eq!(create.body["model"], "models/gemini-2.5-flash");
+    assert_eq!(our_server.request(1).body["cachedContent"], "cachedContents/sdk-1");
 }

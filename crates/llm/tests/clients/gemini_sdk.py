@@ -4,7 +4,11 @@ thought signatures included, appended to the conversation as it came, then the f
 responses). The server records both requests; the Rust test compares them with what the
 Recursive client sends for the same calls.
 
-Usage: python gemini_sdk.py BASE_URL
+With `cache` after the URL, the SDK makes an explicit cache of the system instruction, tools and
+tool config (`caches.create`) and one call naming it, for the Rust test to compare with the
+Recursive client's cached call. The system instruction is SYSTEM repeated, as in the test.
+
+Usage: python gemini_sdk.py BASE_URL [cache]
 """
 
 import json
@@ -12,6 +16,30 @@ import sys
 
 from google import genai
 from google.genai import types
+
+
+SYSTEM = "You are an RLM. " * 500
+
+
+def cached(client: genai.Client, echo: types.FunctionDeclaration) -> None:
+    cache = client.caches.create(
+        model="gemini-2.5-flash",
+        config=types.CreateCachedContentConfig(
+            system_instruction=SYSTEM,
+            tools=[types.Tool(function_declarations=[echo])],
+            tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="AUTO")),
+            ttl="600s",
+        ),
+    )
+    config = types.GenerateContentConfig(
+        cached_content=cache.name,
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        max_output_tokens=2000,
+        thinking_config=types.ThinkingConfig(thinking_budget=8192, include_thoughts=True),
+    )
+    contents = [types.Content(role="user", parts=[types.Part(text="Echo one.")])]
+    answer = client.models.generate_content(model="gemini-2.5-flash", contents=contents, config=config)
+    print(json.dumps({"cache": cache.name, "answer": answer.text}))
 
 
 def main() -> None:
@@ -28,6 +56,9 @@ def main() -> None:
             required=["text"],
         ),
     )
+    if sys.argv[2:] == ["cache"]:
+        cached(client, echo)
+        return
     config = types.GenerateContentConfig(
         system_instruction="You echo.",
         tools=[types.Tool(function_declarations=[echo])],

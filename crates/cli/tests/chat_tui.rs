@@ -532,3 +532,44 @@ fn diff_shows_the_sessions_edits_and_rewind_to_the_first_prompt_takes_back_the_s
     tmux.line("/diff");
     tmux.wait_for("no file edits in this chat yet", 1);
 }
+
+#[test]
+fn at_and_slash_open_completion_popups_and_ctrl_r_finds_an_earlier_prompt() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("src")).unwrap();
+    std::fs::write(env.path("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(env.path("notes.md"), "notes\n").unwrap();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("seen it"), Reply::text("seen again")]));
+    let tmux = start_chat(&env, &server, "");
+    // `@` offers the workspace's files; Tab takes the picked one.
+    tmux.keys(&["-l", "look at @ma"]);
+    let screen = tmux.wait_for("files · ↑↓ pick · Tab accepts", 1);
+    assert!(screen.contains("src/main.rs") && !screen.contains("notes.md"), "{screen}");
+    tmux.keys(&["Tab"]);
+    tmux.wait_for("│look at @src/main.rs", 1);
+    tmux.line("please");
+    tmux.wait_for("seen it", 1);
+    let first = server.request(0).last_user_text().unwrap();
+    assert!(first.starts_with("look at @src/main.rs please") && first.contains("fn main() {}"), "{first}");
+    // `/` offers the commands; Esc closes the popup, Enter on a command runs it.
+    tmux.keys(&["-l", "/rew"]);
+    let screen = tmux.wait_for("commands · ↑↓ pick", 1);
+    assert!(screen.contains("/rewind [N]"), "{screen}");
+    tmux.keys(&["Escape"]);
+    common::wait_for("the popup closed", Duration::from_secs(60), || !tmux.screen().contains("commands · ↑↓"));
+    tmux.keys(&["C-u"]);
+    tmux.keys(&["-l", "/he"]);
+    tmux.wait_for("/help            this list", 1);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("/exit            leave", 1);
+    // Ctrl-R: the earlier prompts holding what the box holds; Enter puts one in the box.
+    tmux.keys(&["-l", "look"]);
+    tmux.keys(&["C-r"]);
+    tmux.wait_for("earlier prompts (Ctrl-R)", 1);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("│look at @src/main.rs please", 1);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("seen again", 1);
+    assert_eq!(server.request(1).last_user_text().unwrap(), first);
+}

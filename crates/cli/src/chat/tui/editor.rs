@@ -51,6 +51,27 @@ impl Editor {
         self.browsing = None;
     }
 
+    /// The messages sent so far (and those of the conversation continued), oldest first.
+    pub fn history(&self) -> &[String] {
+        &self.history
+    }
+
+    /// Adds a message to the history (an earlier prompt of a resumed conversation).
+    pub fn remember(&mut self, text: &str) {
+        if !text.trim().is_empty() && self.history.last().map(String::as_str) != Some(text) {
+            self.history.push(text.to_string());
+        }
+    }
+
+    /// Replaces the characters of the cursor's line from `start` to the cursor with `text`,
+    /// the cursor after it (a completed word).
+    pub fn replace_word(&mut self, start: usize, text: &str) {
+        let start = start.min(self.col);
+        let (from, to) = (self.byte(self.row, start), self.byte(self.row, self.col));
+        self.lines[self.row].replace_range(from..to, text);
+        self.col = start + text.chars().count();
+    }
+
     /// Takes the text out (kept in the history when it is not blank).
     pub fn take(&mut self) -> String {
         let text = self.text();
@@ -224,6 +245,15 @@ mod tests {
         e.home();
         e.backspace();
         assert_eq!(e.text(), "one\ntwothre");
+    }
+
+    #[test]
+    fn a_completed_word_replaces_what_was_typed_of_it() {
+        let mut e = Editor::new();
+        e.insert("see @sr");
+        e.replace_word(4, "@src/lib.rs ");
+        assert_eq!(e.text(), "see @src/lib.rs ");
+        assert_eq!(e.cursor(), (0, 16));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! in another.
 
 pub mod approval;
+mod complete;
 mod editor;
 mod markdown;
 mod question;
@@ -36,6 +37,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
 use self::approval::Ask;
+use self::complete::{Kind, Popup};
 use self::editor::Editor;
 use self::question::{Choice, QuestionKeys, Verdict};
 use self::queue::Queue;
@@ -151,6 +153,12 @@ pub struct App {
     quit: bool,
     /// Where each prompt of this process is in `entries`, for `/rewind`.
     prompts: Vec<usize>,
+    /// The completion popup shown over the input box.
+    popup: Option<Popup>,
+    /// The word whose popup Esc closed (line, start), so it stays closed while it is typed.
+    dismissed: Option<(usize, usize)>,
+    /// The workspace's files, listed when an `@` popup opens.
+    files: Vec<String>,
     /// When Esc was last pressed at an empty box with no turn running (twice lists the prompts
     /// to rewind to).
     escaped: Option<Instant>,
@@ -172,9 +180,13 @@ impl App {
                 _ => {}
             }
         }
+        let mut editor = Editor::new();
+        for m in chat.history.iter().filter(|m| m.role == recursive_core::Role::User) {
+            editor.remember(&m.content);
+        }
         Self {
             entries,
-            editor: Editor::new(),
+            editor,
             mode: Mode::Message,
             draft: None,
             asks: Default::default(),
@@ -197,6 +209,9 @@ impl App {
             code: 0,
             quit: false,
             prompts: Vec::new(),
+            popup: None,
+            dismissed: None,
+            files: Vec::new(),
             escaped: None,
         }
     }
@@ -717,14 +732,98 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
     if question_took(app, key, ctrl || alt, root) {
         return Action::Nothing;
     }
+    if let Some(action) = popup_key(app, key, ctrl || alt) {
+        return action;
+    }
+    let action = edit_key(app, key, ctrl, alt, root);
+    refresh_popup(app, root);
+    action
+}
+
+/// A key for the shown completion popup: ↑/↓ pick, Tab or Enter accepts (Enter on a command
+/// also sends it), Esc closes. `None` when the popup does not take the key.
+fn popup_key(app: &mut App, key: KeyEvent, modified: bool) -> Option<Action> {
+    let popup = app.popup.as_mut()?;
+    if modified || app.mode != Mode::Message {
+        return None;
+    }
+    match key.code {
+        KeyCode::Up => popup.up(),
+        KeyCode::Down => popup.down(),
+        KeyCode::Esc => {
+            if popup.kind != Kind::History {
+                app.dismissed = Some((app.editor.cursor().0, popup.start));
+            }
+            app.popup = None;
+        }
+        KeyCode::Tab | KeyCode::Enter => {
+            let (kind, start) = (popup.kind, popup.start);
+            let accepted = popup.accepted()?;
+            app.popup = None;
+            match kind {
+                Kind::History => app.editor.set(&accepted),
+                Kind::File | Kind::Command => app.editor.replace_word(start, &accepted),
+            }
+            if kind == Kind::Command && key.code == KeyCode::Enter {
+                return Some(send(app));
+            }
+        }
+        _ => return None,
+    }
+    Some(Action::Nothing)
+}
+
+/// Opens, updates or closes the completion popup after an edit: files after `@`, commands after
+/// a leading `/`, earlier prompts while a history search (Ctrl-R) is open.
+fn refresh_popup(app: &mut App, root: &std::path::Path) {
+    if app.popup.as_ref().is_some_and(|p| p.kind == Kind::History) {
+        let items = complete::matching_prompts(app.editor.history(), &app.editor.text());
+        app.popup = Popup::new(Kind::History, 0, items.into_iter().map(|p| (p.clone(), p)).collect());
+        return;
+    }
+    let (row, col) = app.editor.cursor();
+    let Some(token) = complete::token(app.editor.lines(), row, col) else {
+        app.popup = None;
+        app.dismissed = None;
+        return;
+    };
+    if app.dismissed == Some((row, token.start)) {
+        app.popup = None;
+        return;
+    }
+    app.dismissed = None;
+    let opening = app.popup.as_ref().is_none_or(|p| p.kind != token.kind || p.start != token.start);
+    if token.kind == Kind::File && opening {
+        app.files = complete::workspace_files(root);
+    }
+    app.popup = Popup::for_token(&token, &app.files);
+}
+
+/// Ctrl-R: the earlier prompts that contain what the box holds.
+fn history_search(app: &mut App) {
+    let query = app.editor.text();
+    let items = complete::matching_prompts(app.editor.history(), &query);
+    app.popup = Popup::new(Kind::History, 0, items.into_iter().map(|p| (p.clone(), p)).collect());
+    if app.popup.is_none() {
+        app.note(if query.is_empty() {
+            "no earlier prompts to search yet".to_string()
+        } else {
+            format!("no earlier prompt contains \"{query}\"")
+        });
+    }
+}
+
+/// The editing and chat keys.
+fn edit_key(app: &mut App, key: KeyEvent, ctrl: bool, alt: bool, root: &std::path::Path) -> Action {
     if key.code != KeyCode::Char('c') || !ctrl {
         app.leaving = false;
     }
     let escaped = app.escaped.take();
-    if key.code == KeyCode::Esc && app.working.is_none() && app.editor.is_empty() && !ctrl && !alt {
-        // Esc Esc at an empty box: the prompts to rewind to.
+    if key.code == KeyCode::Esc && app.working.is_none() && app.editor.is_empty() && !ctrl {
+        // Esc Esc at an empty box: the prompts to rewind to (two quick presses may reach us as
+        // one Alt-Esc).
         let now = Instant::now();
-        if escaped.is_some_and(|at| now.duration_since(at) < DOUBLE_ESC) {
+        if alt || escaped.is_some_and(|at| now.duration_since(at) < DOUBLE_ESC) {
             return Action::Send("/rewind".into());
         }
         app.escaped = Some(now);
@@ -763,6 +862,10 @@ fn on_key(app: &mut App, key: KeyEvent, root: &std::path::Path) -> Action {
         KeyCode::BackTab => return Action::Send("/mode".into()),
         KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
         KeyCode::Char('t') if ctrl => app.tree_view = app.tree_view.next(),
+        KeyCode::Char('r') if ctrl => {
+            history_search(app);
+            return Action::Nothing;
+        }
         KeyCode::Char('a') if ctrl => app.editor.home(),
         KeyCode::Char('e') if ctrl => app.editor.end(),
         KeyCode::Char('u') if ctrl => app.editor.kill_to_start(),

@@ -7,6 +7,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
+use super::complete::Kind;
 use super::question::Choice;
 use super::{App, Entry, Mode, TreeView, markdown};
 use crate::chat::Chat;
@@ -44,7 +45,8 @@ pub fn expand_tabs(line: &str) -> std::borrow::Cow<'_, str> {
 /// Draws the whole screen.
 pub fn draw(f: &mut Frame, app: &App, chat: &Chat) {
     let input_height = (app.editor.lines().len() as u16).clamp(1, 8) + 2;
-    let waiting = waiting_lines(app);
+    let mut waiting = waiting_lines(app);
+    waiting.extend(popup_lines(app));
     let [main, queued, status, input] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(waiting.len() as u16),
@@ -243,6 +245,24 @@ fn waiting_lines(app: &App) -> Vec<Line<'static>> {
             format!("  … {} more", app.queue.len() - WAITING_SHOWN),
             Style::new().fg(Color::DarkGray),
         ));
+    }
+    lines
+}
+
+/// The completion popup's lines: a heading, then the choices, the picked one reversed.
+fn popup_lines(app: &App) -> Vec<Line<'static>> {
+    let Some(popup) = &app.popup else { return Vec::new() };
+    let what = match popup.kind {
+        Kind::File => "files",
+        Kind::Command => "commands",
+        Kind::History => "earlier prompts (Ctrl-R)",
+    };
+    let dim = Style::new().fg(Color::DarkGray);
+    let mut lines = vec![Line::styled(format!("  {what} · ↑↓ pick · Tab accepts · Esc closes"), dim)];
+    for (i, (_, shown)) in popup.items.iter().enumerate() {
+        let text = format!("  {}", recursive_core::text::one_line(shown, 150));
+        let style = if i == popup.selected { Style::new().add_modifier(Modifier::REVERSED) } else { Style::new() };
+        lines.push(Line::styled(text, style));
     }
     lines
 }

@@ -204,10 +204,11 @@ pub struct ProviderSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["always".into(), "auto".into(), "off".into()], builtin: Some(CacheMode::default().as_str().into()) }))]
     pub cache: Option<CacheMode>,
-    /// Gemini: how long an explicit cache lives (default 600 s; its storage is billed for it).
-    #[serde(default, with = "duration_opt", skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
-    pub cache_ttl: Option<Duration>,
+    /// Gemini: how long an explicit cache lives, in seconds (default 600; its storage is billed
+    /// for it, so an untrusted layer may only shorten it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
+    pub cache_ttl_secs: Option<u64>,
     /// Gemini: the shortest prefix cached explicitly, in characters (default 8192, about the
     /// API's minimum of 2048 tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +238,7 @@ impl fmt::Debug for ProviderSettings {
             .field("replay", &self.replay)
             .field("script", &self.script)
             .field("cache", &self.cache)
-            .field("cache_ttl", &self.cache_ttl)
+            .field("cache_ttl_secs", &self.cache_ttl_secs)
             .field("cache_min_chars", &self.cache_min_chars)
             .finish()
     }
@@ -270,7 +271,7 @@ impl ProviderSettings {
             replay: None,
             script: None,
             cache: None,
-            cache_ttl: None,
+            cache_ttl_secs: None,
             cache_min_chars: None,
         }
     }
@@ -390,10 +391,11 @@ pub struct NamedProviderSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-trust" = KeyClass::Scale { loosest_first: vec!["always".into(), "auto".into(), "off".into()], builtin: Some(CacheMode::default().as_str().into()) }))]
     pub cache: Option<CacheMode>,
-    /// Gemini: how long an explicit cache lives (default 600 s; its storage is billed for it).
-    #[serde(default, with = "duration_opt", skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<f64>", extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
-    pub cache_ttl: Option<Duration>,
+    /// Gemini: how long an explicit cache lives, in seconds (default 600; its storage is billed
+    /// for it, so an untrusted layer may only shorten it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::cap_of(gemini::DEFAULT_CACHE_TTL.as_secs_f64())))]
+    pub cache_ttl_secs: Option<u64>,
     /// Gemini: the shortest prefix cached explicitly, in characters (default 8192, about the
     /// API's minimum of 2048 tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -437,7 +439,7 @@ impl NamedProviderSettings {
             replay: None,
             script: self.script.clone(),
             cache: self.cache,
-            cache_ttl: self.cache_ttl,
+            cache_ttl_secs: self.cache_ttl_secs,
             cache_min_chars: self.cache_min_chars,
         })
     }
@@ -590,7 +592,7 @@ pub fn build_provider_with_env(
                 default_max_tokens: settings.max_tokens,
                 cache: gemini::CacheSettings {
                     mode: settings.cache.unwrap_or(defaults.mode),
-                    ttl: settings.cache_ttl.unwrap_or(defaults.ttl),
+                    ttl: settings.cache_ttl_secs.map(Duration::from_secs).unwrap_or(defaults.ttl),
                     min_chars: settings.cache_min_chars.unwrap_or(defaults.min_chars),
                 },
             });
@@ -986,10 +988,10 @@ mod tests {
 
     #[test]
     fn gemini_cache_settings_read_from_the_provider_and_named_tables() {
-        let text = "[provider]\nkind = \"gemini\"\ncache = \"always\"\ncache_ttl = \"5m\"\ncache_min_chars = 20000\n";
+        let text = "[provider]\nkind = \"gemini\"\ncache = \"always\"\ncache_ttl_secs = 300\ncache_min_chars = 20000\n";
         let s = ProviderSettings::from_toml(text).unwrap().unwrap();
         assert_eq!(s.cache, Some(CacheMode::Always));
-        assert_eq!(s.cache_ttl, Some(Duration::from_secs(300)));
+        assert_eq!(s.cache_ttl_secs, Some(300));
         assert_eq!(s.cache_min_chars, Some(20_000));
         let named: NamedProviderSettings = toml::from_str("kind = \"gemini\"\ncache = \"off\"").unwrap();
         assert_eq!(named.settings("g", &|_| None).unwrap().cache, Some(CacheMode::Off));

@@ -16,7 +16,7 @@
 //!
 //! **Storage is not priced.** The API bills a cache's storage by the hour for its TTL; that cost
 //! is not per call, so it is not in any call's cost (only the cached tokens' reduced input rate
-//! is). A cache is left to expire (no delete), so keep `cache_ttl` short.
+//! is). A cache is left to expire (no delete), so keep `cache_ttl_secs` short.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -144,10 +144,11 @@ impl Caches {
     }
 
     /// Whether a prefix of `chars` characters is served from a cache under `settings`: never
-    /// when off or shorter than the minimum; in `auto` mode from its second sighting (this one
-    /// is counted), in `always` mode at once.
+    /// when off, shorter than the minimum, or with a TTL too short to outlive a call (within
+    /// twice the expiry margin, a cache would be remade for nearly every call); in `auto` mode
+    /// from its second sighting (this one is counted), in `always` mode at once.
     pub(crate) fn wants(&self, settings: &CacheSettings, key: Key, chars: usize) -> bool {
-        if settings.mode == CacheMode::Off || chars < settings.min_chars {
+        if settings.mode == CacheMode::Off || chars < settings.min_chars || settings.ttl <= 2 * EXPIRY_MARGIN {
             return false;
         }
         if settings.mode == CacheMode::Always {
@@ -209,6 +210,8 @@ mod tests {
         assert!(!caches.wants(&settings, short, 99) && !caches.wants(&settings, short, 99));
         let always = CacheSettings { mode: CacheMode::Always, ..settings.clone() };
         assert!(caches.wants(&always, Key::of("m", b"new"), 100));
+        let brief = CacheSettings { ttl: Duration::from_secs(60), ..always };
+        assert!(!caches.wants(&brief, Key::of("m", b"new"), 100), "a TTL of a minute caches nothing");
         let off = CacheSettings { mode: CacheMode::Off, ..settings };
         assert!(!caches.wants(&off, key, 1_000_000));
     }

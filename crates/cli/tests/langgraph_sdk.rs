@@ -188,7 +188,8 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     // What is not served is refused.
     assert_eq!(
         seen["refusals"],
-        json!({"interrupt_before": 400, "unknown_assistant": 404, "debug_mode": 400, "unknown_thread": 404})
+        json!({"interrupt_before": 400, "unknown_assistant": 404, "debug_mode": 400, "unknown_thread": 404,
+            "webhook": 400, "input_at_checkpoint": 400})
     );
 
     // Messages: the model node's text, with the node in the metadata.

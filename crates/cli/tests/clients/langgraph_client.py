@@ -189,6 +189,9 @@ def refusals():
         "unknown_assistant": status(lambda: client.runs.wait(None, "nope", input={})),
         "debug_mode": status(lambda: client.runs.stream(None, "approval", input={}, stream_mode="debug")),
         "unknown_thread": status(lambda: client.threads.get_state("no-such-thread")),
+        "webhook": status(lambda: client.runs.wait(None, "approval", input={}, webhook="http://127.0.0.1:9/x")),
+        "input_at_checkpoint": status(lambda: client.runs.wait(tid, "approval", input={"topic": "x"},
+                                                                checkpoint_id="any")),
     }
 
 

@@ -81,6 +81,20 @@ fn modes(body: &Map<String, Value>) -> Result<Vec<Mode>, Refused> {
     })
 }
 
+/// Refuses what a run request asks that no run here would honour (rather than ignore it).
+fn refuse_unserved(body: &Map<String, Value>) -> Result<(), Refused> {
+    let set = |name: &str| body.get(name).is_some_and(|v| !v.is_null() && *v != json!(false));
+    for (name, why) in [
+        ("webhook", "the server calls no webhooks: follow the run's stream or join it"),
+        ("after_seconds", "runs start at once"),
+    ] {
+        if set(name) {
+            return Err(bad_request(&format!("`{name}` is not supported: {why}")));
+        }
+    }
+    Ok(())
+}
+
 /// A run request read: the graph, what the host is asked, the stream modes.
 struct Asked {
     graph: String,
@@ -99,6 +113,7 @@ fn read(api: &Api, body: &Map<String, Value>) -> Result<Asked, Refused> {
             )));
         }
     }
+    refuse_unserved(body)?;
     let modes = modes(body)?;
     let command: Map<String, Value> = field(body, "command")?.unwrap_or_default();
     for unsupported in ["goto", "update"] {
@@ -114,6 +129,12 @@ fn read(api: &Api, body: &Map<String, Value>) -> Result<Asked, Refused> {
     let input: Option<Value> = field(body, "input")?;
     let request = match (command.get("resume"), input) {
         (Some(resume), _) => ThreadRunRequest { resume: Some(resume.clone()), checkpoint, ..Default::default() },
+        (None, Some(Value::Object(_))) if checkpoint.is_some() => {
+            return Err(bad_request(
+                "new input starts from the thread's latest checkpoint; to go back to `checkpoint_id`, send no input \
+                 (or `command.resume`)",
+            ));
+        }
         (None, Some(Value::Object(input))) => ThreadRunRequest { input: Some(input), ..Default::default() },
         (None, Some(_)) => return Err(bad_request("`input` must be an object of the graph's channels")),
         (None, None) => ThreadRunRequest { continue_run: true, checkpoint, ..Default::default() },
@@ -205,6 +226,7 @@ fn start_runnable(
     if body.get("command").is_some_and(|c| !c.is_null()) {
         return Err(bad_request(&format!("the assistant `{name}` does not interrupt: there is nothing to resume")));
     }
+    refuse_unserved(body)?;
     let modes = modes(body)?;
     let metadata = field(body, "metadata")?.unwrap_or_default();
     let (record, messages) = super::agents::start(api, name, body.get("input").cloned())?;

@@ -533,3 +533,18 @@ async fn concurrent_calls_with_one_prefix_make_one_cache() {
         names_cache(r, "cachedContents/c1");
     }
 }
+
+#[tokio::test]
+async fn a_cache_not_made_in_time_leaves_the_call_uncached() {
+    let server = ModelServer::start_with([answer_text("uncached", 0)]).await;
+    server.respond_with(|r: &RecordedRequest| (r.path == CACHE_PATH).then(Reply::hang));
+    let provider = GeminiProvider::new(GeminiConfig {
+        timeout: Duration::from_secs(1),
+        ..caching_provider(&server, CacheMode::Always, 1_000).config().clone()
+    })
+    .unwrap();
+    let response = provider.complete(long_prompt_request(4_000, "q")).await.unwrap();
+    assert_eq!(response.message.content, "uncached");
+    assert_eq!(paths(&server), [CACHE_PATH, GENERATE]);
+    assert!(server.request(1).body.get("systemInstruction").is_some());
+}

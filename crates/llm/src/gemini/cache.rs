@@ -38,6 +38,10 @@ pub const DEFAULT_CACHE_MIN_CHARS: usize = 8_192;
 /// A cache this close to its expiry is not named by a new request; a new one is made instead.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
+/// Longest wait for a cache to be made (calls with its prefix wait too); past it the call goes
+/// uncached.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Prefixes remembered as seen once; past this the memory starts over.
 const MAX_SEEN: usize = 4_096;
 

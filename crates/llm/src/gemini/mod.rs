@@ -230,7 +230,11 @@ impl GeminiProvider {
             return Some(name.to_string());
         }
         let started = Instant::now();
-        match self.create_cache(model, prefix).await {
+        let limit = self.config.timeout.min(cache::CREATE_TIMEOUT);
+        let created = tokio::time::timeout(limit, self.create_cache(model, prefix)).await.unwrap_or_else(|_| {
+            Err(ProviderError::Timeout { provider: self.config.name.clone(), secs: limit.as_secs_f64() })
+        });
+        match created {
             Ok(name) => {
                 tracing::debug!(provider = %self.config.name, model, cache = %name, "cached the request prefix");
                 *slot = cache::Slot::Live { name: name.clone(), until: started + self.config.cache.ttl };

@@ -2,7 +2,7 @@
 //! each reply's code blocks run and their output comes back as observations, until the model
 //! `submit`s a result that matches the output schema (or the iterations run out and one final
 //! extraction call asks for the result). Sub-model calls, child RLMs and host tools are the
-//! host functions of the sandbox ([`crate::host`]); all of them land in the caller's run tree.
+//! host functions of the sandbox (the `host` module); all of them land in the caller's run tree.
 //! A durable run checkpoints after every iteration and resumes from its checkpoint.
 //!
 //! The configuration ([`RlmConfig`]) and the results ([`RlmResult`], [`RlmOutcome`]) live in

@@ -5,11 +5,11 @@
 //! the conversation. The cached tokens come back as `cachedContentTokenCount`, counted as cache
 //! reads like implicit caching's.
 //!
-//! What is decided here, with no I/O: which prefixes are cached ([`Caches::wants`]: long
+//! What is decided here, with no I/O: which prefixes are cached (`Caches::wants`: long
 //! enough by a character estimate, and — in `auto` mode — seen a second time), their identity
 //! (a 128-bit digest of the model and the prefix), one slot per prefix behind an async lock (so
 //! concurrent calls with one prefix create one cache), and which errors mean a cache is gone
-//! ([`cache_gone`]). The calls themselves are [`super::GeminiProvider`]'s.
+//! (`cache_gone`). The calls themselves are [`super::GeminiProvider`]'s.
 //!
 //! The conversation (`contents`) is never cached explicitly: it grows every turn, so each turn
 //! would need a cache of its own; implicit caching covers it.

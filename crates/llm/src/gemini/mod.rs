@@ -270,7 +270,7 @@ impl ChatProvider for GeminiProvider {
         &self.config.model
     }
 
-    /// Sends the request, its prefix from a cache when [`cache::Caches::wants`] it: a cache
+    /// Sends the request, its prefix from a cache when `cache::Caches::wants` it: a cache
     /// found gone is made anew once, then the request goes uncached.
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
         let (model, mut body) = self.config.request_body(&request)?;

@@ -3,7 +3,7 @@
 //! answers) and the client declared the elicitation capability, the server sends it an
 //! `elicitation/create` request describing the call; the client's answer is the person's —
 //! accept allows the call (unless the form says otherwise), decline and cancel deny it — and goes
-//! on the server's [`AnswerBoard`](recursive_core::AnswerBoard) like an answer over HTTP. A client
+//! on the server's [`AnswerBoard`] like an answer over HTTP. A client
 //! without the capability can still answer at `/v1/runs/{id}/asks/{ask}`, as before.
 
 use std::sync::Arc;

@@ -322,7 +322,7 @@ pub async fn subscribable(server: &Server, uri: &str) -> Result<Option<Arc<RunRe
     }
 }
 
-/// Tells the client `uri` changed as `run` goes on (at most every [`UPDATE_EVERY`]), and once
+/// Tells the client `uri` changed as `run` goes on (at most every `UPDATE_EVERY`), and once
 /// more when it ends, until `stop` is cancelled.
 pub async fn follow(peer: Peer<RoleServer>, uri: String, run: Arc<RunRecord>, stop: CancellationToken) {
     let mut changes = run.watch();

@@ -38,6 +38,9 @@ fn model(rt: &tokio::runtime::Runtime) -> ModelServer {
     let model = rt.block_on(ModelServer::start());
     model.respond_with(|request| {
         let asked = request.last_user_text().unwrap_or_default();
+        if asked == "Write about patience." {
+            return Some(Reply::text("A patient draft.").after(std::time::Duration::from_millis(800)));
+        }
         if asked == "Write about slowness." {
             return Some(Reply::text("too late").after(std::time::Duration::from_secs(20)));
         }
@@ -175,6 +178,25 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     // A run cancelled while its model is slow: the thread is busy, then idle; the run interrupted.
     assert_eq!(seen["cancelled"], json!({"busy": "busy", "status": "interrupted", "after": "idle"}));
 
+    // A background run followed with join_stream, in the modes it was created with.
+    let joined = &seen["join_stream"][0];
+    let followed: Vec<&str> = joined.as_array().unwrap().iter().map(|p| p[0].as_str().unwrap()).collect();
+    assert_eq!(followed, ["metadata", "updates", "updates", "end"], "{joined}");
+    assert_eq!(joined[1][1], json!({"write": {"draft": "A patient draft."}}));
+    // In the modes the join asks for (the resumed run may have begun before the join: its first
+    // values can be missed, the metadata and the end never).
+    let in_values = seen["join_stream"][1].as_array().unwrap();
+    assert_eq!((in_values.first(), in_values.last()), (Some(&json!("metadata")), Some(&json!("end"))));
+    assert!(in_values.iter().all(|e| ["metadata", "values", "end"].contains(&e.as_str().unwrap())), "{in_values:?}");
+    // A run that has ended, joined: how the thread stands, then the end.
+    let ended = &seen["join_stream"][2];
+    let events: Vec<&str> = ended.as_array().unwrap().iter().map(|p| p[0].as_str().unwrap()).collect();
+    assert_eq!(events.first(), Some(&"metadata"), "{ended}");
+    assert_eq!(events.last(), Some(&"end"), "{ended}");
+    // (Once let go by the runs API, the thread as it stands; a slow machine may still replay the run.)
+    let last_values = &ended.as_array().unwrap().iter().rev().find(|p| p[0] == "values").unwrap()[1];
+    assert!(last_values["answer"] == "no" || last_values["draft"] == "A patient draft.", "{ended}");
+
     // A stateless stream its client closed: the run is cancelled, not left to finish for nobody.
     assert_eq!(seen["disconnected"], "cancelled");
 
@@ -208,9 +230,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
             "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
     );
 
-    // One model call per node that ran (the cancelled ones aside): eight drafts and one publication.
+    // One model call per node that ran (the cancelled ones aside): nine drafts and one publication.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
     let drafts = asked.iter().filter(|a| a.starts_with("Write about") && !a.contains("slowness")).count();
-    assert_eq!(drafts, 8, "{asked:?}");
+    assert_eq!(drafts, 9, "{asked:?}");
     assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
 }

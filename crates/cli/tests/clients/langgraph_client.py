@@ -248,6 +248,22 @@ def disconnected():
     return "still running"
 
 
+def joined_stream():
+    """A background run whose model takes a second, followed with join_stream."""
+    other = client.threads.create(graph_id="approval")["thread_id"]
+    run = client.runs.create(other, "approval", input={"topic": "patience"}, stream_mode=["updates"])
+    followed = parts(client.runs.join_stream(other, run["run_id"]))
+    again = client.runs.create(other, "approval", command={"resume": "no"})
+    in_values = parts(client.runs.join_stream(other, again["run_id"], stream_mode="values"))
+    time.sleep(0.5)  # the runs API archives an ended run and lets it go
+    ended = parts(client.runs.join_stream(other, run["run_id"], stream_mode="values"))
+    return followed, [e for e, _ in in_values], ended
+
+
+followed = call("runs.join_stream", joined_stream)
+if followed is not None:
+    seen["join_stream"] = followed
+
 gone = call("stream closed by its client", disconnected)
 if gone is not None:
     seen["disconnected"] = gone

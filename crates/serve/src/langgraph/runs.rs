@@ -377,6 +377,32 @@ async fn stream(api: Arc<Api>, thread: Option<String>, body: Map<String, Value>)
 }
 
 /// The run's events told in its stream modes, as Server-Sent Events.
+/// A run that has ended, joined: `metadata`, the thread's values (in `values` mode), how it
+/// ended, `end` (its steps are in the runs API's events).
+fn told_ended(api: Arc<Api>, run: String, meta: RunMeta, output: crate::runs::RunOutput) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(8);
+    tokio::spawn(async move {
+        let mut events = vec![event("metadata", &json!({"run_id": run, "thread_id": meta.thread, "attempt": 1}))];
+        let graph_values = meta.messages.is_none() && meta.modes.contains(&Mode::Values);
+        if graph_values
+            && let Ok(host) = api.host()
+            && let Ok(Some(view)) = host.thread(&meta.host_thread).await
+        {
+            events.push(event("values", &view.values));
+        }
+        let teller = Teller::new(api, meta, run);
+        events.extend(teller.at_end_of(&output).await);
+        events.push(Event::default().event("end").data("null"));
+        for e in events {
+            if tx.send(e).await.is_err() {
+                return;
+            }
+        }
+    });
+    let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
 fn told(api: Arc<Api>, record: Arc<RunRecord>, meta: RunMeta) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
@@ -594,6 +620,11 @@ impl Teller {
     /// What follows the run's last event: its interrupt, or its failure.
     async fn at_end(&self, record: &RunRecord) -> Vec<Event> {
         let output = crate::server::wait_finished(record).await;
+        self.at_end_of(&output).await
+    }
+
+    /// What follows the last event of a run that ended with `output`.
+    async fn at_end_of(&self, output: &crate::runs::RunOutput) -> Vec<Event> {
         if let Some(messages) = &self.meta.messages {
             if !output.ok {
                 let message = output.error.clone().unwrap_or_else(|| output.text.clone());
@@ -727,14 +758,46 @@ pub(crate) async fn join(State(api): Shared, Path((thread, run)): Path<(String, 
     }
 }
 
-pub(crate) async fn join_stream(State(api): Shared, Path((thread, run)): Path<(String, String)>) -> Response {
-    let meta = match meta_of(&api, &thread, &run) {
+/// Follows a run in flight: in the stream modes asked (`stream_mode`, repeated for several),
+/// else those it was created with; `cancel_on_disconnect=true` cancels it when the reader goes.
+pub(crate) async fn join_stream(
+    State(api): Shared,
+    Path((thread, run)): Path<(String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let mut meta = match meta_of(&api, &thread, &run) {
         Ok(meta) => meta,
         Err(refused) => return refused.into_response(),
     };
+    let pairs = query.as_deref().unwrap_or_default().split('&').filter_map(|pair| pair.split_once('='));
+    let mut modes = Vec::new();
+    meta.cancel_on_disconnect = false;
+    for (key, value) in pairs {
+        match key {
+            "stream_mode" if value.is_empty() => {}
+            "stream_mode" => match mode(value) {
+                Ok(mode) => modes.push(mode),
+                Err(refused) => return refused.into_response(),
+            },
+            "cancel_on_disconnect" => meta.cancel_on_disconnect = value == "true",
+            _ => {}
+        }
+    }
+    if !modes.is_empty() {
+        meta.modes = modes;
+    }
     match api.server.store.live(&run) {
         Some(record) => told(api.clone(), record, meta),
-        None => conflict(&format!("run `{run}` has ended: read the thread's state")).into_response(),
+        None => match api.server.store.view(&run).await {
+            Ok(Some(view)) => match view.result {
+                Some(output) => told_ended(api.clone(), run, meta, output),
+                None => {
+                    conflict(&format!("run `{run}` is not in this process: read the thread's state")).into_response()
+                }
+            },
+            Ok(None) => not_found(&format!("no run `{run}`")).into_response(),
+            Err(e) => crate::server::error(StatusCode::SERVICE_UNAVAILABLE, "server_error", &e).into_response(),
+        },
     }
 }
 

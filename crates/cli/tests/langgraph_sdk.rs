@@ -207,6 +207,13 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert_eq!(seen["agent"]["streamed_text"], "Hello from the agent.");
     assert_eq!(seen["agent"]["on_thread"], 400);
 
+    // The asynchronous client, the same.
+    assert_eq!(
+        seen["async"],
+        json!({"assistants": ["approval", "agent", "rlm"], "events": ["metadata", "updates", "updates", "end"],
+            "resumed": "PUBLISHED: A draft about tides."})
+    );
+
     // What is not served is refused.
     assert_eq!(
         seen["refusals"],
@@ -230,9 +237,9 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
             "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
     );
 
-    // One model call per node that ran (the cancelled ones aside): nine drafts and one publication.
+    // One model call per node that ran (the cancelled ones aside): ten drafts and two publications.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
     let drafts = asked.iter().filter(|a| a.starts_with("Write about") && !a.contains("slowness")).count();
-    assert_eq!(drafts, 9, "{asked:?}");
-    assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 1, "{asked:?}");
+    assert_eq!(drafts, 10, "{asked:?}");
+    assert_eq!(asked.iter().filter(|a| a.starts_with("Publish:")).count(), 2, "{asked:?}");
 }

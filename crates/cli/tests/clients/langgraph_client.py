@@ -296,6 +296,29 @@ if agent is not None:
     seen["agent"] = agent
 
 
+def async_client():
+    """The asynchronous client (what most LangGraph programs use): the same calls."""
+    import asyncio
+
+    from langgraph_sdk import get_client
+
+    async def go():
+        aclient = get_client(url=base, api_key=token)
+        names = [a["assistant_id"] for a in await aclient.assistants.search()]
+        thread = (await aclient.threads.create(graph_id="approval"))["thread_id"]
+        events = [p.event async for p in aclient.runs.stream(thread, "approval", input={"topic": "tides"},
+                                                              stream_mode="updates")]
+        resumed = await aclient.runs.wait(thread, "approval", command={"resume": "yes"})
+        return {"assistants": names, "events": events, "resumed": resumed["draft"]}
+
+    return asyncio.run(go())
+
+
+asynced = call("async client", async_client)
+if asynced is not None:
+    seen["async"] = asynced
+
+
 # The store.
 def store_round_trip():
     client.store.put_item(["users", "ada"], "prefs", {"theme": "dark", "lang": "en"})

@@ -1,11 +1,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! LangGraph's official Python SDK (`langgraph-sdk`) against `recursive serve --graphs DIR`
-//! with an `x-api-key`: the graph is an assistant; a thread is created with metadata and its
-//! graph, streamed to the graph's question (`values` and `updates`), its state read, the
-//! question answered with `Command(resume=...)`, its history read; runs waited for on a thread
-//! and stateless; a run created and joined; messages streamed; the store round-tripped; and a
-//! client without the key (or with a wrong one) refused. The model is a scripted server on
-//! 127.0.0.1; what it was asked is checked too.
+//! LangGraph's official Python SDK (`langgraph-sdk`, sync and async clients) against `recursive
+//! serve --graphs DIR` with an `x-api-key`: the graph (and the agent, the RLM) are assistants; a
+//! thread is created with metadata and its graph (or bound by its first run), streamed to the
+//! graph's question (`values`, `updates`, `messages`, `messages-tuple`, `events`), its state and
+//! history read, the question answered with `Command(resume=...)`; runs waited for on a thread and
+//! stateless, created in the background and joined (and join-streamed, live and ended), listed,
+//! deleted, cancelled while the model is slow; a stateless stream its client closes cancels its run;
+//! threads searched, counted, updated, copied and deleted; the store round-tripped; what is not
+//! served refused with 400; and a client without the key (or with a wrong one) refused with 401.
+//! The model is a scripted server on 127.0.0.1; what it was asked is checked too. The eleven calls
+//! the issue counts are named in [`CALLS`]; the test prints how many work.
 //!
 //! The Python with `langgraph_sdk` comes from `SERVE_TEST_PYTHON` (`./scripts/test` makes a
 //! virtualenv); without it the test fails unless `RECURSIVE_ALLOW_SKIP=1`.

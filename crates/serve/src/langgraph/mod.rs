@@ -1,10 +1,11 @@
 //! The LangGraph Platform API (the Agent Protocol's shapes) beside serve's own, so LangGraph's
 //! SDKs and the UIs built on them can drive served graphs: assistants (each graph the server
-//! offers, `assistant_id` = `graph_id` = its name), threads (create with `graph_id`, get,
-//! search, state, history, copy), runs on a thread or stateless (create, `stream` with the
-//! stream modes `values`, `updates`, `messages`, `messages-tuple` and `events`, `wait`, `join`,
-//! cancel, list), `command.resume` answering a node that asked, interrupts in LangGraph's shape,
-//! and a key-value store (`/store/...`).
+//! offers, `assistant_id` = `graph_id` = its name; and, stateless, the server's other runnables —
+//! see `agents`), threads (create with `graph_id`, get, patch, delete, search, count, state,
+//! history, copy), runs on a thread or stateless (create, `stream` with the stream modes
+//! `values`, `updates`, `messages`, `messages-tuple` and `events`, `wait`, `join`, join stream,
+//! cancel, list, delete — see `runs`), `command.resume` answering a node that asked, interrupts
+//! in LangGraph's shape, and a key-value store (`/store/...` — see `store`).
 //!
 //! Nothing here runs a graph: a thread is a thread of the server's [`GraphHost`], a run is a
 //! run of the runs API started with [`Server::start_job`] (so it is queued, capped, cancelled,

@@ -512,6 +512,7 @@ fn diff_shows_the_sessions_edits_and_rewind_to_the_first_prompt_takes_back_the_s
     assert!(screen.contains("+created"), "{screen}");
     // Esc Esc at the empty box lists the prompts, and leaves `/rewind ` in the box.
     tmux.keys(&["Escape"]);
+    tmux.wait_for("Esc again: list the prompts to rewind to", 1);
     tmux.keys(&["Escape"]);
     let screen = tmux.wait_for("3. third prompt", 1);
     assert!(screen.contains("1. first prompt") && screen.contains("│/rewind"), "{screen}");
@@ -544,7 +545,9 @@ fn at_and_slash_open_completion_popups_and_ctrl_r_finds_an_earlier_prompt() {
     let tmux = start_chat(&env, &server, "");
     // `@` offers the workspace's files; Tab takes the picked one.
     tmux.keys(&["-l", "look at @ma"]);
-    let screen = tmux.wait_for("files · ↑↓ pick · Tab accepts", 1);
+    // The box and its popup are drawn in one frame.
+    let screen = tmux.wait_for("│look at @ma", 1);
+    assert!(screen.contains("files · ↑↓ pick · Tab accepts"), "{screen}");
     assert!(screen.contains("src/main.rs") && !screen.contains("notes.md"), "{screen}");
     tmux.keys(&["Tab"]);
     tmux.wait_for("│look at @src/main.rs", 1);
@@ -554,17 +557,19 @@ fn at_and_slash_open_completion_popups_and_ctrl_r_finds_an_earlier_prompt() {
     assert!(first.starts_with("look at @src/main.rs please") && first.contains("fn main() {}"), "{first}");
     // `/` offers the commands; Esc closes the popup, Enter on a command runs it.
     tmux.keys(&["-l", "/rew"]);
-    let screen = tmux.wait_for("commands · ↑↓ pick", 1);
+    let screen = tmux.wait_for("│/rew", 1);
+    assert!(screen.contains("commands · ↑↓ pick"), "{screen}");
     assert!(screen.contains("/rewind [N]"), "{screen}");
     tmux.keys(&["Escape"]);
     common::wait_for("the popup closed", Duration::from_secs(60), || !tmux.screen().contains("commands · ↑↓"));
     tmux.keys(&["C-u"]);
     tmux.keys(&["-l", "/he"]);
-    tmux.wait_for("/help            this list", 1);
+    tmux.wait_for("│/he", 1);
     tmux.keys(&["Enter"]);
     tmux.wait_for("/exit            leave", 1);
     // Ctrl-R: the earlier prompts holding what the box holds; Enter puts one in the box.
     tmux.keys(&["-l", "look"]);
+    tmux.wait_for("│look", 1);
     tmux.keys(&["C-r"]);
     tmux.wait_for("earlier prompts (Ctrl-R)", 1);
     tmux.keys(&["Enter"]);

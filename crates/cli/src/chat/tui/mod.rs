@@ -159,9 +159,9 @@ pub struct App {
     dismissed: Option<(usize, usize)>,
     /// The workspace's files, listed when an `@` popup opens.
     files: Vec<String>,
-    /// When Esc was last pressed at an empty box with no turn running (twice lists the prompts
-    /// to rewind to).
-    escaped: Option<Instant>,
+    /// The last key was Esc at an empty box with no turn running (another lists the prompts to
+    /// rewind to).
+    escaped: bool,
 }
 
 impl App {
@@ -212,7 +212,7 @@ impl App {
             popup: None,
             dismissed: None,
             files: Vec::new(),
-            escaped: None,
+            escaped: false,
         }
     }
 
@@ -818,15 +818,14 @@ fn edit_key(app: &mut App, key: KeyEvent, ctrl: bool, alt: bool, root: &std::pat
     if key.code != KeyCode::Char('c') || !ctrl {
         app.leaving = false;
     }
-    let escaped = app.escaped.take();
+    let escaped = std::mem::take(&mut app.escaped);
     if key.code == KeyCode::Esc && app.working.is_none() && app.editor.is_empty() && !ctrl {
         // Esc Esc at an empty box: the prompts to rewind to (two quick presses may reach us as
         // one Alt-Esc).
-        let now = Instant::now();
-        if alt || escaped.is_some_and(|at| now.duration_since(at) < DOUBLE_ESC) {
+        if alt || escaped {
             return Action::Send("/rewind".into());
         }
-        app.escaped = Some(now);
+        app.escaped = !app.prompts.is_empty();
         return Action::Nothing;
     }
     match key.code {
@@ -891,9 +890,6 @@ fn edit_key(app: &mut App, key: KeyEvent, ctrl: bool, alt: bool, root: &std::pat
     }
     Action::Nothing
 }
-
-/// Most time between the two presses of Esc Esc.
-const DOUBLE_ESC: Duration = Duration::from_millis(800);
 
 /// Enter on the message box: at an empty box the next queued text is sent; during a turn a
 /// message (or a command that changes the conversation) is queued, other commands run now.

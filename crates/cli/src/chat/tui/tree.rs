@@ -239,7 +239,7 @@ impl RunTree {
         let elapsed = node.ended.unwrap_or(now).saturating_duration_since(node.started);
         let mut stats = format!("step {} · {} · ${usd:.4} · {}", node.step, tokens(tokens_spent), seconds(elapsed));
         if node.model_calls + node.tool_calls > 0 {
-            stats.push_str(&format!(" · {} model, {} tool call(s)", node.model_calls, node.tool_calls));
+            stats.push_str(&format!(" · {} model, {} tool", node.model_calls, node.tool_calls));
         }
         out.push(Line::styled(format!("{indent}    {stats}"), dim));
         // The root's calls are in the conversation already; the folded view shows the latest
@@ -326,7 +326,7 @@ mod tests {
         tree.observe_at(&event("kid", Some("root"), 1, 1, call), at(300));
         let shown = text(&tree.lines(at(1300), false));
         assert!(shown.contains("▸ agent helper · running read_file"), "{shown}");
-        assert!(shown.contains("step 1 · 60 tok · $0.0020 · 1.1s · 1 model, 1 tool call(s)"), "{shown}");
+        assert!(shown.contains("step 1 · 60 tok · $0.0020 · 1.1s · 1 model, 1 tool"), "{shown}");
         assert!(shown.contains("· read_file({\"path\":\"a.txt\"})"), "{shown}");
         // The root counts its descendants.
         assert!(shown.contains("step 1 · 170 tok · $0.0030 · 1.3s"), "{shown}");

@@ -251,6 +251,9 @@ fn waiting_lines(app: &App) -> Vec<Line<'static>> {
 
 /// The completion popup's lines: a heading, then the choices, the picked one reversed.
 fn popup_lines(app: &App) -> Vec<Line<'static>> {
+    if app.escaped {
+        return vec![Line::styled("  Esc again: list the prompts to rewind to", Style::new().fg(Color::DarkGray))];
+    }
     let Some(popup) = &app.popup else { return Vec::new() };
     let what = match popup.kind {
         Kind::File => "files",

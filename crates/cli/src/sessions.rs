@@ -334,6 +334,30 @@ pub fn list() -> anyhow::Result<Vec<SessionMeta>> {
     Ok(metas)
 }
 
+/// Largest transcript read for [`earlier_prompts`].
+const PROMPTS_MAX_TRANSCRIPT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What people typed in the latest `sessions` other sessions of `workspace` (not `except`),
+/// oldest first, for the chat's history search: each user message without the files attached
+/// to it, notes the chat wrote for the model left out. Unreadable transcripts are skipped.
+pub fn earlier_prompts(workspace: &Path, except: &str, sessions: usize) -> Vec<String> {
+    let Ok(metas) = list() else { return Vec::new() };
+    let mut prompts = Vec::new();
+    let chosen: Vec<SessionMeta> =
+        metas.into_iter().filter(|m| m.workspace == workspace && m.id != except).take(sessions).collect();
+    for meta in chosen.iter().rev() {
+        let small = std::fs::metadata(&meta.transcript).is_ok_and(|m| m.len() <= PROMPTS_MAX_TRANSCRIPT_BYTES);
+        let Some(transcript) = small.then(|| TranscriptLog::read(&meta.transcript).ok()).flatten() else { continue };
+        for m in transcript.messages().iter().filter(|m| m.role == recursive_core::Role::User) {
+            let typed = m.content.split("\n\n[Attached file: ").next().unwrap_or_default().trim();
+            if !typed.is_empty() && !typed.starts_with("[The user ") {
+                prompts.push(typed.to_string());
+            }
+        }
+    }
+    prompts
+}
+
 /// One session in `chat --resume`'s picker: its title, how long ago it changed, its turns and
 /// what it cost.
 pub fn picker_line(meta: &SessionMeta, now: chrono::DateTime<chrono::Local>) -> String {

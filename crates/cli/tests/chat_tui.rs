@@ -578,3 +578,24 @@ fn at_and_slash_open_completion_popups_and_ctrl_r_finds_an_earlier_prompt() {
     tmux.wait_for("seen again", 1);
     assert_eq!(server.request(1).last_user_text().unwrap(), first);
 }
+
+#[test]
+fn ctrl_r_also_finds_the_prompts_of_the_workspaces_earlier_sessions() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("answered before")]));
+    let earlier = start_chat(&env, &server, "");
+    earlier.line("an old question about parsers");
+    earlier.wait_for("answered before", 1);
+    earlier.line("/exit");
+    earlier.wait_for("exit-status=0", 1);
+    drop(earlier);
+    let tmux = start_chat(&env, &server, "");
+    tmux.keys(&["-l", "parsers"]);
+    tmux.wait_for("│parsers", 1);
+    tmux.keys(&["C-r"]);
+    let screen = tmux.wait_for("earlier prompts (Ctrl-R)", 1);
+    assert!(screen.contains("  an old question about parsers"), "{screen}");
+    tmux.keys(&["Tab"]);
+    tmux.wait_for("│an old question about parsers", 1);
+}

@@ -63,6 +63,13 @@ impl Editor {
         }
     }
 
+    /// Puts older messages (earlier sessions') before the history, oldest first.
+    pub fn prepend_history(&mut self, older: Vec<String>) {
+        self.browsing = None;
+        let newer = std::mem::replace(&mut self.history, older);
+        self.history.extend(newer);
+    }
+
     /// Replaces the characters of the cursor's line from `start` to the cursor with `text`,
     /// the cursor after it (a completed word).
     pub fn replace_word(&mut self, start: usize, text: &str) {

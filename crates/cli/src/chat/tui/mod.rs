@@ -159,6 +159,9 @@ pub struct App {
     dismissed: Option<(usize, usize)>,
     /// The workspace's files, listed when an `@` popup opens.
     files: Vec<String>,
+    /// The session's id; `None` once the prompts of the workspace's earlier sessions are in the
+    /// editor's history (read at the first history search).
+    unsearched: Option<String>,
     /// The last key was Esc at an empty box with no turn running (another lists the prompts to
     /// rewind to).
     escaped: bool,
@@ -212,6 +215,7 @@ impl App {
             popup: None,
             dismissed: None,
             files: Vec::new(),
+            unsearched: Some(chat.session.meta.id.clone()),
             escaped: false,
         }
     }
@@ -799,8 +803,15 @@ fn refresh_popup(app: &mut App, root: &std::path::Path) {
     app.popup = Popup::for_token(&token, &app.files);
 }
 
-/// Ctrl-R: the earlier prompts that contain what the box holds.
-fn history_search(app: &mut App) {
+/// Earlier sessions of the workspace whose prompts a history search reads.
+const SEARCHED_SESSIONS: usize = 20;
+
+/// Ctrl-R: the earlier prompts (this chat's, then the workspace's earlier sessions') that
+/// contain what the box holds.
+fn history_search(app: &mut App, root: &std::path::Path) {
+    if let Some(id) = app.unsearched.take() {
+        app.editor.prepend_history(crate::sessions::earlier_prompts(root, &id, SEARCHED_SESSIONS));
+    }
     let query = app.editor.text();
     let items = complete::matching_prompts(app.editor.history(), &query);
     app.popup = Popup::new(Kind::History, 0, items.into_iter().map(|p| (p.clone(), p)).collect());
@@ -862,7 +873,7 @@ fn edit_key(app: &mut App, key: KeyEvent, ctrl: bool, alt: bool, root: &std::pat
         KeyCode::Char('o') if ctrl => app.unfold = !app.unfold,
         KeyCode::Char('t') if ctrl => app.tree_view = app.tree_view.next(),
         KeyCode::Char('r') if ctrl => {
-            history_search(app);
+            history_search(app, root);
             return Action::Nothing;
         }
         KeyCode::Char('a') if ctrl => app.editor.home(),

@@ -599,3 +599,40 @@ fn ctrl_r_also_finds_the_prompts_of_the_workspaces_earlier_sessions() {
     tmux.keys(&["Tab"]);
     tmux.wait_for("│an old question about parsers", 1);
 }
+
+#[test]
+fn rewind_in_a_resumed_chat_reaches_the_prompts_sent_before_it_was_resumed() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "original\n").unwrap();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::text("old answer"),
+        Reply::tool_call("write_file", json!({"path": "a.txt", "content": "changed\n"})),
+        Reply::text("new answer"),
+        Reply::text("fresh answer"),
+    ]));
+    let earlier = start_chat(&env, &server, "");
+    earlier.line("old prompt");
+    earlier.wait_for("old answer", 1);
+    earlier.line("/exit");
+    earlier.wait_for("exit-status=0", 1);
+    drop(earlier);
+    let tmux = start_chat(&env, &server, "--continue --yes");
+    tmux.line("new prompt");
+    tmux.wait_for("new answer", 1);
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "changed\n");
+    tmux.line("/rewind");
+    let screen = tmux.wait_for("2. new prompt", 1);
+    assert!(screen.contains("1. old prompt") && screen.contains("sent before it was resumed"), "{screen}");
+    tmux.wait_for("│/rewind", 1);
+    tmux.line("1");
+    let screen = tmux.wait_for("rewound to before prompt 1", 1);
+    assert!(screen.contains("restored a.txt") && screen.contains("made before this chat was resumed"), "{screen}");
+    assert_eq!(std::fs::read_to_string(env.path("a.txt")).unwrap(), "original\n");
+    tmux.keys(&["C-u"]);
+    tmux.line("fresh");
+    tmux.wait_for("fresh answer", 1);
+    let last = server.request(server.request_count() - 1);
+    last.check_pairing().unwrap();
+    assert_eq!(user_messages(&last), ["fresh"]);
+}

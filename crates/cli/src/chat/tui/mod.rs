@@ -612,19 +612,28 @@ async fn command(app: &mut App, chat: &mut Chat, text: &str) -> anyhow::Result<O
                 app.editor.set("/rewind ");
             }
         }
-        Input::Rewind(Some(n)) => match chat.rewind(&n) {
-            Ok(rewound) => {
+        Input::Rewind(Some(n)) => match (chat.earlier_prompts(), chat.rewind(&n)) {
+            (earlier, Ok(rewound)) => {
                 // The conversation on screen goes back too; the prompt waits in the box.
+                // `app.prompts` holds this process's prompts, after the resumed session's.
                 let index = n.trim().parse::<usize>().unwrap_or(1).saturating_sub(1);
-                if let Some(&at) = app.prompts.get(index) {
-                    app.entries.truncate(at);
-                    app.prompts.truncate(index);
+                match index.checked_sub(earlier) {
+                    Some(own) => {
+                        if let Some(&at) = app.prompts.get(own) {
+                            app.entries.truncate(at);
+                            app.prompts.truncate(own);
+                        }
+                    }
+                    None => {
+                        app.entries.truncate(1);
+                        app.prompts.clear();
+                    }
                 }
                 app.note(rewound.summary);
                 app.editor.set(&rewound.prompt);
                 app.context = chat.context_use();
             }
-            Err(why) => app.note(why),
+            (_, Err(why)) => app.note(why),
         },
         Input::Diff => {
             let diff = chat.diff();

@@ -180,6 +180,12 @@ impl Session {
         Ok(messages)
     }
 
+    /// The session's journal ([`recursive_core::journal`]): every turn a durable run of it, so
+    /// a turn a kill cut off resumes with what it had finished, and its spend counts.
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("journal.jsonl")
+    }
+
     /// Appends messages to the transcript (a note closing an interrupted answer).
     pub fn append(&self, messages: &[Message]) -> anyhow::Result<()> {
         let mut log = TranscriptLog::open(&self.meta.transcript)?;

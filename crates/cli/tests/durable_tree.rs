@@ -181,7 +181,8 @@ fn only_session(env: &Env) -> String {
 
 /// The calls that held but never settled in the session's journal: their held USD.
 fn unsettled(env: &Env, session: &str) -> Vec<f64> {
-    common::unsettled_holds(&common::file_journal(&env.path(&format!(".recursive/runs/session-{session}.spend.jsonl"))))
+    let journal = env.path(&format!(".local/share/recursive/sessions/{session}/journal.jsonl"));
+    common::unsettled_holds(&common::file_journal(&journal))
 }
 
 #[test]

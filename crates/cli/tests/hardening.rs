@@ -346,10 +346,9 @@ fn a_planted_state_symlink_never_leads_the_hosts_writes_outside() {
         "s.json",
         json!([{"tool_calls": [{"name": "remember", "arguments": {"key": "k", "value": "v"}}]}, "done"]),
     );
-    // The run's journal would be kept under `.recursive/`: the run is refused before any call.
     let out = env.run(&["run", "x", "--mock-script", s(&script), "--yes", "--json"]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("outside the workspace"));
+    let results = tool_results(&out);
+    assert!(results[0].contains("outside the workspace"), "{results:?}");
     std::fs::write(env.path("flow.toml"), "name = \"flow\"\n[state]\nx = \"string\"\n[[nodes]]\nname = \"a\"\ntool = \"list_dir\"\noutput = \"x\"\n[[edges]]\nfrom = \"START\"\nto = \"a\"\n").unwrap();
     let graph = env.run(&["graph", "run", "flow.toml", "--provider", "mock"]);
     assert_ne!(graph.status.code(), Some(0));

@@ -16,7 +16,6 @@
 
 pub mod blueprint_tool;
 pub mod config;
-mod durable;
 pub mod files;
 pub mod mcp;
 pub mod provider;

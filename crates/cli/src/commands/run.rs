@@ -199,8 +199,10 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
 
     let model_name = harness.provider.model();
     let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
-    // Each turn is a durable run: killed, its resume reads back what it had finished.
-    let durable = harness.durable(&format!("session-{}", session.meta.id), &scope).map_err(crate::ConfigError)?;
+    // Each turn is a durable run, journaled in the session's directory: killed, its resume reads
+    // back what it had finished.
+    let durable =
+        recursive_core::journal::DurableRun::in_file(&session.journal(), &scope).map_err(crate::ConfigError)?;
     let scope = durable.scope.clone();
     let system_prompt = harness.setup.system_prompt(
         &tools,

@@ -149,16 +149,34 @@ pub struct Chat {
     pub first: Option<String>,
     starting: Option<JoinHandle<recursive_tools::McpTools>>,
     started: Option<recursive_tools::McpTools>,
-    /// The turns of this process, oldest first, for `/rewind`.
+    /// The prompts of the conversation, oldest first, for `/rewind`: those of earlier
+    /// processes (a resumed session), then this process's turns.
     marks: Vec<TurnMark>,
 }
 
-/// Where a turn began: its prompt, the conversation before it and the edit journal's
-/// checkpoint of its file changes.
+/// Where a prompt began: the prompt, the conversation before it (the first `len` messages of
+/// `history`) and, for a turn of this process, the edit journal's checkpoint of its file changes.
 struct TurnMark {
     prompt: String,
-    history: Vec<Message>,
-    checkpoint: u64,
+    history: std::sync::Arc<Vec<Message>>,
+    len: usize,
+    checkpoint: Option<u64>,
+}
+
+/// The prompts a person typed in `history`, each with where it stands (for `/rewind`).
+fn earlier_marks(history: &[Message]) -> Vec<TurnMark> {
+    let shared = std::sync::Arc::new(history.to_vec());
+    history
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::User && !m.content.starts_with("[The user "))
+        .map(|(len, m)| TurnMark {
+            prompt: m.content.split("\n\n[Attached file: ").next().unwrap_or_default().to_string(),
+            history: shared.clone(),
+            len,
+            checkpoint: None,
+        })
+        .collect()
 }
 
 /// What `/rewind N` did.
@@ -223,6 +241,7 @@ impl Chat {
     /// A chat over `parts`; the configured MCP servers start in the background.
     pub fn new(parts: ChatParts) -> anyhow::Result<Self> {
         let ChatParts { harness, session, history, scope, system, append_system, context_window } = parts;
+        let marks = earlier_marks(&history);
         let tools = harness.tools();
         let system = harness.setup.system_prompt(&tools, system.as_deref(), append_system.as_deref());
         let (late, starting) = harness.spawn_mcp(&scope)?.into_parts();
@@ -245,7 +264,7 @@ impl Chat {
             first: None,
             starting: Some(starting),
             started: None,
-            marks: Vec::new(),
+            marks,
         })
     }
 
@@ -282,7 +301,12 @@ impl Chat {
             self.session.retitle(text)?;
         }
         let checkpoint = self.harness.setup.workspace.journal().begin();
-        self.marks.push(TurnMark { prompt: text.to_string(), history: self.history.clone(), checkpoint });
+        self.marks.push(TurnMark {
+            prompt: text.to_string(),
+            len: self.history.len(),
+            history: std::sync::Arc::new(self.history.clone()),
+            checkpoint: Some(checkpoint),
+        });
         // A turn a kill cut off before this process left its spend in the session's journal:
         // opening the next turn's restores it into the session's totals.
         let durable = recursive_core::journal::DurableRun::in_file(&self.session.journal(), &self.scope)
@@ -447,6 +471,13 @@ impl Chat {
             return "nothing to rewind to: no prompt was sent in this chat yet".into();
         }
         let mut text = String::from("prompts of this chat (/rewind N goes back to before prompt N, files too):");
+        let earlier = self.earlier_prompts();
+        if earlier > 0 {
+            text = format!(
+                "prompts of this session (/rewind N goes back to before prompt N; the file edits of this run of the chat \
+                 are taken back, those of its first {earlier}, sent before it was resumed, are not):"
+            );
+        }
         for (i, mark) in self.marks.iter().enumerate() {
             text.push_str(&format!("\n  {}. {}", i + 1, recursive_core::text::one_line(mark.prompt.trim(), 80)));
         }
@@ -464,9 +495,15 @@ impl Chat {
         };
         let ws = &self.harness.setup.workspace;
         let mut lines = Vec::new();
-        let mut marks = self.marks.split_off(index);
-        let mark = marks.remove(0);
-        match ws.journal().rewind(mark.checkpoint) {
+        let marks = self.marks.split_off(index);
+        // A prompt of an earlier process: this process's edits all go (from its first turn's
+        // checkpoint on), the earlier process's stay.
+        let checkpoint = marks.iter().find_map(|m| m.checkpoint);
+        if marks.first().is_some_and(|m| m.checkpoint.is_none()) {
+            lines.push("file edits made before this chat was resumed are not undone".to_string());
+        }
+        let Some(mark) = marks.into_iter().next() else { return Err("nothing to rewind to".into()) };
+        match checkpoint.and_then(|c| ws.journal().rewind(c)) {
             None => lines.push("no file edits to take back".to_string()),
             Some(rewound) => {
                 let undone = &rewound.undone;
@@ -483,8 +520,8 @@ impl Chat {
             }
         }
         lines.push("changes made by shell commands are not undone".into());
-        let dropped = self.history.len().saturating_sub(mark.history.len());
-        self.history = mark.history;
+        let dropped = self.history.len().saturating_sub(mark.len);
+        self.history = mark.history.get(..mark.len).unwrap_or_default().to_vec();
         if let Err(e) = self.session.save_compacted(&self.history) {
             lines.push(format!("warning: the session could not be updated: {e:#}"));
         }
@@ -495,6 +532,11 @@ impl Chat {
             lines.join("\n")
         );
         Ok(Rewind { summary, prompt: mark.prompt })
+    }
+
+    /// How many of the prompts `/rewind` lists were sent before this process resumed the session.
+    pub fn earlier_prompts(&self) -> usize {
+        self.marks.iter().filter(|m| m.checkpoint.is_none()).count()
     }
 
     /// `/diff`: the file edits of this chat so far, a unified diff per file (empty: none).

@@ -577,6 +577,11 @@ fn at_and_slash_open_completion_popups_and_ctrl_r_finds_an_earlier_prompt() {
     tmux.keys(&["Enter"]);
     tmux.wait_for("seen again", 1);
     assert_eq!(server.request(1).last_user_text().unwrap(), first);
+    // A command typed in full is the pick, though a longer one starts with it (`/model`).
+    tmux.keys(&["-l", "/mode"]);
+    tmux.wait_for("│/mode", 1);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("mode: accept-edits", 1);
 }
 
 #[test]

@@ -140,11 +140,20 @@ impl Popup {
         let items = match token.kind {
             Kind::File => matching_files(files, &token.query).into_iter().map(|f| (f.clone(), f)).collect(),
             Kind::Command => {
-                commands().into_iter().filter(|(name, _)| name.starts_with(&token.query)).take(SHOWN).collect()
+                let mut found: Vec<(String, String)> =
+                    commands().into_iter().filter(|(name, _)| name.starts_with(&token.query)).collect();
+                // The command typed in full comes first (`/mode`, not `/model`).
+                found.sort_by_key(|(name, _)| name != &token.query);
+                found.into_iter().take(SHOWN).collect()
             }
             Kind::History => Vec::new(),
         };
         Self::new(token.kind, token.start, items)
+    }
+
+    /// Whether the picked choice is just what `token` already says (Enter then sends as is).
+    pub fn picked_is(&self, token: &Token) -> bool {
+        self.items.get(self.selected).is_some_and(|(value, _)| value == &token.query)
     }
 
     /// Picks the one above (wrapping).
@@ -196,6 +205,10 @@ mod tests {
         let offered: Vec<&str> = popup.items.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(offered, ["rewind", "rename"]);
         assert_eq!(popup.accepted().as_deref(), Some("/rewind "));
+        let mode = Token { kind: Kind::Command, start: 0, query: "mode".into() };
+        let popup = Popup::for_token(&mode, &[]).unwrap();
+        assert_eq!(popup.accepted().as_deref(), Some("/mode "), "the name typed in full first");
+        assert!(popup.picked_is(&mode));
         let files: Vec<String> = ["docs/main.md", "src/main.rs", "src/domain.rs", "main.rs"].map(String::from).to_vec();
         assert_eq!(matching_files(&files, "main"), ["main.rs", "src/main.rs", "docs/main.md", "src/domain.rs"]);
         let mut popup = Popup::for_token(&Token { kind: Kind::File, start: 0, query: "dom".into() }, &files).unwrap();

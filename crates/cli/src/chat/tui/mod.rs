@@ -769,6 +769,15 @@ fn popup_key(app: &mut App, key: KeyEvent, modified: bool) -> Option<Action> {
             }
             app.popup = None;
         }
+        KeyCode::Enter
+            if popup.kind != Kind::History
+                && complete::token(app.editor.lines(), app.editor.cursor().0, app.editor.cursor().1)
+                    .is_some_and(|t| popup.picked_is(&t)) =>
+        {
+            // What is typed is already the pick: Enter sends (or adds a line) as without a popup.
+            app.popup = None;
+            return None;
+        }
         KeyCode::Tab | KeyCode::Enter => {
             let (kind, start) = (popup.kind, popup.start);
             let accepted = popup.accepted()?;

@@ -48,6 +48,8 @@ pub struct EditJournal {
     checkpoints: Mutex<Option<Vec<Checkpoint>>>,
     /// The id of the last checkpoint begun.
     last_id: std::sync::atomic::AtomicU64,
+    /// The id of the newest checkpoint dropped for the limits (0: none).
+    dropped: std::sync::atomic::AtomicU64,
 }
 
 /// What an undo did.
@@ -69,7 +71,7 @@ impl EditJournal {
         if let Ok(mut c) = self.checkpoints.lock() {
             let list = c.get_or_insert_with(Vec::new);
             if list.len() >= MAX_CHECKPOINTS {
-                list.remove(0);
+                self.drop_oldest(list);
             }
             list.push(Checkpoint { id, files: Vec::new() });
         }
@@ -86,7 +88,15 @@ impl EditJournal {
         }
         current.files.push((path.to_path_buf(), snapshot(path)));
         while list.len() > 1 && list.iter().map(Checkpoint::bytes).sum::<usize>() > MAX_TOTAL_BYTES {
-            list.remove(0);
+            self.drop_oldest(list);
+        }
+    }
+
+    /// Drops the oldest checkpoint of `list` (past the limits), remembering its id.
+    fn drop_oldest(&self, list: &mut Vec<Checkpoint>) {
+        if !list.is_empty() {
+            let gone = list.remove(0);
+            self.dropped.fetch_max(gone.id, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -112,7 +122,7 @@ impl EditJournal {
         let (taken, complete) = {
             let mut c = self.checkpoints.lock().ok()?;
             let list = c.as_mut()?;
-            let complete = list.first().is_some_and(|cp| cp.id <= id);
+            let complete = self.dropped.load(std::sync::atomic::Ordering::Relaxed) < id;
             let at = list.iter().position(|cp| cp.id >= id)?;
             (list.split_off(at), complete)
         };
@@ -245,8 +255,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "v1");
         assert!(!b.exists());
         assert_eq!(journal.changes(), vec![(a.clone(), Saved::Bytes(b"v0".to_vec()))]);
-        journal.rewind(first).unwrap();
+        assert!(journal.rewind(first).unwrap().complete);
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "v0");
         assert!(journal.changes().is_empty());
+        // Past the limit of checkpoints the oldest go: a rewind to one of them says it is partial.
+        let oldest = journal.begin();
+        for _ in 0..MAX_CHECKPOINTS {
+            journal.begin();
+        }
+        journal.before_change(&a);
+        std::fs::write(&a, "v9").unwrap();
+        let rewound = journal.rewind(oldest).unwrap();
+        assert!(!rewound.complete);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "v0");
     }
 }

@@ -483,6 +483,11 @@ fn a_sub_agents_tool_call_shows_live_in_the_tree_pane_with_its_tokens_and_cost()
     let screen = tmux.wait_for("every call", 1);
     assert!(screen.contains("helper({\"input\":\"wait for go\"})"), "{screen}");
     assert!(screen.contains("model gpt-4o-mini · 110 tok"), "{screen}");
+    // In the conversation, the sub-agent's calls are under the call that started it.
+    assert!(screen.contains("↳ 3 call(s) inside, the last: helper-d1: model gpt-4o-mini · 110 tok"), "{screen}");
+    tmux.keys(&["C-o"]);
+    let screen = tmux.wait_for("↳ helper-d1: run_shell(", 1);
+    assert!(screen.contains("↳ helper-d1: model gpt-4o-mini · 2300 tok · $0.0005"), "{screen}");
 }
 
 #[test]

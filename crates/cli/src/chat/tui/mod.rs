@@ -8,14 +8,16 @@
 //! when the turn ends; commands still run at once, or wait when they change the conversation:
 //! [`queue`]); Ctrl-S steers: the box's text, or the queued messages, join the running turn
 //! before its next model call; ↑ on an empty box takes the last queued message back to edit;
-//! Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the
-//! running turn (the chat goes on), and Esc Esc at an empty box lists the prompts to `/rewind` to; Ctrl-C clears the input, and at an empty prompt a second
-//! Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown scroll; Ctrl-O unfolds tool results; Ctrl-T
-//! shows the run tree (each run's step, doing, tokens, cost, time and latest calls), again opens
-//! every call of every run, a third time hides it ([`tree`]). While a tool approval is shown,
-//! typing still goes to the message box: a letter answers only after a pause in typing,
-//! "always" is `a` then Enter, and Tab/Shift-Tab with Enter pick a choice ([`question`]). The UI owns the terminal in one task; the turn runs
-//! in another.
+//! Alt-Enter or Ctrl-J inserts a line break; Esc or Ctrl-C interrupts the running turn (the
+//! chat goes on), and Esc Esc at an empty box lists the prompts to `/rewind` to; Ctrl-C clears
+//! the input, and at an empty prompt a second Ctrl-C (or Ctrl-D) leaves; PageUp/PageDown
+//! scroll; Ctrl-O unfolds tool results (and the calls made inside a call that started a run);
+//! Ctrl-T shows the run tree (each run's step, doing, tokens, cost, time and latest calls),
+//! again opens every call of every run, a third time hides it ([`tree`]); `@` and a leading `/`
+//! open completion popups and Ctrl-R searches the earlier prompts ([`complete`]). While a tool
+//! approval is shown, typing still goes to the message box: a letter answers only after a pause
+//! in typing, "always" is `a` then Enter, and Tab/Shift-Tab with Enter pick a choice
+//! ([`question`]). The UI owns the terminal in one task; the turn runs in another.
 
 pub mod approval;
 mod complete;
@@ -63,6 +65,8 @@ pub enum Entry {
         title: String,
         /// The result and whether it is an error.
         result: Option<(String, bool)>,
+        /// The model and tool calls of the runs the call started (a sub-agent, an RLM…).
+        inner: Vec<String>,
     },
     /// A question about a tool call, with what the call would do.
     Approval {
@@ -157,6 +161,8 @@ pub struct App {
     popup: Option<Popup>,
     /// The word whose popup Esc closed (line, start), so it stays closed while it is typed.
     dismissed: Option<(usize, usize)>,
+    /// The runs started by the running turn's tool calls: run id → the call's entry.
+    inside: std::collections::HashMap<String, usize>,
     /// The workspace's files, listed when an `@` popup opens.
     files: Vec<String>,
     /// The session's id; `None` once the prompts of the workspace's earlier sessions are in the
@@ -215,6 +221,7 @@ impl App {
             popup: None,
             dismissed: None,
             files: Vec::new(),
+            inside: Default::default(),
             unsearched: Some(chat.session.meta.id.clone()),
             escaped: false,
         }
@@ -228,6 +235,7 @@ impl App {
     /// Takes an event of the running turn in.
     fn observe(&mut self, event: &AgentEvent) {
         self.tree.observe(event);
+        self.observe_inside(event);
         if event.ids.depth != 0 {
             return;
         }
@@ -255,7 +263,7 @@ impl App {
             EventKind::ToolCall { call } => {
                 let args = call.arguments.to_string();
                 let title = format!("{}({})", call.name, recursive_core::text::one_line(&args, 100));
-                let tool = Entry::Tool { id: call.id.clone(), title, result: None };
+                let tool = Entry::Tool { id: call.id.clone(), title, result: None, inner: Vec::new() };
                 // The call's line goes above a question about it that arrived first.
                 match self.entries.last() {
                     Some(Entry::Approval { answer: None, .. }) => self.entries.insert(self.entries.len() - 1, tool),
@@ -289,6 +297,47 @@ impl App {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Files the calls of runs started by a tool call of the chat's agent under that call's
+    /// entry: a child run belongs to the first call of its runnable's name not yet claimed.
+    fn observe_inside(&mut self, event: &AgentEvent) {
+        let ids = &event.ids;
+        let line = match &event.kind {
+            EventKind::SubAgentStarted { agent, child_run_id, .. } => {
+                let at = if ids.depth == 0 {
+                    let from = self.turn_from.min(self.entries.len());
+                    let prefix = format!("{agent}(");
+                    (from..self.entries.len()).find(|i| {
+                        matches!(&self.entries[*i], Entry::Tool { title, .. } if title.starts_with(&prefix))
+                            && !self.inside.values().any(|claimed| claimed == i)
+                    })
+                } else {
+                    self.inside.get(&ids.run_id).copied()
+                };
+                if let Some(at) = at {
+                    self.inside.insert(child_run_id.clone(), at);
+                }
+                return;
+            }
+            _ if ids.depth == 0 => return,
+            EventKind::ToolCall { call } => format!(
+                "{}: {}({})",
+                ids.name,
+                call.name,
+                recursive_core::text::one_line(&call.arguments.to_string(), 80)
+            ),
+            EventKind::ToolResult { name, is_error: true, .. } => format!("{}: {name} failed", ids.name),
+            EventKind::Usage { usage, cost_usd, model, .. } => {
+                format!("{}: model {model} · {} tok · ${:.4}", ids.name, usage.total(), cost_usd.unwrap_or(0.0))
+            }
+            _ => return,
+        };
+        if let Some(&at) = self.inside.get(&ids.run_id)
+            && let Some(Entry::Tool { inner, .. }) = self.entries.get_mut(at)
+        {
+            inner.push(line);
         }
     }
 
@@ -678,6 +727,7 @@ async fn start_turn(app: &mut App, chat: &mut Chat, message: String) -> anyhow::
         app.note(note);
     }
     app.tree.clear();
+    app.inside.clear();
     let token = chat.scope.cancel_token().child_token();
     let scope = settle(&mut turn, chat.scope.clone().with_cancel(token.clone()), &app.settings);
     app.turn_from = app.entries.len();

@@ -110,13 +110,21 @@ fn entry_lines(entry: &Entry, unfold: bool, keys: Keys, out: &mut Vec<Line<'stat
         Entry::Answer(text) => out.extend(markdown::render(text)),
         Entry::Diff(text) => out.extend(text.lines().map(|l| super::approval::patch_line(&expand_tabs(l)))),
         Entry::Reasoning(text) => styled_lines(text, "thinking: ", dim.add_modifier(Modifier::ITALIC), out),
-        Entry::Tool { title, result, .. } => {
+        Entry::Tool { title, result, inner, .. } => {
             let (mark, style) = match result {
                 None => ("● ", Style::new().fg(Color::Yellow)),
                 Some((_, false)) => ("● ", Style::new().fg(Color::Green)),
                 Some((_, true)) => ("● ", Style::new().fg(Color::Red)),
             };
             out.push(Line::from(vec![Span::styled(mark, style), Span::raw(title.clone())]));
+            if unfold {
+                out.extend(inner.iter().map(|l| Line::styled(format!("  ↳ {l}"), dim)));
+            } else if let Some(last) = inner.last() {
+                out.push(Line::styled(
+                    format!("  ↳ {} call(s) inside, the last: {last} (Ctrl-O lists them)", inner.len()),
+                    dim,
+                ));
+            }
             if let Some((output, is_error)) = result {
                 let style = if *is_error { Style::new().fg(Color::Red) } else { dim };
                 let count = output.lines().count();
@@ -315,6 +323,7 @@ mod tests {
             id: "c1".into(),
             title: "run_shell(ls)".into(),
             result: Some(("alpha\t1\nbeta\t22".into(), false)),
+            inner: Vec::new(),
         };
         let keys = Keys { armed: false, highlight: None };
         for (unfold, want) in [(false, "  ⎿ alpha   1"), (true, "  │ beta    22")] {

@@ -1,8 +1,9 @@
 //! The run tree of the current turn, built from its events: every run (the chat's agent,
 //! sub-agents, RLMs, goals, graphs) with its parent, kind and state, and for each what it is
 //! doing now (a model call, a tool, an engine's step), its step, tokens, cost and time, and
-//! its own model and tool calls. A run under the root shows its latest calls as detail lines;
-//! the open view ([`RunTree::lines`] with `open`) shows every call of every run.
+//! its own model and tool calls. A run under the root shows its latest calls as detail lines
+//! (a finished one with runs under it folds them into a count); the open view
+//! ([`RunTree::lines`] with `open`) shows every call of every run.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -203,6 +204,10 @@ impl RunTree {
         c
     }
 
+    fn descendants(&self, id: &str) -> usize {
+        self.children(id).iter().map(|(cid, _)| 1 + self.descendants(cid)).sum()
+    }
+
     /// Tokens and USD of a run with its descendants: as it reported at its end, or summed so far.
     fn spent(&self, id: &str, node: &Node) -> (u64, f64) {
         if let Some(total) = node.total {
@@ -267,7 +272,14 @@ impl RunTree {
                 Span::styled(detail, dim),
             ]));
         }
-        for (cid, child) in self.children(id) {
+        let children = self.children(id);
+        // A finished branch under the root folds into a count, but in the open view.
+        if !open && depth > 0 && node.finished.is_some() && !children.is_empty() {
+            let below = self.descendants(id);
+            out.push(Line::styled(format!("{indent}    [+{below} run(s) under it]"), dim));
+            return;
+        }
+        for (cid, child) in children {
             self.branch(cid, child, depth + 1, now, open, out);
         }
     }
@@ -338,6 +350,12 @@ mod tests {
         assert!(shown.contains("✓ agent helper (no_more_tool_calls)"), "{shown}");
         assert!(shown.contains("step 2 · 120 tok · $0.0050 · 0.3s"), "{shown}");
         assert!(shown.contains("read_file({\"path\":\"a.txt\"}) · 0.0s"), "{shown}");
+        // A finished branch folds into a count.
+        let grandchild = json!({"type": "sub_agent_started", "agent": "inner", "kind": "rlm", "input": "x", "child_run_id": "grandkid"});
+        tree.observe_at(&event("kid", Some("root"), 1, 2, grandchild), at(450));
+        let shown = text(&tree.lines(at(2000), false));
+        assert!(shown.contains("[+1 run(s) under it]") && !shown.contains("rlm inner"), "{shown}");
+        assert!(text(&tree.lines(at(2000), true)).contains("rlm inner"));
         // The root's own calls show in the open view only.
         assert!(!shown.contains("model m · 110 tok"), "{shown}");
         assert!(text(&tree.lines(at(2000), true)).contains("model m · 110 tok · $0.0010"));

@@ -848,6 +848,10 @@ fn popup_key(app: &mut App, key: KeyEvent, modified: bool) -> Option<Action> {
 /// Opens, updates or closes the completion popup after an edit: files after `@`, commands after
 /// a leading `/`, earlier prompts while a history search (Ctrl-R) is open.
 fn refresh_popup(app: &mut App, root: &std::path::Path) {
+    if app.mode != Mode::Message {
+        app.popup = None;
+        return;
+    }
     if app.popup.as_ref().is_some_and(|p| p.kind == Kind::History) {
         let items = complete::matching_prompts(app.editor.history(), &app.editor.text());
         app.popup = Popup::new(Kind::History, 0, items.into_iter().map(|p| (p.clone(), p)).collect());

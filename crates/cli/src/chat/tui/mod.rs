@@ -534,6 +534,11 @@ async fn drive(
                 app.show_ask(&root);
             }
             end = joined(&mut turn) => {
+                // Every event of the turn was sent before it ended: taken in first, so its error
+                // is shown once (the event's and the end's are the same).
+                while let Ok(event) = events.try_recv() {
+                    app.observe(&event);
+                }
                 let interrupted = app.interrupted;
                 finish_turn(&mut app, chat, end, before);
                 if !interrupted && let Some(started) = send_queued(&mut app, chat).await? {

@@ -241,6 +241,12 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
             "namespaces": [["users", "ada"], ["users", "bob"]], "deleted": true})
     );
 
+    // Kept in the workspace memory `remember` and `recall` use.
+    let memory = rusqlite::Connection::open(env.path(".recursive/memory.db")).unwrap();
+    let kept: String =
+        memory.query_row("SELECT value FROM memories WHERE key = 'users.ada/prefs'", [], |r| r.get(0)).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&kept).unwrap(), json!({"theme": "dark", "lang": "en"}));
+
     // One model call per node that ran (the cancelled ones aside): ten drafts and two publications.
     let asked: Vec<String> = model.requests().iter().filter_map(|r| r.last_user_text()).collect();
     let drafts = asked.iter().filter(|a| a.starts_with("Write about") && !a.contains("slowness")).count();

@@ -16,6 +16,7 @@ pub mod env;
 pub mod event;
 pub mod inbox;
 pub mod invoke;
+pub mod items;
 pub mod journal;
 pub mod jsonl;
 pub mod message;

@@ -59,6 +59,8 @@ pub struct ServeConfig {
     pub answers: Option<Arc<recursive_core::AnswerBoard>>,
     /// Graph threads over HTTP (`None`: the threads API answers 404).
     pub graphs: Option<Arc<dyn crate::threads::GraphHost>>,
+    /// Where the LangGraph store API keeps its items (`None`: in the server's memory).
+    pub items: Option<Arc<dyn recursive_core::items::ItemStore>>,
     /// The job queue of a PostgreSQL store: where `POST /v1/runs` queues its runs for workers
     /// when it says so (`None`: no queue; this process runs every run).
     pub queue: Option<crate::queued::RunQueue>,
@@ -89,6 +91,7 @@ impl Default for ServeConfig {
             archive: None,
             retention: Default::default(),
             answers: None,
+            items: None,
             graphs: None,
             queue: None,
         }

@@ -173,6 +173,12 @@ impl MemoryStore {
         self.search("", limit)
     }
 
+    /// Deletes the entry under `key`; whether there was one.
+    pub fn forget(&self, key: &str) -> Result<bool, MemoryError> {
+        let removed = self.with_conn(false, |c| c.execute("DELETE FROM memories WHERE key = ?1", [key]))?;
+        Ok(removed.unwrap_or(0) > 0)
+    }
+
     /// Number of entries.
     pub fn len(&self) -> Result<usize, MemoryError> {
         Ok(self
@@ -184,6 +190,67 @@ impl MemoryStore {
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> Result<bool, MemoryError> {
         Ok(self.len()? == 0)
+    }
+}
+
+/// The namespace remembered entries without one are served under (LangGraph's store API).
+pub const MEMORIES_NAMESPACE: &str = "memories";
+
+/// The memory is the store of LangGraph's store API: an item is the entry `NS.NS/KEY` (its
+/// namespace's labels joined by periods), its value the object as JSON; an entry remembered
+/// without a namespace is the item `KEY` of [`MEMORIES_NAMESPACE`] whose value is
+/// `{"value": TEXT}`. So what a client puts, an agent recalls, and the reverse.
+impl recursive_core::items::ItemStore for MemoryStore {
+    fn items(&self) -> Result<Vec<recursive_core::items::Item>, String> {
+        let entries = self.recent(usize::MAX >> 1).map_err(|e| e.to_string())?;
+        Ok(entries.into_iter().map(item_of).collect())
+    }
+
+    fn put(
+        &self,
+        namespace: &[String],
+        key: &str,
+        value: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), String> {
+        let text = serde_json::Value::Object(value.clone()).to_string();
+        self.remember(&entry_key(namespace, key)?, &text).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn delete(&self, namespace: &[String], key: &str) -> Result<(), String> {
+        self.forget(&entry_key(namespace, key)?).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// The memory key of an item; a label with `/` has none.
+fn entry_key(namespace: &[String], key: &str) -> Result<String, String> {
+    if namespace.iter().any(|l| l.contains('/')) {
+        return Err("a namespace label kept in the workspace memory cannot contain `/`".into());
+    }
+    if namespace == [MEMORIES_NAMESPACE] && !key.contains('/') {
+        return Ok(key.to_string());
+    }
+    Ok(format!("{}/{key}", namespace.join(".")))
+}
+
+/// The item an entry is.
+fn item_of(entry: MemoryEntry) -> recursive_core::items::Item {
+    let object = |text: &str| match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::from_iter([("value".to_string(), serde_json::Value::String(text.to_string()))]),
+    };
+    let (namespace, key, value) = match entry.key.split_once('/') {
+        Some((ns, key)) => (ns.split('.').map(str::to_string).collect(), key.to_string(), object(&entry.value)),
+        None => {
+            let value = serde_json::Map::from_iter([("value".to_string(), serde_json::Value::String(entry.value))]);
+            (vec![MEMORIES_NAMESPACE.to_string()], entry.key, value)
+        }
+    };
+    recursive_core::items::Item {
+        namespace,
+        key,
+        value,
+        created_at: entry.updated_at.clone(),
+        updated_at: entry.updated_at,
     }
 }
 
@@ -332,6 +399,26 @@ impl TypedTool for Recall {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_memory_is_the_item_store_entries_and_items_both_ways() {
+        use recursive_core::items::ItemStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new(dir.path().join("m.db"));
+        store.remember("deploy-day", "friday").unwrap();
+        let prefs = serde_json::Map::from_iter([("theme".to_string(), serde_json::json!("dark"))]);
+        store.put(&["users".into(), "ada".into()], "prefs", &prefs).unwrap();
+        assert_eq!(store.get("users.ada/prefs").unwrap().unwrap().value, r#"{"theme":"dark"}"#, "an agent recalls it");
+        let items = store.items().unwrap();
+        let remembered = items.iter().find(|i| i.key == "deploy-day").unwrap();
+        assert_eq!(remembered.namespace, [MEMORIES_NAMESPACE]);
+        assert_eq!(remembered.value["value"], "friday", "a client reads what an agent remembered");
+        let ada = items.iter().find(|i| i.key == "prefs").unwrap();
+        assert_eq!((ada.namespace.clone(), ada.value.clone()), (vec!["users".to_string(), "ada".to_string()], prefs));
+        store.delete(&["users".into(), "ada".into()], "prefs").unwrap();
+        assert!(store.get("users.ada/prefs").unwrap().is_none());
+        assert!(store.put(&["a/b".into()], "k", &serde_json::Map::new()).is_err(), "a label with / has no key");
+    }
+
     use super::*;
     use recursive_core::typed;
     use serde_json::json;

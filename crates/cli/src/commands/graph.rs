@@ -599,11 +599,10 @@ async fn execute_graph(
     )
     .await?;
     args.approval.apply(&harness);
-    // Bound before the budget is set: a node naming an unpriced model or provider is refused
-    // under --max-cost now, before any node runs.
-    if let Err(ThreadError::Bind(e)) = harness.bind_thread(&source, &subgraphs) {
-        return Err(ConfigError(e).into());
-    }
+    // Bound once before the budget is set, so a node naming an unpriced model or provider is
+    // refused under --max-cost now, before any node runs. What does not bind yet (a node naming
+    // an MCP server's tool, whose servers start below) is reported by the run's own binding.
+    let _noted = harness.bind_thread(&source, &subgraphs);
     let limits = args.budget.limits(&harness.provider)?;
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.

@@ -257,6 +257,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     );
     let ((runner, harness, mcp), archive) =
         (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
+    // LangGraph's store API keeps its items in the workspace memory of `remember` and `recall`.
+    let items: Arc<dyn recursive_core::items::ItemStore> =
+        Arc::new(recursive_tools::MemoryStore::in_workspace(&harness.setup.workspace));
     let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
         Some(dir) => {
             let store =
@@ -280,6 +283,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         answers,
         graphs,
         queue,
+        items: Some(items),
     };
     let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
     let quiet = args.provider.quiet;

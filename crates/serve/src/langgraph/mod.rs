@@ -64,7 +64,7 @@ pub(crate) fn router(server: &Arc<Server>) -> axum::Router<Arc<Server>> {
         threads: Mutex::default(),
         runs: Mutex::default(),
         deleted: Mutex::default(),
-        store: store::Items::default(),
+        store: server.config.items.clone().map(store::Items).unwrap_or_default(),
     });
     axum::Router::new()
         .route("/info", get(info))

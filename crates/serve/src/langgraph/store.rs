@@ -1,40 +1,76 @@
 //! LangGraph's store API: JSON items under a namespace (a path of labels) and a key — put,
 //! get, delete, search (by namespace prefix, an exact-match `filter` on the value's fields, and a
-//! `query` found in the key or the value), and the namespaces in use. Kept in the server's
-//! memory: items last as long as the process.
+//! `query` found in the key or the value), and the namespaces in use. Kept where the server's
+//! [`ItemStore`] keeps them: the host's (the `recursive serve` command gives the workspace memory
+//! of `remember` and `recall`), else the server's memory for as long as the process lives.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use recursive_core::items::{Item, ItemStore};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Optional, Refused, Shared, bad_request, field, matches, not_found, now, page};
 
-/// One item.
-#[derive(Debug, Clone)]
-struct Item {
-    value: Map<String, Value>,
-    created_at: String,
-    updated_at: String,
-}
+/// The items: the server's store of them.
+#[derive(Clone)]
+pub(crate) struct Items(pub(crate) Arc<dyn ItemStore>);
 
-/// The items, by namespace then key.
-#[derive(Debug, Default)]
-pub(crate) struct Items(Mutex<BTreeMap<(Vec<String>, String), Item>>);
-
-impl Items {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Vec<String>, String), Item>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+impl Default for Items {
+    fn default() -> Self {
+        Items(Arc::new(MemoryItems::default()))
     }
 }
 
-fn item_json(namespace: &[String], key: &str, item: &Item) -> Value {
-    json!({"namespace": namespace, "key": key, "value": item.value,
+impl Items {
+    /// Every item.
+    fn all(&self) -> Result<Vec<Item>, String> {
+        self.0.items()
+    }
+}
+
+fn failed(e: String) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"detail": format!("the store failed: {e}")}))).into_response()
+}
+
+/// Items in the server's memory.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryItems(Mutex<BTreeMap<(Vec<String>, String), Item>>);
+
+impl ItemStore for MemoryItems {
+    fn items(&self) -> Result<Vec<Item>, String> {
+        Ok(self.0.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect())
+    }
+
+    fn put(&self, namespace: &[String], key: &str, value: &Map<String, Value>) -> Result<(), String> {
+        let mut items = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = now();
+        let id = (namespace.to_vec(), key.to_string());
+        let created_at = items.get(&id).map_or_else(|| at.clone(), |i| i.created_at.clone());
+        let item = Item {
+            namespace: namespace.to_vec(),
+            key: key.to_string(),
+            value: value.clone(),
+            created_at,
+            updated_at: at,
+        };
+        items.insert(id, item);
+        Ok(())
+    }
+
+    fn delete(&self, namespace: &[String], key: &str) -> Result<(), String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&(namespace.to_vec(), key.to_string()));
+        Ok(())
+    }
+}
+
+fn item_json(item: &Item) -> Value {
+    json!({"namespace": item.namespace, "key": item.key, "value": item.value,
         "created_at": item.created_at, "updated_at": item.updated_at})
 }
 
@@ -63,10 +99,9 @@ pub(crate) async fn put_item(State(api): Shared, Optional(body): Optional) -> Re
         Ok(None) => return bad_request("`value` must be an object").into_response(),
         Err(refused) => return refused.into_response(),
     };
-    let at = now();
-    let mut items = api.store.lock();
-    let created_at = items.get(&(namespace.clone(), key.clone())).map_or_else(|| at.clone(), |i| i.created_at.clone());
-    items.insert((namespace, key), Item { value, created_at, updated_at: at });
+    if let Err(e) = api.store.0.put(&namespace, &key, &value) {
+        return failed(e);
+    }
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -85,9 +120,12 @@ pub(crate) async fn get_item(State(api): Shared, Query(query): Query<ItemQuery>)
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect();
-    let items = api.store.lock();
-    match items.get(&(namespace.clone(), query.key.clone())) {
-        Some(item) => Json(item_json(&namespace, &query.key, item)).into_response(),
+    let items = match api.store.all() {
+        Ok(items) => items,
+        Err(e) => return failed(e),
+    };
+    match items.iter().find(|i| i.namespace == namespace && i.key == query.key) {
+        Some(item) => Json(item_json(item)).into_response(),
         None => not_found(&format!("no item `{}` in namespace `{}`", query.key, namespace.join("."))).into_response(),
     }
 }
@@ -102,8 +140,10 @@ pub(crate) async fn delete_item(State(api): Shared, Optional(body): Optional) ->
         Ok(None) => return bad_request("`key` is required").into_response(),
         Err(refused) => return refused.into_response(),
     };
-    api.store.lock().remove(&(namespace, key));
-    StatusCode::NO_CONTENT.into_response()
+    match api.store.0.delete(&namespace, &key) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => failed(e),
+    }
 }
 
 pub(crate) async fn search_items(State(api): Shared, Optional(body): Optional) -> Response {
@@ -123,25 +163,28 @@ pub(crate) async fn search_items(State(api): Shared, Optional(body): Optional) -
         Ok(query) => query.map(|q: String| q.to_lowercase()),
         Err(refused) => return refused.into_response(),
     };
-    let items = api.store.lock();
-    let mut found: Vec<(&(Vec<String>, String), &Item)> = items
+    let items = match api.store.all() {
+        Ok(items) => items,
+        Err(e) => return failed(e),
+    };
+    let mut found: Vec<&Item> = items
         .iter()
-        .filter(|((ns, _), _)| ns.starts_with(&prefix))
-        .filter(|(_, item)| filter.as_ref().is_none_or(|f| matches(&Value::Object(item.value.clone()), f)))
-        .filter(|((_, key), item)| {
+        .filter(|item| item.namespace.starts_with(&prefix))
+        .filter(|item| filter.as_ref().is_none_or(|f| matches(&Value::Object(item.value.clone()), f)))
+        .filter(|item| {
             query.as_ref().is_none_or(|q| {
-                key.to_lowercase().contains(q)
+                item.key.to_lowercase().contains(q)
                     || Value::Object(item.value.clone()).to_string().to_lowercase().contains(q)
             })
         })
         .collect();
-    found.sort_by(|a, b| b.1.updated_at.cmp(&a.1.updated_at));
+    found.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
     let page: Vec<Value> = found
         .into_iter()
         .skip(offset)
         .take(limit)
-        .map(|((ns, key), item)| {
-            let mut item = item_json(ns, key, item);
+        .map(|item| {
+            let mut item = item_json(item);
             item["score"] = Value::Null;
             item
         })
@@ -166,10 +209,13 @@ pub(crate) async fn list_namespaces(State(api): Shared, Optional(body): Optional
         Ok(page) => page,
         Err(refused) => return refused.into_response(),
     };
-    let items = api.store.lock();
+    let items = match api.store.all() {
+        Ok(items) => items,
+        Err(e) => return failed(e),
+    };
     let mut namespaces: Vec<Vec<String>> = items
-        .keys()
-        .map(|(ns, _)| ns)
+        .iter()
+        .map(|item| &item.namespace)
         .filter(|ns| ns.starts_with(&prefix) && ns.ends_with(&suffix))
         .map(|ns| match max_depth {
             Some(depth) => ns.iter().take(depth).cloned().collect(),

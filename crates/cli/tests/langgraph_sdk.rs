@@ -166,6 +166,7 @@ fn the_langgraph_sdk_runs_threads_interrupts_resumes_history_and_the_store() {
     assert_eq!(seen["changed"]["copy_is_new"], true);
     assert_eq!(seen["changed"]["copy_values"]["draft"], "PUBLISHED: A draft about tides.");
     assert_eq!(seen["changed"]["deleted"], true);
+    assert_eq!(seen["changed"]["edited"], "EDITED", "update_state wrote the thread's state: {seen}");
 
     // A thread made without its graph is bound by its first run; messages and events modes.
     let more = &seen["more"];

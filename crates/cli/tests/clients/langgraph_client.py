@@ -164,8 +164,10 @@ def update_copy_delete():
         gone = False
     except httpx.HTTPStatusError as e:
         gone = e.response.status_code == 404
+    client.threads.update_state(tid, {"draft": "EDITED"}, as_node="approve")
+    edited = client.threads.get_state(tid)
     return {"updated": [updated.get("user"), updated.get("reviewed")], "copy_is_new": copied["thread_id"] != tid,
-            "copy_values": copy_state["values"], "deleted": gone}
+            "copy_values": copy_state["values"], "deleted": gone, "edited": edited["values"].get("draft")}
 
 
 changed = call("threads.update+copy+delete", update_copy_delete)

@@ -629,12 +629,44 @@ async fn state_at_posted(State(api): Shared, Path(id): Path<String>, Optional(bo
 }
 
 /// Writing a thread's state as a node would is not served: a fork sets channels instead.
-async fn update_state(Path(id): Path<String>) -> Response {
-    let message = format!(
-        "updating a thread's state in place is not supported: copy the thread, or fork it with new values at \
-         POST /v1/threads/{id}/fork {{\"set\": {{...}}}}"
-    );
-    bad_request(&message).into_response()
+/// `POST /threads/{id}/state`: `values` become the thread's state. The graph host forks the
+/// thread's latest checkpoint (or `checkpoint_id`'s) with them, and the LangGraph thread goes on
+/// from the fork: its state, history and next run are the fork's. (`as_node` is taken as given:
+/// the values are written as the state, not as one node's update through its reducers.)
+async fn update_state(State(api): Shared, Path(id): Path<String>, Optional(body): Optional) -> Response {
+    let values: Map<String, Value> = match field(&body, "values") {
+        Ok(Some(values)) => values,
+        Ok(None) => return bad_request("`values` must be an object of channels").into_response(),
+        Err(refused) => return refused.into_response(),
+    };
+    let checkpoint = body
+        .get("checkpoint_id")
+        .or_else(|| body.get("checkpoint").and_then(|c| c.get("checkpoint_id")))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let view = match api.host_thread(&id).await {
+        Ok(Some(view)) => view,
+        Ok(None) => {
+            return bad_request(&format!("thread `{id}` has not run yet: there is no state to update")).into_response();
+        }
+        Err(refused) => return refused.into_response(),
+    };
+    let host = match api.host() {
+        Ok(host) => host,
+        Err(refused) => return refused.into_response(),
+    };
+    let request = crate::threads::ForkRequest { checkpoint, set: Some(values) };
+    let fork = match host.fork(&view.thread_id, request).await {
+        Ok(fork) => fork,
+        Err(e) => return host_failed(e).into_response(),
+    };
+    let mut meta = api.meta(&id).unwrap_or_else(|| ThreadMeta::new(Map::new()));
+    meta.host = Some(fork.thread_id.clone());
+    meta.updated_at = now();
+    api.set_meta(&id, meta);
+    Json(json!({"checkpoint": {"thread_id": id, "checkpoint_ns": "", "checkpoint_id": fork.checkpoint,
+        "checkpoint_map": null}}))
+    .into_response()
 }
 
 /// What the server is (LangGraph's clients and UIs check it is there).

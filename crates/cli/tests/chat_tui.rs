@@ -646,3 +646,46 @@ fn rewind_in_a_resumed_chat_reaches_the_prompts_sent_before_it_was_resumed() {
     last.check_pairing().unwrap();
     assert_eq!(user_messages(&last), ["fresh"]);
 }
+
+#[test]
+fn plan_mode_refuses_a_write_saying_why_and_ends_with_the_plan() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([
+        Reply::tool_call("write_file", json!({"path": "a.txt", "content": "x"})),
+        Reply::text("1. write a.txt"),
+    ]));
+    let tmux = start_chat(&env, &server, "--mode plan \"make a.txt\"");
+    tmux.wait_for("nothing changes until the plan is approved", 1);
+    tmux.wait_for("plan ready: /approve", 1);
+    assert!(!env.path("a.txt").exists(), "nothing was written");
+    tmux.keys(&["C-c"]);
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("exit-status=0", 1);
+}
+
+#[test]
+fn chat_resume_without_an_id_lists_the_workspaces_sessions_by_title_to_pick_from() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("second answer")]));
+    let first = start_chat(&env, &server, "\"remember the tides\"");
+    first.wait_for("noted", 1);
+    first.keys(&["C-c"]);
+    first.keys(&["C-c"]);
+    first.wait_for("exit-status=0", 1);
+    drop(first);
+    let line = command_line(
+        env.dir.path(),
+        &format!("chat --resume --provider openai --base-url {} --model gpt-4o-mini", server.openai_url()),
+    );
+    let picker = Tmux::start(env.dir.path(), &format!("OPENAI_API_KEY=sk-test {line}; echo exit-status=$?"));
+    let screen = picker.wait_for("session to continue [1-1]", 1);
+    assert!(screen.contains("1. remember the tides") && screen.contains("1 turn(s)"), "{screen}");
+    picker.line("1");
+    picker.wait_for("Enter sends", 1);
+    picker.line("and now?");
+    picker.wait_for("second answer", 1);
+    let said: Vec<Value> = server.request(1).body["messages"].as_array().unwrap().clone();
+    assert!(said.iter().any(|m| m["content"] == "remember the tides"), "the picked session goes on: {said:?}");
+}

@@ -256,6 +256,32 @@ impl std::fmt::Debug for ToolRegistry {
     }
 }
 
+/// A tool that changes things, in a run that plans: it refuses to run.
+struct Planning(Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for Planning {
+    fn spec(&self) -> ToolSpec {
+        self.0.spec()
+    }
+
+    async fn call(&self, _arguments: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        Err(ToolError::failed(format!(
+            "not run: plan mode — `{}` would change things, and nothing changes until the plan is approved; look \
+             around with the read-only tools and answer with the plan",
+            self.0.spec().name
+        )))
+    }
+
+    fn origin(&self) -> ToolOrigin {
+        self.0.origin()
+    }
+
+    fn paths(&self, arguments: &Map<String, Value>) -> Option<Vec<String>> {
+        self.0.paths(arguments)
+    }
+}
+
 impl ToolRegistry {
     /// An empty registry.
     pub fn new() -> Self {
@@ -311,6 +337,21 @@ impl ToolRegistry {
     /// use to look around.
     pub fn read_only(&self) -> ToolRegistry {
         let tools = self.tools.iter().filter(|(_, t)| t.read_only()).map(|(k, v)| (k.clone(), v.clone())).collect();
+        ToolRegistry { tools }
+    }
+
+    /// This registry for a run that plans: the read-only tools as they are, every other tool
+    /// refusing to run with a message saying why (plan mode changes nothing), so a call the
+    /// model makes to a tool it was not offered is answered clearly.
+    pub fn planning(&self) -> ToolRegistry {
+        let tools = self
+            .tools
+            .iter()
+            .map(|(k, t)| {
+                let tool: Arc<dyn Tool> = if t.read_only() { t.clone() } else { Arc::new(Planning(t.clone())) };
+                (k.clone(), tool)
+            })
+            .collect();
         ToolRegistry { tools }
     }
 

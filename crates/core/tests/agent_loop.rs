@@ -240,7 +240,7 @@ async fn plan_mode_looks_around_with_read_only_tools_only_and_stops_with_the_pla
     assert!(req.messages[0].content.contains("Plan mode"));
     let results = tool_results(&result.messages);
     assert_eq!(results[0].content, "the file says x", "a read-only call runs");
-    assert!(results[1].content.contains("unknown tool `failing`"), "{}", results[1].content);
+    assert!(results[1].content.contains("not run: plan mode"), "a write is refused saying why: {}", results[1].content);
 }
 
 #[tokio::test]

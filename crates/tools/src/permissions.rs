@@ -739,10 +739,8 @@ impl ToolGate for PermissionPolicy {
         let RuleDecision { action, source } = self.decide(call, tool.as_ref());
         let mode = self.mode.get();
         if mode == Mode::Plan && !tool.read_only() && action != Action::Deny {
-            return GateVerdict::deny(format!(
-                "{source}: {action_name}; mode plan: nothing changes until the plan is approved",
-                action_name = action.as_str()
-            ));
+            let rule = format!("{source}: {}", action.as_str());
+            return GateVerdict::deny(format!("mode plan: nothing changes until the plan is approved ({rule})"));
         }
         match action {
             Action::Allow => GateVerdict::allow(format!("{source}: allow")),

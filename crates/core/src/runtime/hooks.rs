@@ -183,7 +183,11 @@ struct PlanMode;
 impl Hook for PlanMode {
     async fn on_start(&mut self, turn: &mut Turn<'_>) -> Result<Flow, AgentError> {
         turn.read_only = true;
+        // Offered: what changes nothing. Run: the same, and a call to anything else is refused
+        // saying why (by the gate in plan mode, else by the tool itself).
+        let planning = turn.tools.planning();
         turn.set_tools(turn.tools.read_only());
+        turn.invoker = turn.agent.invoker_over(planning);
         Ok(Flow::Go)
     }
 
@@ -461,8 +465,10 @@ mod tests {
         let (mut rec, mut step) = (recorder(vec![]), 0);
         let mut turn = Turn::new(&agent, &mut rec, &scope, &mut step, &asks);
         assert_eq!(PlanMode.on_start(&mut turn).await.unwrap(), Flow::Go);
-        assert_eq!(names(&turn), ["look"]);
-        assert_eq!(turn.invoker.tools().names(), ["look"]);
+        assert_eq!(names(&turn), ["look"], "offered: what changes nothing");
+        let call = ToolCall { id: "c".into(), name: "write".into(), arguments: json!({}) };
+        let refused = turn.invoker.invoke(call, &scope, 1, None).await;
+        assert!(refused.is_error && refused.output.contains("plan mode"), "a call to the rest says why: {refused:?}");
         turn.offer(&[tools(&[("fetch", true), ("edit", false)])]);
         assert_eq!(names(&turn), ["fetch", "look"]);
         let answer = reply(StopReason::EndTurn, vec![], vec![]);

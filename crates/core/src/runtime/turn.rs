@@ -101,13 +101,20 @@ impl<'a> Turn<'a> {
     }
 
     /// Offers `registries` beside the current tools (their read-only tools only, when
-    /// [`read_only`](Self::read_only)).
+    /// [`read_only`](Self::read_only), the others then refusing calls as a plan's do).
     pub fn offer(&mut self, registries: &[ToolRegistry]) {
-        let mut tools = self.tools.clone();
+        let (mut offered, mut run) = (self.tools.clone(), self.invoker.tools().clone());
         for registry in registries {
-            tools.extend(&if self.read_only { registry.read_only() } else { registry.clone() });
+            if self.read_only {
+                offered.extend(&registry.read_only());
+                run.extend(&registry.planning());
+            } else {
+                offered.extend(registry);
+                run.extend(registry);
+            }
         }
-        self.set_tools(tools);
+        self.tools = offered;
+        self.invoker = self.agent.invoker_over(run);
     }
 
     /// The guarded model call; its message joins the transcript, the caller's calls last.

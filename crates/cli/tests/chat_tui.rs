@@ -689,3 +689,22 @@ fn chat_resume_without_an_id_lists_the_workspaces_sessions_by_title_to_pick_from
     let said: Vec<Value> = server.request(1).body["messages"].as_array().unwrap().clone();
     assert!(said.iter().any(|m| m["content"] == "remember the tides"), "the picked session goes on: {said:?}");
 }
+
+#[test]
+fn chat_continue_picks_up_the_workspaces_latest_session() {
+    let env = Env::new();
+    let rt = runtime();
+    let server = rt.block_on(ModelServer::start_with([Reply::text("noted the tides"), Reply::text("still the tides")]));
+    let first = start_chat(&env, &server, "\"remember the tides\"");
+    first.wait_for("noted the tides", 1);
+    first.keys(&["C-c"]);
+    first.keys(&["C-c"]);
+    first.wait_for("exit-status=0", 1);
+    drop(first);
+    let again = start_chat(&env, &server, "--continue");
+    again.wait_for("(2 earlier message(s))", 1);
+    again.line("what did I say?");
+    again.wait_for("still the tides", 1);
+    let said: Vec<Value> = server.request(1).body["messages"].as_array().unwrap().clone();
+    assert!(said.iter().any(|m| m["content"] == "remember the tides"), "the latest session goes on: {said:?}");
+}

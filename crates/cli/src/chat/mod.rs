@@ -152,6 +152,8 @@ pub struct Chat {
     /// The prompts of the conversation, oldest first, for `/rewind`: those of earlier
     /// processes (a resumed session), then this process's turns.
     marks: Vec<TurnMark>,
+    /// The session's journal ([`Turn::run`] makes each turn a durable run of it).
+    durable: std::sync::Arc<recursive_core::journal::DurableRun>,
 }
 
 /// Where a prompt began: the prompt, the conversation before it (the first `len` messages of
@@ -192,8 +194,9 @@ pub struct Turn {
     agent: Agent,
     history: Vec<Message>,
     input: String,
-    /// The turn as a durable run of the session: killed, its spend comes back with the session.
-    durable: recursive_core::journal::DurableRun,
+    /// The session's journal: each turn a durable run of it (killed, its spend comes back with
+    /// the session).
+    durable: std::sync::Arc<recursive_core::journal::DurableRun>,
 }
 
 /// How a turn ended.
@@ -240,7 +243,7 @@ pub struct ChatParts {
 impl Chat {
     /// A chat over `parts`; the configured MCP servers start in the background.
     pub fn new(parts: ChatParts) -> anyhow::Result<Self> {
-        let ChatParts { harness, session, history, scope, system, append_system, context_window } = parts;
+        let ChatParts { harness, mut session, history, scope, system, append_system, context_window } = parts;
         let marks = earlier_marks(&history);
         let tools = harness.tools();
         let system = harness.setup.system_prompt(&tools, system.as_deref(), append_system.as_deref());
@@ -250,6 +253,13 @@ impl Chat {
         let usage = Usage { input_tokens: m.input_tokens, output_tokens: m.output_tokens, ..Default::default() };
         if m.cost_usd > 0.0 || usage.total() > 0 {
             scope.restore_spend(&recursive_core::SpendTotal { settled_usd: m.cost_usd, usage, ..Default::default() });
+        }
+        // The session's journal, opened once: a turn a kill cut off before this process left its
+        // spend there, restored now into the session's totals.
+        let durable = recursive_core::journal::DurableRun::in_file(&session.journal(), &scope)
+            .map_err(anyhow::Error::msg)?;
+        if durable.resumed() {
+            session.add_spend(&durable.restored.usage, durable.restored.usd())?;
         }
         let model = harness.provider.model();
         Ok(Chat {
@@ -265,6 +275,7 @@ impl Chat {
             starting: Some(starting),
             started: None,
             marks,
+            durable: std::sync::Arc::new(durable),
         })
     }
 
@@ -307,15 +318,8 @@ impl Chat {
             history: std::sync::Arc::new(self.history.clone()),
             checkpoint: Some(checkpoint),
         });
-        // A turn a kill cut off before this process left its spend in the session's journal:
-        // opening the next turn's restores it into the session's totals.
-        let durable = recursive_core::journal::DurableRun::in_file(&self.session.journal(), &self.scope)
-            .map_err(anyhow::Error::msg)?;
-        if durable.resumed() {
-            self.session.add_spend(&durable.restored.usage, durable.restored.usd())?;
-        }
         let history = std::mem::take(&mut self.history);
-        let turn = Turn { agent: self.agent()?, history, input, durable };
+        let turn = Turn { agent: self.agent()?, history, input, durable: self.durable.clone() };
         Ok((turn, notes))
     }
 

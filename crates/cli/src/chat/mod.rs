@@ -256,8 +256,8 @@ impl Chat {
         }
         // The session's journal, opened once: a turn a kill cut off before this process left its
         // spend there, restored now into the session's totals.
-        let durable = recursive_core::journal::DurableRun::in_file(&session.journal(), &scope)
-            .map_err(anyhow::Error::msg)?;
+        let durable =
+            recursive_core::journal::DurableRun::in_file(&session.journal(), &scope).map_err(anyhow::Error::msg)?;
         if durable.resumed() {
             session.add_spend(&durable.restored.usage, durable.restored.usd())?;
         }

@@ -98,15 +98,20 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let setup = &harness.setup;
     super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
     let model = harness.provider.model();
-    let max_depth = setup.limits.max_depth;
     let (scope, events) = if tui {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let scope =
-            super::scope_with("chat", &args.provider, Arc::new(ChannelSink(tx)), BudgetLimits::default(), None)?;
+        let scope = super::scope_with(
+            &harness,
+            "chat",
+            &args.provider,
+            Arc::new(ChannelSink(tx)),
+            BudgetLimits::default(),
+            None,
+        )?;
         super::watch_terminate(scope.cancel_token().clone());
         (scope, Some(rx))
     } else {
-        (super::root_scope("chat", &args.provider, true, BudgetLimits::default(), None)?, None)
+        (super::root_scope(&harness, "chat", &args.provider, true, BudgetLimits::default(), None)?, None)
     };
     let (session, history): (Session, Vec<Message>) = match (args.resume.as_deref(), args.continue_session) {
         (Some(""), _) => continued(pick_session(setup.workspace.root())?)?,
@@ -121,7 +126,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         harness,
         session,
         history,
-        scope: scope.with_max_depth(max_depth),
+        scope,
         system: args.conversation.system.clone(),
         append_system: args.conversation.append_system.clone(),
         context_window: args.conversation.context_window,

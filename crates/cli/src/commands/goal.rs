@@ -136,7 +136,8 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
     // is `[limits] max_depth`, raised to what `--max-depth` goal levels need.
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
-    let scope = super::root_scope("goal", &args.provider, false, BudgetLimits::default(), None)?.with_max_depth(depth);
+    let scope = super::root_scope(&harness, "goal", &args.provider, false, BudgetLimits::default(), None)?
+        .with_max_depth(depth);
     let mcp = harness.start_mcp(&scope).await?;
     let mut pursuer = harness.pursuer_with(goal_config, &delegates(&harness, &args.inputs)?);
     if let Some(url) = &args.embeddings_url {

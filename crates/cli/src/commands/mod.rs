@@ -19,12 +19,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recursive_core::{Budget, BudgetLimits, EventSink, FanoutSink, JsonlSink, RunScope};
+use recursive_core::{BudgetLimits, EventSink, FanoutSink, JsonlSink, RunScope};
 pub use recursive_harness::setup::compaction;
 use recursive_harness::{Harness, HarnessOptions, RlmOptions};
 pub use recursive_harness::{check_sandbox, fresh_output, seconds, usd};
 
-use crate::ConfigError;
 use crate::ProviderArgs;
 use crate::output::CliSink;
 
@@ -111,6 +110,7 @@ pub fn finish_telemetry() {
 /// event and exit status 8); a second Ctrl-C exits at once with 130. SIGTERM and the second
 /// Ctrl-C kill the process groups of running shell commands first.
 pub fn root_scope(
+    harness: &Harness,
     name: &str,
     args: &ProviderArgs,
     stream_text: bool,
@@ -118,21 +118,22 @@ pub fn root_scope(
     extra: Option<Arc<dyn EventSink>>,
 ) -> anyhow::Result<RunScope> {
     let display = Arc::new(CliSink::new(stream_text, args.quiet));
-    let scope = scope_with(name, args, display, limits, extra)?;
+    let scope = scope_with(harness, name, args, display, limits, extra)?;
     watch_signals(scope.cancel_token().clone());
     Ok(scope)
 }
 
 /// The root run scope with `display` showing its events (and `--events`, `extra`), without
-/// signal handling: the caller handles Ctrl-C (see [`watch_terminate`] for SIGTERM).
+/// signal handling: the caller handles Ctrl-C (see [`watch_terminate`] for SIGTERM). The
+/// harness sets its limits (the tree's depth cap).
 pub fn scope_with(
+    harness: &Harness,
     name: &str,
     args: &ProviderArgs,
     display: Arc<dyn EventSink>,
     limits: BudgetLimits,
     extra: Option<Arc<dyn EventSink>>,
 ) -> anyhow::Result<RunScope> {
-    limits.validate().map_err(|e| ConfigError(e.to_string()))?;
     let mut sink = FanoutSink::new().with(display);
     if let Some(path) = &args.events {
         fresh_output("--events", path, args.append)?;
@@ -149,8 +150,7 @@ pub fn scope_with(
     if let Some(otlp) = telemetry_sink(args) {
         sink.push(otlp);
     }
-    Ok(RunScope::root(name, Arc::new(sink), Arc::new(Budget::new(limits)))
-        .with_max_depth(recursive_core::run::DEFAULT_MAX_DEPTH))
+    Ok(harness.root_scope(name, Arc::new(sink), limits)?)
 }
 
 /// Reports the first failed write of a log file, if any.

@@ -88,8 +88,7 @@ pub async fn execute(args: ReplArgs) -> anyhow::Result<u8> {
     let budget = args.budget.limits(&harness.provider)?;
     let inputs = load_inputs(&args.inputs)?;
     let display = Arc::new(ReplDisplay(CliSink::new(false, args.provider.quiet)));
-    let scope =
-        super::scope_with("repl", &args.provider, display, budget, None)?.with_max_depth(harness.limits().max_depth);
+    let scope = super::scope_with(&harness, "repl", &args.provider, display, budget, None)?;
     super::watch_terminate(scope.cancel_token().clone());
     let rlm = harness.rlm(None)?;
     let reach = rlm.reach().clone().with_loader(Arc::new(FileLoader(harness.clone())));

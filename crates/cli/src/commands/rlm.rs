@@ -173,8 +173,7 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
         None => None,
     };
     let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
-    let mut scope =
-        super::root_scope("rlm", &args.provider, false, budget, extra)?.with_max_depth(harness.limits().max_depth);
+    let mut scope = super::root_scope(&harness, "rlm", &args.provider, false, budget, extra)?;
     let mut durable = durable;
     // A resumed run's journal holds what its earlier processes spent and what their calls
     // answered (a new run's is empty).

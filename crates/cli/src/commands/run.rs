@@ -173,8 +173,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let budget = args.budget.limits(&harness.provider)?;
     super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
 
-    let scope =
-        super::root_scope("main", &args.provider, !args.json, budget, None)?.with_max_depth(harness.limits().max_depth);
+    let scope = super::root_scope(&harness, "main", &args.provider, !args.json, budget, None)?;
 
     // The built-in tools and every `--agent` runnable, as tools.
     let tools = if args.no_tools {

@@ -85,8 +85,14 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
     let mcp = super::start_mcp(&mut harness, &args.provider).await?;
-    let template =
-        super::scope_with("worker", &args.provider, Arc::new(recursive_core::NullSink), limits.clone(), None)?;
+    let template = super::scope_with(
+        &harness,
+        "worker",
+        &args.provider,
+        Arc::new(recursive_core::NullSink),
+        limits.clone(),
+        None,
+    )?;
     let max_depth = harness.limits().max_depth;
     let runner = Arc::new(super::serve::served_by(&harness)?);
     let pg = PostgresCheckpointer::connect(&args.store).await?;

@@ -198,6 +198,20 @@ impl Harness {
         &self.runnables
     }
 
+    /// Says at start how `run_shell` will run when it is among `tools` (`None`: the built-in
+    /// tools) and the OS sandbox is not available: a warning with `[tools.shell] sandbox =
+    /// "auto"`, a usage error with `"required"`. Every command that runs agents calls it.
+    pub fn check_shell_sandbox(&self, tools: Option<&[String]>) -> Result<(), ConfigError> {
+        let offered = match tools {
+            Some(names) => names.iter().any(|t| t == "run_shell"),
+            None => self.setup.builtin.get("run_shell").is_some(),
+        };
+        if !offered {
+            return Ok(());
+        }
+        check_sandbox(self.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")
+    }
+
     /// Run limits of `[limits]`.
     pub fn limits(&self) -> &RunLimits {
         &self.setup.limits

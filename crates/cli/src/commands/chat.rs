@@ -96,7 +96,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         TurnSettings { reasoning_effort: args.reasoning_effort.clone(), limits: budget.limits(&harness.provider)? };
     settings.limits.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup = &harness.setup;
-    super::check_sandbox(setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    harness.check_shell_sandbox(None)?;
     let model = harness.provider.model();
     let (scope, events) = if tui {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -138,6 +138,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
     let scope = super::root_scope(&harness, "goal", &args.provider, false, BudgetLimits::default(), None)?
         .with_max_depth(depth);
+    harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;
     let mut pursuer = harness.pursuer_with(goal_config, &delegates(&harness, &args.inputs)?);
     if let Some(url) = &args.embeddings_url {

@@ -360,6 +360,7 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     exec.approval.apply(&harness);
     let limits = exec.budget.limits(&harness.provider)?;
     let scope = super::root_scope(&harness, "graph-new", &exec.provider, false, limits, None)?;
+    harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;
     let tool = harness.blueprint_tool(&harness.tools());
     let tool = std::sync::Arc::new(if args.run { tool } else { tool.check_only() });
@@ -606,6 +607,7 @@ async fn execute_graph(
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.
     let scope = super::root_scope(&harness, "graph", &args.provider, false, limits, None)?;
+    harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;
     if !args.provider.quiet {
         let address = store_address(&args.store, args.bind.workspace.as_deref())?;

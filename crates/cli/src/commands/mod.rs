@@ -22,7 +22,7 @@ use std::time::Duration;
 use recursive_core::{BudgetLimits, EventSink, FanoutSink, JsonlSink, RunScope};
 pub use recursive_harness::setup::compaction;
 use recursive_harness::{Harness, HarnessOptions, RlmOptions};
-pub use recursive_harness::{check_sandbox, fresh_output, seconds, usd};
+pub use recursive_harness::{fresh_output, seconds, usd};
 
 use crate::ProviderArgs;
 use crate::output::CliSink;

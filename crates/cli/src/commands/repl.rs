@@ -130,9 +130,7 @@ async fn build_harness(args: &ReplArgs) -> anyhow::Result<Arc<Harness>> {
     let shell_ok = recursive_core::confine::Plan::for_mode(probe.setup.shell_sandbox).is_ok();
     let tools = match named {
         Some(names) => {
-            if names.iter().any(|t| t == "run_shell") {
-                super::check_sandbox(probe.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
-            }
+            probe.check_shell_sandbox(Some(&names))?;
             names
         }
         None => probe.setup.builtin.names().into_iter().filter(|n| n != "run_shell" || shell_ok).collect(),

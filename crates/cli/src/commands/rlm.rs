@@ -157,8 +157,8 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
     };
     let inputs = load_inputs(&input_specs)?;
     let tool_names = harness.rlm_options.tool_names(&harness.rlm_file);
-    if tool_names.as_ref().is_some_and(|t| t.iter().any(|t| t == "run_shell")) {
-        super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    if let Some(names) = &tool_names {
+        harness.check_shell_sandbox(Some(names))?;
     }
     let trajectory = match &args.trajectory {
         Some(path) => {

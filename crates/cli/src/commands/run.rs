@@ -171,7 +171,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
         harness.setup.mode.set(Mode::Plan);
     }
     let budget = args.budget.limits(&harness.provider)?;
-    super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    harness.check_shell_sandbox(None)?;
 
     let scope = super::root_scope(&harness, "main", &args.provider, !args.json, budget, None)?;
 

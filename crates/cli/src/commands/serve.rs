@@ -123,7 +123,7 @@ pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<
     {
         return Err(ConfigError(format!("--agent {name}: the name is taken by a built-in model")).into());
     }
-    super::check_sandbox(harness.setup.shell_sandbox, "run_shell commands", "[tools.shell] sandbox")?;
+    harness.check_shell_sandbox(None)?;
     let goal_config = recursive_goal::GoalConfig { options: harness.options(), ..Default::default() };
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
     let main = harness.agent("main");

@@ -84,6 +84,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     )
     .await?;
     let limits = args.budget.limits(&harness.provider)?;
+    harness.check_shell_sandbox(None)?;
     let mcp = super::start_mcp(&mut harness, &args.provider).await?;
     let template = super::scope_with(
         &harness,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recursive_core::RunScope;
 use recursive_store::checkpoint::{Checkpointer, StoreError, ThreadInfo};
-use recursive_store::lease::{Lease, LeaseError};
+use recursive_store::durable::{DurableKey, Runner};
+use recursive_store::lease::LeaseError;
 use recursive_store::queue::{Job, JobQueue, KIND_GRAPH, NewJob, QueueError};
 use recursive_store::worker::{Attempt, JobHandler};
 use serde_json::{Value, json};
@@ -54,54 +55,42 @@ impl GraphJobs {
         Ok(Start::Resume(value))
     }
 
-    /// Runs the thread under its lease.
+    /// Runs the thread as the store runs every durable run ([`recursive_store::durable`]): under
+    /// its lease, journaled — an attempt after a worker died reads back every call the dead one
+    /// finished, and its spend counts. A run that ended (not stopped to be taken up again) ends
+    /// the journal's run.
     async fn run(&self, job: &Job, graph: &Graph, cancel: CancellationToken) -> Attempt {
-        let lease = match Lease::take_for(self.store.clone(), &job.target, false, self.lease_ttl).await {
-            Ok(lease) => lease,
+        let key = DurableKey::thread(&job.target).with_ttl(self.lease_ttl);
+        let runner = match Runner::take(self.store.clone(), &key).await {
+            Ok(runner) => runner,
             Err(LeaseError::Held { .. }) => return Attempt::Release(self.lease_ttl / 3),
             Err(e) => return Attempt::Failed { error: e.to_string(), retry: true },
         };
-        let outcome = match self.start(job).await {
-            Ok(start) => self.journaled(job, graph, start, &lease, cancel.clone()).await,
-            Err(e) => Err(GraphError::Store(e)),
+        let start = match self.start(job).await {
+            Ok(start) => start,
+            Err(e) => {
+                runner.release().await;
+                return Attempt::Failed { error: e.to_string(), retry: true };
+            }
         };
-        lease.release().await;
-        match outcome {
-            Ok(o) if cancel.is_cancelled() && matches!(o.finish, Finish::Stopped { .. }) => {
-                Attempt::Release(Duration::ZERO)
-            }
-            Ok(o) => Attempt::Done(o.finish.to_string()),
-            Err(e @ (GraphError::Store(_) | GraphError::Node { .. })) => {
-                Attempt::Failed { error: e.to_string(), retry: true }
-            }
-            Err(e) => Attempt::Failed { error: e.to_string(), retry: false },
-        }
-    }
-}
-
-impl GraphJobs {
-    /// Runs the thread journaled in the store ([`recursive_store::journal`]): an attempt after
-    /// a worker died reads back every call the dead one finished, and its spend counts. A run
-    /// that ended (not stopped to be taken up again) ends the journal's run.
-    async fn journaled(
-        &self,
-        job: &Job,
-        graph: &Graph,
-        start: Start,
-        lease: &Lease,
-        cancel: CancellationToken,
-    ) -> Result<crate::exec::GraphOutcome, GraphError> {
         let scope = (self.scope)(job).with_cancel(cancel.clone());
-        let key = recursive_store::journal::thread_key(&job.target);
-        let durable =
-            recursive_store::journal::durable(self.store.clone(), &key, &scope).await.map_err(GraphError::Store)?;
-        let outcome = graph.run(start, &Thread::new(lease.store(), job.target.clone()), &durable.scope).await;
+        let held = match runner.open(&scope).await {
+            Ok(held) => held,
+            Err(e) => return Attempt::Failed { error: e.to_string(), retry: true },
+        };
+        let outcome = graph.run(start, &Thread::new(held.store(), job.target.clone()), held.scope()).await;
         let taken_up_again =
             cancel.is_cancelled() && outcome.as_ref().is_ok_and(|o| matches!(o.finish, Finish::Stopped { .. }));
-        if outcome.is_ok() && !taken_up_again {
-            durable.end().await.map_err(|e| GraphError::Store(StoreError::Backend(e)))?;
+        let ending = held.close(outcome.is_ok() && !taken_up_again).await;
+        match (outcome, ending) {
+            (Ok(_), _) if taken_up_again => Attempt::Release(Duration::ZERO),
+            (Ok(_), Err(e)) => Attempt::Failed { error: format!("ending the thread's journal: {e}"), retry: true },
+            (Ok(o), Ok(())) => Attempt::Done(o.finish.to_string()),
+            (Err(e @ (GraphError::Store(_) | GraphError::Node { .. })), _) => {
+                Attempt::Failed { error: e.to_string(), retry: true }
+            }
+            (Err(e), _) => Attempt::Failed { error: e.to_string(), retry: false },
         }
-        outcome
     }
 }
 

@@ -1,13 +1,15 @@
 //! A bound graph as a [`Runnable`]: the input's data (and its text, into an `input` channel
 //! when the graph has one) are the initial state; the final state is the structured result and
 //! the `output` channel (when the graph has one) its text. Each run is a thread of its own in
-//! the given store, named after the run, so its checkpoints can be read back (`graph history`).
+//! the given store, named after the run, so its checkpoints can be read back (`graph history`),
+//! run as the store runs every durable run (its lease held, journaled unless its parent is).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use recursive_core::{Outcome, RunInput, RunScope, Runnable, RunnableKind};
 use recursive_store::checkpoint::{Checkpointer, MemoryCheckpointer, ThreadInfo};
+use recursive_store::durable::{DurableKey, HeldRun, run_durable};
 use serde_json::Value;
 
 use crate::exec::{Finish, Start, Thread};
@@ -73,6 +75,39 @@ impl GraphRunnable {
         self
     }
 
+    /// Runs on `thread`, held by this run ([`recursive_store::durable`]).
+    async fn run_held(&self, input: RunInput, thread: Thread, scope: &RunScope) -> Outcome {
+        if let Some(source) = &self.source {
+            let info = ThreadInfo {
+                thread: thread.id.clone(),
+                graph: self.graph.name().to_string(),
+                blueprint: Some(source.text.clone()),
+                origin: Some(source.origin.clone()),
+                subgraphs: Some(self.subgraphs.clone()),
+                created_at: chrono::Utc::now(),
+            };
+            if let Err(e) = thread.store.put_thread(&info).await {
+                return Outcome::fault(format!("the checkpoint store: {e}"), scope);
+            }
+        }
+        let start = Start::Input(self.initial_state(input));
+        match self.graph.run(start, &thread, scope).await {
+            Err(e) => Outcome::fault(e.to_string(), scope),
+            Ok(outcome) => {
+                let text = match outcome.state.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None if matches!(outcome.finish, Finish::Done) => String::new(),
+                    None => outcome.finish.to_string(),
+                };
+                let mut o = Outcome::new(outcome.finish.finish_reason(), text, scope);
+                o.output = Value::Object(outcome.state);
+                o.steps = u32::try_from(outcome.step).unwrap_or(u32::MAX);
+                o
+            }
+        }
+    }
+
     fn initial_state(&self, input: RunInput) -> Value {
         let mut state = input.data;
         if !input.text.is_empty() && self.graph.schema().channels().any(|(n, _)| n == "input") {
@@ -97,35 +132,12 @@ impl Runnable for GraphRunnable {
     }
 
     async fn run(&self, input: RunInput, scope: &RunScope) -> Outcome {
-        let thread = Thread::new(self.store.clone(), self.thread_of(scope));
-        if let Some(source) = &self.source {
-            let info = ThreadInfo {
-                thread: thread.id.clone(),
-                graph: self.graph.name().to_string(),
-                blueprint: Some(source.text.clone()),
-                origin: Some(source.origin.clone()),
-                subgraphs: Some(self.subgraphs.clone()),
-                created_at: chrono::Utc::now(),
-            };
-            if let Err(e) = self.store.put_thread(&info).await {
-                return Outcome::fault(format!("the checkpoint store: {e}"), scope);
-            }
-        }
-        let start = Start::Input(self.initial_state(input));
-        match self.graph.run(start, &thread, scope).await {
-            Err(e) => Outcome::fault(e.to_string(), scope),
-            Ok(outcome) => {
-                let text = match outcome.state.get("output") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None if matches!(outcome.finish, Finish::Done) => String::new(),
-                    None => outcome.finish.to_string(),
-                };
-                let mut o = Outcome::new(outcome.finish.finish_reason(), text, scope);
-                o.output = Value::Object(outcome.state);
-                o.steps = u32::try_from(outcome.step).unwrap_or(u32::MAX);
-                o
-            }
-        }
+        let thread = self.thread_of(scope);
+        let key = DurableKey::thread(&thread);
+        let ran = run_durable(self.store.clone(), &key, scope, async |held: &HeldRun| {
+            (self.run_held(input, Thread::new(held.store(), thread.clone()), held.scope()).await, true)
+        })
+        .await;
+        ran.unwrap_or_else(|e| Outcome::fault(format!("the checkpoint store: {e}"), scope))
     }
 }

@@ -1,7 +1,8 @@
 //! Graph threads, run the one way every host runs them (the `graph` command, `serve`'s threads
 //! API): bind the thread's blueprint — a new thread's from its source, a stored thread's pinned
 //! text, with the sub-graphs it pinned — take the thread's lease, record a new thread with what
-//! it pins, run (between a `run_started` and a `run_finished` event), release the lease.
+//! it pins, run (between a `run_started` and a `run_finished` event), release the lease — the
+//! store's one way of running a durable run ([`recursive_store::durable`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,8 +11,7 @@ use std::sync::Arc;
 use recursive_core::{EventKind, FinishReason, RunScope};
 use recursive_graph::blueprint::{self, Source};
 use recursive_graph::{GraphError, GraphOutcome, Start, Thread};
-use recursive_store::journal::thread_key;
-use recursive_store::{Checkpointer, Lease, LeaseError, StoreError, ThreadInfo};
+use recursive_store::{Checkpointer, DurableKey, LeaseError, Runner, StoreError, ThreadInfo};
 
 use crate::{Harness, sibling_graphs};
 
@@ -90,33 +90,26 @@ impl Harness {
         scope: &RunScope,
     ) -> Result<GraphOutcome, ThreadError> {
         let (graph, allow) = self.bind_thread(&run.source, &run.subgraphs)?;
-        let lease = Lease::take(store.clone(), &run.thread, run.wait).await?;
+        let runner = Runner::take(store.clone(), &DurableKey::thread(&run.thread).waiting(run.wait)).await?;
         if let Some(mut info) = run.new_thread {
             info.graph = graph.name().to_string();
             info.subgraphs = Some(allow.reachable_graphs(&run.source));
             if let Some(old) = store.thread(&run.thread).await? {
                 info.created_at = old.created_at;
             }
-            if let Err(e) = lease.store().put_thread(&info).await {
-                lease.release().await;
+            if let Err(e) = runner.store().put_thread(&info).await {
+                runner.release().await;
                 return Err(e.into());
             }
         }
-        let durable = match recursive_store::journal::durable(store.clone(), &thread_key(&run.thread), scope).await {
-            Ok(durable) => durable,
-            Err(e) => {
-                lease.release().await;
-                return Err(ThreadError::Store(e));
-            }
-        };
-        let scope = &durable.scope;
+        let held = runner.open(scope).await?;
+        let scope = &held.scope().clone();
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
-        let outcome = graph.run(run.start, &Thread::new(lease.store(), &run.thread), scope).await;
+        let outcome = graph.run(run.start, &Thread::new(held.store(), &run.thread), scope).await;
         // This run ended whole: a later run of the thread starts afresh.
-        if let Err(e) = durable.end().await {
+        if let Err(e) = held.close(true).await {
             scope.emit(0, EventKind::Error { message: e });
         }
-        lease.release().await;
         let (finish_reason, error) = match &outcome {
             Ok(o) => (o.finish.finish_reason(), None),
             Err(e) => (FinishReason::Fault, Some(e.to_string())),

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recursive_core::FinishReason;
+use recursive_store::durable::{DurableKey, HeldRun};
+use recursive_store::lease::LeaseError;
 use recursive_store::queue::{CANCELLED, Job, JobQueue, JobRow, KIND_RUN, NewJob};
 use recursive_store::worker::{Attempt, JobHandler};
 use serde_json::json;
@@ -195,21 +197,23 @@ impl RunJobs {
         };
         store.register(record.clone());
         record.set_running();
-        // Journaled in the store: an attempt after a worker died reads back every call the dead
-        // one finished (none is sent or run again) and counts what it spent.
-        let key = recursive_store::journal::run_key(&job.target);
+        // Run as the store runs every durable run (recursive_store::durable): under the run's
+        // lease, journaled — an attempt after a worker died reads back every call the dead one
+        // finished (none is sent or run again) and counts what it spent.
         let scope = crate::server::run_scope(&record, self.observer.clone());
-        let durable = match recursive_store::journal::durable(self.journals.clone(), &key, &scope).await {
-            Ok(durable) => durable,
+        let held = match HeldRun::open(self.journals.clone(), &DurableKey::served(&job.target), &scope).await {
+            Ok(held) => held,
+            Err(LeaseError::Held { .. }) => return Attempt::Release(recursive_store::LEASE_TTL / 3),
             Err(e) => return Attempt::Failed { error: format!("the run's journal: {e}"), retry: true },
         };
-        let output = self.runner.run(request, durable.scope.clone()).await;
-        if cancel.is_cancelled() && !self.cancelled_by_client(job).await {
+        let output = self.runner.run(request, held.scope().clone()).await;
+        let taken_up_again = cancel.is_cancelled() && !self.cancelled_by_client(job).await;
+        if let Err(e) = held.close(!taken_up_again).await {
+            tracing::warn!("ending the journal of run {}: {e}", job.target);
+        }
+        if taken_up_again {
             // A drain's end or a lost lease: the run is not over; another attempt runs it.
             return Attempt::Release(Duration::ZERO);
-        }
-        if let Err(e) = durable.end().await {
-            tracing::warn!("ending the journal of run {}: {e}", job.target);
         }
         let outcome = output.outcome.to_string();
         record.finish(output);

@@ -1,12 +1,14 @@
 //! Durable storage for every run of the tree: graph checkpoints and the run slots of RLMs
 //! ([`checkpoint`], with the in-memory, [`sqlite`] and [`postgres`] backends behind one
 //! [`Checkpointer`] contract), the archive of served runs ([`archive`]), one runner per thread
-//! ([`lease`]), durable runs' journals ([`journal`]), the PostgreSQL job queue ([`queue`]) and the generic worker that claims its jobs
+//! ([`lease`]), durable runs' journals ([`journal`]), the one way a durable run is run
+//! ([`durable`]: lease, journal, run, end, release), the PostgreSQL job queue ([`queue`]) and the generic worker that claims its jobs
 //! ([`worker`]). Nothing here knows how a graph runs: records hold a graph's state as JSON
 //! values, and the engines above convert.
 
 pub mod archive;
 pub mod checkpoint;
+pub mod durable;
 pub mod format;
 pub mod journal;
 pub mod lease;
@@ -21,6 +23,7 @@ pub use checkpoint::{
     BlueprintSource, Checkpoint, Checkpointer, Listed, MemoryCheckpointer, Pause, PendingWrite, Source, StoreError,
     ThreadInfo, Unreadable, When, Write, open,
 };
+pub use durable::{DurableKey, HeldRun, Runner, run_durable};
 pub use format::FORMAT;
 pub use journal::StoreLedger;
 pub use lease::{LEASE_TTL, Lease, LeaseError};

@@ -178,25 +178,29 @@ fn run() -> ExitCode {
     code
 }
 
+/// Runs the parsed command with the exports of this run of the program ([`commands::Exports`]),
+/// then flushes its span exporter and maps the outcome, and a log file left incomplete, to the
+/// exit status.
 async fn command() -> ExitCode {
     let cli = Cli::parse();
+    let exports = commands::Exports::default();
     let outcome = match cli.command {
-        Command::Run(args) => commands::run::execute(args).await,
-        Command::Goal(args) => commands::goal::execute(args).await,
-        Command::Chat(args) => commands::chat::execute(args).await,
+        Command::Run(args) => commands::run::execute(args, &exports).await,
+        Command::Goal(args) => commands::goal::execute(args, &exports).await,
+        Command::Chat(args) => commands::chat::execute(args, &exports).await,
         Command::Sessions(args) => commands::sessions::execute(args),
-        Command::Rlm(args) => commands::rlm::execute(args).await,
-        Command::Repl(args) => commands::repl::execute(args).await,
-        Command::Graph(args) => commands::graph::execute(args).await,
-        Command::Worker(args) => commands::worker::execute(args).await,
-        Command::Serve(args) => commands::serve::execute(args).await,
+        Command::Rlm(args) => commands::rlm::execute(args, &exports).await,
+        Command::Repl(args) => commands::repl::execute(args, &exports).await,
+        Command::Graph(args) => commands::graph::execute(args, &exports).await,
+        Command::Worker(args) => commands::worker::execute(args, &exports).await,
+        Command::Serve(args) => commands::serve::execute(args, &exports).await,
         Command::Mcp(args) => commands::serve::execute_mcp(args).await,
         Command::Trace(args) => commands::trace::execute(args),
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };
-    commands::finish_telemetry();
+    exports.finish_telemetry();
     match outcome {
-        Ok(code) => match commands::incomplete_log() {
+        Ok(code) => match exports.incomplete_log() {
             // A run that lost part of its log did not do all that was asked.
             Some(e) => {
                 eprintln!("error: {e}");

@@ -72,7 +72,7 @@ pub struct TurnSettings {
 }
 
 /// Runs the command.
-pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: ChatArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let tui = !args.plain && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let (approver, asks): (Arc<dyn recursive_tools::ApprovalHandler>, _) =
         if tui && !args.approval.yes && !args.approval.no_ask {
@@ -101,6 +101,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
     let (scope, events) = if tui {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let scope = super::scope_with(
+            exports,
             &harness,
             "chat",
             &args.provider,
@@ -111,7 +112,7 @@ pub async fn execute(args: ChatArgs) -> anyhow::Result<u8> {
         super::watch_terminate(scope.cancel_token().clone());
         (scope, Some(rx))
     } else {
-        (super::root_scope(&harness, "chat", &args.provider, true, BudgetLimits::default(), None)?, None)
+        (super::root_scope(exports, &harness, "chat", &args.provider, true, BudgetLimits::default(), None)?, None)
     };
     let (session, history): (Session, Vec<Message>) = match (args.resume.as_deref(), args.continue_session) {
         (Some(""), _) => continued(pick_session(setup.workspace.root())?)?,

@@ -92,7 +92,7 @@ pub struct GoalArgs {
 }
 
 /// Runs the command.
-pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let mut harness = super::harness(
         &args.provider,
         args.workspace.as_deref(),
@@ -136,7 +136,7 @@ pub async fn execute(args: GoalArgs) -> anyhow::Result<u8> {
     // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
     // is `[limits] max_depth`, raised to what `--max-depth` goal levels need.
     let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
-    let scope = super::root_scope(&harness, "goal", &args.provider, false, BudgetLimits::default(), None)?
+    let scope = super::root_scope(exports, &harness, "goal", &args.provider, false, BudgetLimits::default(), None)?
         .with_max_depth(depth);
     harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;

@@ -270,12 +270,12 @@ pub struct ExecArgs {
 }
 
 /// Runs the command.
-pub async fn execute(args: GraphArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: GraphArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     match args.command {
         GraphCommand::Check(a) => check(a).await,
-        GraphCommand::New(a) => new_graph(a).await,
-        GraphCommand::Run(a) => run(a).await,
-        GraphCommand::Resume(a) => resume(a).await,
+        GraphCommand::New(a) => new_graph(a, exports).await,
+        GraphCommand::Run(a) => run(a, exports).await,
+        GraphCommand::Resume(a) => resume(a, exports).await,
         GraphCommand::History(a) => history(a).await,
         GraphCommand::State(a) => state(a).await,
         GraphCommand::Fork(a) => fork(a).await,
@@ -345,7 +345,7 @@ pub(crate) fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) 
 }
 
 /// `graph new`: a run whose one tool is `blueprint`; prints the blueprint it saved.
-async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
+async fn new_graph(args: NewArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let exec = &args.exec;
     let max_steps = args.max_steps.unwrap_or(recursive_core::RunLimits::default().max_steps);
     let mut harness = super::harness(
@@ -359,7 +359,7 @@ async fn new_graph(args: NewArgs) -> anyhow::Result<u8> {
     .await?;
     exec.approval.apply(&harness);
     let limits = exec.budget.limits(&harness.provider)?;
-    let scope = super::root_scope(&harness, "graph-new", &exec.provider, false, limits, None)?;
+    let scope = super::root_scope(exports, &harness, "graph-new", &exec.provider, false, limits, None)?;
     harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;
     let tool = harness.blueprint_tool(&harness.tools());
@@ -457,7 +457,7 @@ fn parse_json(flag: &str, text: &str) -> Result<Value, ConfigError> {
     serde_json::from_str(text).map_err(|e| ConfigError(format!("{flag}: not JSON: {e}")))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<u8> {
+async fn run(args: RunArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let source = read_source(&args.file)?;
     let input = parse_json("--input", &args.input)?;
     let thread = args.thread.clone().unwrap_or_else(crate::sessions::new_id);
@@ -477,7 +477,7 @@ async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let store = open_store(&args.run.store, args.run.bind.workspace.as_deref()).await?;
     let subgraphs = files(&args.run.bind, dir.as_deref())?;
-    execute_graph(&args.run, source, subgraphs, store, Some(info), &thread, Start::Input(input)).await
+    execute_graph((&args.run, exports), source, subgraphs, store, Some(info), &thread, Start::Input(input)).await
 }
 
 /// The PostgreSQL store of `--enqueue` and `graph jobs`, and its job queue.
@@ -559,7 +559,7 @@ fn queued(args: &ExecArgs, thread: &str, id: i64, queue: &str) -> anyhow::Result
     Ok(0)
 }
 
-async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
+async fn resume(args: ResumeArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     if args.enqueue {
         return enqueue_resumed(&args).await;
     }
@@ -577,11 +577,11 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<u8> {
         None if args.raise_limits => Start::RaiseLimits(value),
         None => Start::Resume(value),
     };
-    execute_graph(&args.run, Source { origin, text }, subgraphs, store, None, &args.thread, start).await
+    execute_graph((&args.run, exports), Source { origin, text }, subgraphs, store, None, &args.thread, start).await
 }
 
 async fn execute_graph(
-    args: &ExecArgs,
+    (args, exports): (&ExecArgs, &super::Exports),
     source: Source,
     subgraphs: SubGraphs,
     store: Arc<dyn Checkpointer>,
@@ -606,7 +606,7 @@ async fn execute_graph(
     let limits = args.budget.limits(&harness.provider)?;
     // The tree's one depth cap; the blueprint's `max_depth` is a narrower cap its executor
     // checks for its own nodes.
-    let scope = super::root_scope(&harness, "graph", &args.provider, false, limits, None)?;
+    let scope = super::root_scope(exports, &harness, "graph", &args.provider, false, limits, None)?;
     harness.check_shell_sandbox(None)?;
     let mcp = harness.start_mcp(&scope).await?;
     if !args.provider.quiet {

@@ -3,6 +3,7 @@
 //! signal handling, and the flags several commands take.
 
 pub mod chat;
+pub mod exports;
 pub mod goal;
 pub mod graph;
 pub mod patch;
@@ -26,6 +27,7 @@ pub use recursive_harness::{fresh_output, seconds, usd};
 
 use crate::ProviderArgs;
 use crate::output::CliSink;
+pub use exports::Exports;
 
 /// How long a run may take to wind down after SIGTERM before the process exits anyway.
 const TERM_GRACE: Duration = Duration::from_secs(5);
@@ -51,9 +53,7 @@ pub async fn harness(
         rlm,
     };
     let harness = Harness::build(options).await?;
-    let telemetry: recursive_telemetry::TelemetryFile =
-        harness.config.section(&harness.config.file.telemetry, "telemetry")?;
-    let _ = TELEMETRY.set(telemetry);
+    exports::telemetry_file(&harness)?;
     Ok(harness)
 }
 
@@ -66,50 +66,12 @@ pub async fn start_mcp(harness: &mut Harness, args: &ProviderArgs) -> anyhow::Re
     Ok(harness.start_mcp(&scope).await?)
 }
 
-/// The `[telemetry]` table of the configuration the command loaded.
-static TELEMETRY: std::sync::OnceLock<recursive_telemetry::TelemetryFile> = std::sync::OnceLock::new();
-/// The span exporter of this process, once a run scope started it.
-static OTLP: std::sync::OnceLock<Arc<recursive_telemetry::OtlpSink>> = std::sync::OnceLock::new();
-/// How long the end of the process waits for the last spans to go out.
-const TELEMETRY_FLUSH: Duration = Duration::from_secs(5);
-
-/// The span exporter when export is configured (standard `OTEL_*` variables or
-/// `[telemetry]`); a configuration that cannot start is said once and the run goes on.
-pub fn telemetry_sink(args: &ProviderArgs) -> Option<Arc<dyn EventSink>> {
-    if let Some(sink) = OTLP.get() {
-        return Some(sink.clone());
-    }
-    let file = TELEMETRY.get().cloned().unwrap_or_default();
-    let settings = match recursive_telemetry::Settings::from_env(&file, args.otel_content) {
-        Ok(Some(s)) => s,
-        Ok(None) => return None,
-        Err(e) => {
-            eprintln!("warning: OpenTelemetry export is off: {e}");
-            return None;
-        }
-    };
-    match recursive_telemetry::OtlpSink::start(settings) {
-        Ok(sink) => Some(OTLP.get_or_init(|| Arc::new(sink)).clone()),
-        Err(e) => {
-            eprintln!("warning: {e}; the run goes on without it");
-            None
-        }
-    }
-}
-
-/// Sends the last spans (waiting at most [`TELEMETRY_FLUSH`]) and says what was lost.
-pub fn finish_telemetry() {
-    let Some(sink) = OTLP.get() else { return };
-    if let Some(loss) = sink.shutdown(TELEMETRY_FLUSH).loss() {
-        eprintln!("warning: {loss}");
-    }
-}
-
 /// Builds the root run scope: sinks (stderr/stdout, optional JSONL), the tree budget, and the
 /// signals: the first Ctrl-C or a SIGTERM cancels the run (which then ends with its final
 /// event and exit status 8); a second Ctrl-C exits at once with 130. SIGTERM and the second
 /// Ctrl-C kill the process groups of running shell commands first.
 pub fn root_scope(
+    exports: &Exports,
     harness: &Harness,
     name: &str,
     args: &ProviderArgs,
@@ -118,15 +80,17 @@ pub fn root_scope(
     extra: Option<Arc<dyn EventSink>>,
 ) -> anyhow::Result<RunScope> {
     let display = Arc::new(CliSink::new(stream_text, args.quiet));
-    let scope = scope_with(harness, name, args, display, limits, extra)?;
+    let scope = scope_with(exports, harness, name, args, display, limits, extra)?;
     watch_signals(scope.cancel_token().clone());
     Ok(scope)
 }
 
-/// The root run scope with `display` showing its events (and `--events`, `extra`), without
+/// The root run scope with `display` showing its events (and `--events`, `extra`, the span
+/// exporter of `exports`, which watches the `--events` file), without
 /// signal handling: the caller handles Ctrl-C (see [`watch_terminate`] for SIGTERM). The
 /// harness sets its limits (the tree's depth cap).
 pub fn scope_with(
+    exports: &Exports,
     harness: &Harness,
     name: &str,
     args: &ProviderArgs,
@@ -141,35 +105,16 @@ pub fn scope_with(
             JsonlSink::create(path).map_err(|e| anyhow::anyhow!("cannot open events file {}: {e}", path.display()))?,
         );
         let watched = jsonl.clone();
-        watch_log("--events", Box::new(move || watched.error()));
+        exports.watch_log("--events", Box::new(move || watched.error()));
         sink.push(jsonl);
     }
     if let Some(extra) = extra {
         sink.push(extra);
     }
-    if let Some(otlp) = telemetry_sink(args) {
+    if let Some(otlp) = exports.telemetry_sink(harness, args.otel_content)? {
         sink.push(otlp);
     }
     Ok(harness.root_scope(name, Arc::new(sink), limits)?)
-}
-
-/// Reports the first failed write of a log file, if any.
-type LogCheck = Box<dyn Fn() -> Option<String> + Send>;
-
-/// The log files of this run (`--events`, `--trajectory`) and how to ask each for a failed write.
-static LOGS: std::sync::Mutex<Vec<(&'static str, LogCheck)>> = std::sync::Mutex::new(Vec::new());
-
-/// Has a log file checked when the command ends: a failed write makes the exit status non-zero.
-pub fn watch_log(flag: &'static str, check: LogCheck) {
-    if let Ok(mut logs) = LOGS.lock() {
-        logs.push((flag, check));
-    }
-}
-
-/// Why a log file of this run is incomplete, if one is.
-pub fn incomplete_log() -> Option<String> {
-    let logs = LOGS.lock().ok()?;
-    logs.iter().find_map(|(flag, check)| check().map(|e| format!("the {flag} file is incomplete: {e}")))
 }
 
 /// Ctrl-C cancels the run; a second one kills running shell commands and exits with 130.

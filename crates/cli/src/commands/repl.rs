@@ -83,12 +83,12 @@ impl ReplArgs {
 }
 
 /// Runs the command.
-pub async fn execute(args: ReplArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: ReplArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let harness = build_harness(&args).await?;
     let budget = args.budget.limits(&harness.provider)?;
     let inputs = load_inputs(&args.inputs)?;
     let display = Arc::new(ReplDisplay(CliSink::new(false, args.provider.quiet)));
-    let scope = super::scope_with(&harness, "repl", &args.provider, display, budget, None)?;
+    let scope = super::scope_with(exports, &harness, "repl", &args.provider, display, budget, None)?;
     super::watch_terminate(scope.cancel_token().clone());
     let rlm = harness.rlm(None)?;
     let reach = rlm.reach().clone().with_loader(Arc::new(FileLoader(harness.clone())));

@@ -130,7 +130,7 @@ fn needs_mcp(names: Option<&Vec<String>>, harness: &recursive_harness::Harness) 
 }
 
 /// Runs the command.
-pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: RlmArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     recursive_rlm::schema::warm_up();
     // The store opens (a file and its schema, or a connection) while the harness is built.
     let opening = tokio::spawn(durable_run(DurableArgs {
@@ -167,13 +167,13 @@ pub async fn execute(args: RlmArgs) -> anyhow::Result<u8> {
                 .map_err(|e| ConfigError(format!("cannot open --trajectory {}: {e}", path.display())))?;
             let sink = std::sync::Arc::new(sink);
             let watched = sink.clone();
-            super::watch_log("--trajectory", Box::new(move || watched.error()));
+            exports.watch_log("--trajectory", Box::new(move || watched.error()));
             Some(sink)
         }
         None => None,
     };
     let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
-    let mut scope = super::root_scope(&harness, "rlm", &args.provider, false, budget, extra)?;
+    let mut scope = super::root_scope(exports, &harness, "rlm", &args.provider, false, budget, extra)?;
     let mut durable = durable;
     // A resumed run's journal holds what its earlier processes spent and what their calls
     // answered (a new run's is empty).

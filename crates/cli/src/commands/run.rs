@@ -156,7 +156,7 @@ fn open_session(
 }
 
 /// Runs the command.
-pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: RunArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let harness = super::harness(
         &args.provider,
         args.workspace.as_deref(),
@@ -173,7 +173,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<u8> {
     let budget = args.budget.limits(&harness.provider)?;
     harness.check_shell_sandbox(None)?;
 
-    let scope = super::root_scope(&harness, "main", &args.provider, !args.json, budget, None)?;
+    let scope = super::root_scope(exports, &harness, "main", &args.provider, !args.json, budget, None)?;
 
     // The built-in tools and every `--agent` runnable, as tools.
     let tools = if args.no_tools {

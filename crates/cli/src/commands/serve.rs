@@ -242,7 +242,7 @@ fn keep(spec: Option<&str>) -> Result<recursive_serve::Retention, ConfigError> {
 
 /// Runs the command: serves until SIGINT or SIGTERM, then cancels the runs and lets their
 /// final events out.
-pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     keep(args.keep.as_deref())?;
     let address = match &args.store {
         Some(address) => address.clone(),
@@ -260,6 +260,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
     // LangGraph's store API keeps its items in the workspace memory of `remember` and `recall`.
     let items: Arc<dyn recursive_core::items::ItemStore> =
         Arc::new(recursive_tools::MemoryStore::in_workspace(&harness.setup.workspace));
+    let telemetry = exports.telemetry_sink(&harness, args.provider.otel_content)?;
     let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
         Some(dir) => {
             let store =
@@ -285,7 +286,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<u8> {
         queue,
         items: Some(items),
     };
-    let server = Server::observed(Arc::new(runner), serve_config, super::telemetry_sink(&args.provider));
+    let server = Server::observed(Arc::new(runner), serve_config, telemetry);
     let quiet = args.provider.quiet;
     let interrupted = server.recover().await.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?;
     if interrupted > 0 && !quiet {

@@ -65,7 +65,7 @@ pub struct WorkerArgs {
 }
 
 /// Runs the command.
-pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
+pub async fn execute(args: WorkerArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     if !(args.store.starts_with("postgres://") || args.store.starts_with("postgresql://")) {
         return Err(ConfigError(
             "recursive worker needs a PostgreSQL store: --store postgres://user:pw@host/db".into(),
@@ -87,6 +87,7 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     harness.check_shell_sandbox(None)?;
     let mcp = super::start_mcp(&mut harness, &args.provider).await?;
     let template = super::scope_with(
+        exports,
         &harness,
         "worker",
         &args.provider,
@@ -100,7 +101,8 @@ pub async fn execute(args: WorkerArgs) -> anyhow::Result<u8> {
     let queue = JobQueue::open(&pg).await?;
     let archive = recursive_store::open_archive(&args.store).await?;
     let store: Arc<dyn Checkpointer> = Arc::new(pg);
-    let runs = RunJobs::new(runner, archive, store.clone(), queue.clone(), super::telemetry_sink(&args.provider));
+    let telemetry = exports.telemetry_sink(&harness, args.provider.otel_content)?;
+    let runs = RunJobs::new(runner, archive, store.clone(), queue.clone(), telemetry);
     let sink = template.sink().clone();
     let scope: MakeScope = Box::new(move |job| {
         RunScope::root(&format!("job-{}", job.id), sink.clone(), Arc::new(Budget::new(limits.clone())))

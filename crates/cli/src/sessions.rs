@@ -4,8 +4,13 @@
 //! conversation started in one process continues in another (`run --continue`,
 //! `run --resume ID`, `chat --resume ID`) and `recursive sessions` lists them.
 //!
+//! A session is a durable run of the user's run store (`<data dir>/recursive/runs.db`, see
+//! [`runs_store`]): this process holds it by the store's lease (a second process is refused; a
+//! killed holder is taken over at once) and every turn is journaled there
+//! ([`recursive_store::durable`]), as graph threads and RLM runs are in theirs.
+//!
 //! The files of a session are opened without following links and only when they are regular
-//! files: a link planted as `lock` or `session.json` leads nowhere, a FIFO there blocks nothing.
+//! files: a link planted as `session.json` leads nowhere, a FIFO there blocks nothing.
 
 use std::path::{Path, PathBuf};
 
@@ -44,15 +49,16 @@ pub struct SessionMeta {
     pub last_outcome: String,
 }
 
-/// A session on disk, held by this process (one process at a time: see the private `lock`).
+/// A session on disk, held by this process (one process at a time: see [`Session::hold`]).
 #[derive(Debug)]
 pub struct Session {
     /// Its directory.
     pub dir: PathBuf,
     /// What it is.
     pub meta: SessionMeta,
-    /// The lock this process holds on it, released when the session is dropped.
-    _lock: std::fs::File,
+    /// This process's hold on it until its journal opens ([`Session::open_journal`]), which
+    /// then holds it; released when dropped.
+    runner: Option<recursive_store::Runner>,
 }
 
 /// The result given, on resume, to a tool call the session ended during.
@@ -63,6 +69,31 @@ whether it took effect) is unknown; check before relying on it";
 pub fn root() -> anyhow::Result<PathBuf> {
     let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for sessions (set HOME)"))?;
     Ok(data.join("recursive").join("sessions"))
+}
+
+/// The user's run store: where sessions and goal pursuits are held (one runner each) and
+/// journaled. A SQLite file beside the sessions.
+pub async fn runs_store() -> anyhow::Result<std::sync::Arc<dyn recursive_store::Checkpointer>> {
+    let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for the run store (set HOME)"))?;
+    let dir = data.join("recursive");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("runs.db");
+    recursive_store::open(&path.display().to_string())
+        .await
+        .map_err(|e| anyhow::anyhow!("the run store {}: {e}", path.display()))
+}
+
+/// Takes the run `key` of the user's run store for this process; `busy` says what to do when
+/// another process holds it.
+pub async fn hold_run(key: &str, busy: impl FnOnce() -> String) -> anyhow::Result<recursive_store::Runner> {
+    let store = runs_store().await?;
+    match recursive_store::Runner::take(store, &recursive_store::DurableKey::own(key)).await {
+        Ok(runner) => Ok(runner),
+        Err(recursive_store::LeaseError::Held { holder, .. }) => {
+            Err(ConfigError(format!("{} (held by {holder})", busy())).into())
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
 }
 
 /// Where goal pursuits keep their execution logs (`<id>.jsonl`), for `goal --resume ID`.
@@ -80,7 +111,12 @@ pub fn new_id() -> String {
 impl Session {
     /// A new session for `title` in `workspace`; its transcript is `transcript` when given
     /// (`--transcript`), else the session's own.
-    pub fn create(workspace: &Path, model: &str, title: &str, transcript: Option<&Path>) -> anyhow::Result<Session> {
+    pub async fn create(
+        workspace: &Path,
+        model: &str,
+        title: &str,
+        transcript: Option<&Path>,
+    ) -> anyhow::Result<Session> {
         let now = chrono::Local::now();
         let id = new_id();
         let dir = root()?.join(&id);
@@ -103,13 +139,13 @@ impl Session {
             cost_usd: 0.0,
             last_outcome: String::new(),
         };
-        let session = Session { _lock: lock(&dir, &meta.id)?, dir, meta };
+        let session = Session { runner: Some(Self::hold(&meta.id).await?), dir, meta };
         session.save()?;
         Ok(session)
     }
 
     /// The session `id`.
-    pub fn open(id: &str) -> anyhow::Result<Session> {
+    pub async fn open(id: &str) -> anyhow::Result<Session> {
         if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
             return Err(ConfigError(format!("`{id}` is not a session id; `recursive sessions` lists them")).into());
         }
@@ -121,14 +157,34 @@ impl Session {
             }
             Err(e) => return Err(anyhow::anyhow!("session `{id}` is damaged: {e}")),
         };
-        Ok(Session { _lock: lock(&dir, id)?, dir, meta })
+        Ok(Session { runner: Some(Self::hold(id).await?), dir, meta })
+    }
+
+    /// Takes the session `id` for this process: a second process is refused while one holds it
+    /// (so two never interleave one transcript); a holder that was killed is taken over.
+    async fn hold(id: &str) -> anyhow::Result<recursive_store::Runner> {
+        hold_run(&format!("session-{id}"), || {
+            format!("session `{id}` is in use by another process; wait for it to end, or start a new session")
+        })
+        .await
+    }
+
+    /// Opens the session's journal in `scope` (once per process): every turn a durable run of
+    /// it, so a turn a kill cut off resumes with what it had finished, and its spend counts. The
+    /// returned hold keeps the session for this process from then on. A journal an earlier
+    /// version kept in the session's directory (`journal.jsonl`) is moved into the store first.
+    pub async fn open_journal(&mut self, scope: &recursive_core::RunScope) -> anyhow::Result<recursive_store::HeldRun> {
+        let runner =
+            self.runner.take().ok_or_else(|| anyhow::anyhow!("session {}'s journal is already open", self.meta.id))?;
+        import_file_journal(&self.dir.join("journal.jsonl"), &runner).await?;
+        runner.open(scope).await.map_err(|e| anyhow::anyhow!("session {}'s journal: {e}", self.meta.id))
     }
 
     /// The most recently updated session of `workspace`.
-    pub fn latest_for(workspace: &Path) -> anyhow::Result<Session> {
+    pub async fn latest_for(workspace: &Path) -> anyhow::Result<Session> {
         let latest = list()?.into_iter().find(|m| m.workspace == workspace);
         match latest {
-            Some(meta) => Session::open(&meta.id),
+            Some(meta) => Session::open(&meta.id).await,
             None => Err(ConfigError(format!("no earlier session in {} to continue", workspace.display())).into()),
         }
     }
@@ -178,12 +234,6 @@ impl Session {
             }
         }
         Ok(messages)
-    }
-
-    /// The session's journal ([`recursive_core::journal`]): every turn a durable run of it, so
-    /// a turn a kill cut off resumes with what it had finished, and its spend counts.
-    pub fn journal(&self) -> PathBuf {
-        self.dir.join("journal.jsonl")
     }
 
     /// Appends messages to the transcript (a note closing an interrupted answer).
@@ -302,21 +352,21 @@ fn read_meta(dir: &Path) -> Result<SessionMeta, MetaError> {
     serde_json::from_slice(&bytes).map_err(|e| MetaError::Invalid(e.to_string()))
 }
 
-/// Takes the session's lock (`<dir>/lock`, an advisory file lock the system releases when the
-/// process ends, however it ends): a second process on the same session is refused, so two
-/// never interleave one transcript.
-fn lock(dir: &Path, id: &str) -> anyhow::Result<std::fs::File> {
-    let path = dir.join("lock");
-    let file = open_regular(&path, std::fs::OpenOptions::new().create(true).truncate(false).write(true))
-        .map_err(|e| anyhow::anyhow!("cannot lock session `{id}`: opening {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(ConfigError(format!(
-            "session `{id}` is in use by another process; wait for it to end, or start a new session"
-        ))
-        .into()),
-        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("cannot lock session `{id}`: {e}")),
+/// Moves a journal an earlier version kept in a file (`path`) into the run's store journal,
+/// so a turn it cut off resumes as if it had been kept there; the file is then renamed
+/// `*.imported`. A last record a kill cut short is skipped.
+async fn import_file_journal(path: &Path, runner: &recursive_store::Runner) -> anyhow::Result<()> {
+    use recursive_core::spend::SpendLedger;
+    if !path.exists() {
+        return Ok(());
     }
+    let read = recursive_core::spend::read_ledger(path).with_context(|| format!("reading {}", path.display()))?;
+    let ledger = recursive_store::StoreLedger::new(runner.store(), runner.journal_key());
+    for record in &read.records {
+        ledger.record(record).await.with_context(|| format!("moving {} into the run store", path.display()))?;
+    }
+    std::fs::rename(path, path.with_extension("jsonl.imported"))
+        .with_context(|| format!("renaming {} after moving it into the run store", path.display()))
 }
 
 /// Every session, most recently updated first (damaged ones are skipped, with a warning for

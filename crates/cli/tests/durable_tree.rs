@@ -179,10 +179,11 @@ fn only_session(env: &Env) -> String {
     list[0]["id"].as_str().unwrap().to_string()
 }
 
-/// The calls that held but never settled in the session's journal: their held USD.
+/// The calls that held but never settled in the session's journal (in the user's run store):
+/// their held USD.
 fn unsettled(env: &Env, session: &str) -> Vec<f64> {
-    let journal = env.path(&format!(".local/share/recursive/sessions/{session}/journal.jsonl"));
-    common::unsettled_holds(&common::file_journal(&journal))
+    let store = env.path(".local/share/recursive/runs.db");
+    common::unsettled_holds(&common::store_journal(&store, &format!("session-{session}")))
 }
 
 #[test]

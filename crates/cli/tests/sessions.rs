@@ -418,27 +418,6 @@ fn bounded(mut cmd: std::process::Command, what: &str) -> std::process::Output {
 }
 
 #[test]
-fn a_lock_planted_as_a_link_creates_nothing_outside_the_session() {
-    let env = Env::new();
-    let dir = mock_session(&env);
-    let target = env.path("outside-target");
-    let _ = std::fs::remove_file(dir.join("lock"));
-    std::os::unix::fs::symlink(&target, dir.join("lock")).unwrap();
-    let script = env.script("again.json", serde_json::json!(["again"]));
-    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
-    let mut cmd = in_data(&env);
-    cmd.args(["run", "and now?", "--resume", &id, "--mock-script", common::s(&script)]);
-    let out = bounded(cmd, "run --resume");
-    assert_ne!(out.status.code(), Some(0), "a linked lock is refused");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(std::fs::symlink_metadata(&target).is_err(), "the link's target was created");
-}
-
-#[test]
 fn a_fifo_planted_as_session_json_hangs_neither_sessions_nor_continue() {
     let env = Env::new();
     let dir = mock_session(&env);

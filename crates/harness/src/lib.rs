@@ -20,7 +20,6 @@ pub mod files;
 pub mod mcp;
 pub mod provider;
 pub mod rlm;
-pub mod runner;
 pub mod setup;
 pub mod system_prompt;
 pub mod threads;
@@ -44,7 +43,6 @@ pub use files::{RunnableFile, RunnableSpec};
 pub use mcp::{McpServers, StartingMcp};
 pub use provider::{BuiltProvider, ChosenProvider, HOW_TO_CONFIGURE, ProviderOptions};
 pub use rlm::{RlmFile, RlmOptions, load_inputs, rlm_config};
-pub use runner::RunnerLock;
 pub use setup::{LimitsFile, ToolSetup, check_sandbox, fresh_output, seconds, usd, workspace_dir};
 pub use threads::{SubGraphs, ThreadError, ThreadRun};
 

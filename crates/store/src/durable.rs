@@ -65,6 +65,7 @@ impl DurableKey {
 }
 
 /// A run this process holds (its lease taken), before its journal is open.
+#[derive(Debug)]
 pub struct Runner {
     lease: Lease,
     journal: String,
@@ -86,12 +87,17 @@ impl Runner {
     /// processes spent restored). On an error the lease is given up.
     pub async fn open(self, scope: &RunScope) -> Result<HeldRun, StoreError> {
         match crate::journal::durable(self.lease.store(), &self.journal, scope).await {
-            Ok(journal) => Ok(HeldRun { lease: self.lease, journal }),
+            Ok(journal) => Ok(HeldRun { lease: self.lease, journal: Arc::new(journal) }),
             Err(e) => {
                 self.lease.release().await;
                 Err(e)
             }
         }
+    }
+
+    /// The key its journal is kept under.
+    pub fn journal_key(&self) -> &str {
+        &self.journal
     }
 
     /// Gives the run up without running it.
@@ -101,9 +107,10 @@ impl Runner {
 }
 
 /// A durable run being run: held by this process, journaled.
+#[derive(Debug)]
 pub struct HeldRun {
     lease: Lease,
-    journal: DurableRun,
+    journal: Arc<DurableRun>,
 }
 
 impl HeldRun {
@@ -120,6 +127,12 @@ impl HeldRun {
     /// The store as this runner writes to it (fenced by the lease).
     pub fn store(&self) -> Arc<dyn Checkpointer> {
         self.lease.store()
+    }
+
+    /// The run's journal, for a run made of several parts each ending it (a chat's turns:
+    /// [`DurableRun::attach`], [`DurableRun::end`]) while this process holds the run.
+    pub fn journal(&self) -> Arc<DurableRun> {
+        self.journal.clone()
     }
 
     /// Whether earlier processes left records (this is a resume).

@@ -59,6 +59,12 @@ pub struct Lease {
     released: bool,
 }
 
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("thread", &self.thread).field("holder", &self.holder).finish_non_exhaustive()
+    }
+}
+
 impl Lease {
     /// Takes the lease on `thread`; with `wait`, waits for another holder to end (or its lease
     /// to expire) instead of failing.

@@ -154,6 +154,8 @@ pub struct Chat {
     marks: Vec<TurnMark>,
     /// The session's journal ([`Turn::run`] makes each turn a durable run of it).
     durable: std::sync::Arc<recursive_core::journal::DurableRun>,
+    /// This process's hold on the session (its lease in the run store) while the chat lasts.
+    _held: recursive_store::HeldRun,
 }
 
 /// Where a prompt began: the prompt, the conversation before it (the first `len` messages of
@@ -242,7 +244,7 @@ pub struct ChatParts {
 
 impl Chat {
     /// A chat over `parts`; the configured MCP servers start in the background.
-    pub fn new(parts: ChatParts) -> anyhow::Result<Self> {
+    pub async fn new(parts: ChatParts) -> anyhow::Result<Self> {
         let ChatParts { harness, mut session, history, scope, system, append_system, context_window } = parts;
         let marks = earlier_marks(&history);
         let tools = harness.tools();
@@ -256,8 +258,8 @@ impl Chat {
         }
         // The session's journal, opened once: a turn a kill cut off before this process left its
         // spend there, restored now into the session's totals.
-        let durable =
-            recursive_core::journal::DurableRun::in_file(&session.journal(), &scope).map_err(anyhow::Error::msg)?;
+        let held = session.open_journal(&scope).await?;
+        let durable = held.journal();
         if durable.resumed() {
             session.add_spend(&durable.restored.usage, durable.restored.usd())?;
         }
@@ -275,7 +277,8 @@ impl Chat {
             starting: Some(starting),
             started: None,
             marks,
-            durable: std::sync::Arc::new(durable),
+            durable,
+            _held: held,
         })
     }
 
@@ -391,7 +394,7 @@ impl Chat {
             return Err("no plan is pending (the mode is not plan)".into());
         }
         self.harness.setup.mode.set(recursive_tools::Mode::Ask);
-        Ok(crate::commands::run::PLAN_APPROVED.to_string())
+        Ok(crate::commands::PLAN_APPROVED.to_string())
     }
 
     /// `/rename TITLE`.

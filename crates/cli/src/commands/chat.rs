@@ -115,12 +115,12 @@ pub async fn execute(args: ChatArgs, exports: &super::Exports) -> anyhow::Result
         (super::root_scope(exports, &harness, "chat", &args.provider, true, BudgetLimits::default(), None)?, None)
     };
     let (session, history): (Session, Vec<Message>) = match (args.resume.as_deref(), args.continue_session) {
-        (Some(""), _) => continued(pick_session(setup.workspace.root())?)?,
-        (Some(id), _) => continued(Session::open(id)?)?,
-        (None, true) => continued(Session::latest_for(setup.workspace.root())?)?,
+        (Some(""), _) => continued(pick_session(setup.workspace.root()).await?)?,
+        (Some(id), _) => continued(Session::open(id).await?)?,
+        (None, true) => continued(Session::latest_for(setup.workspace.root()).await?)?,
         (None, false) => {
             let title = args.prompt.as_deref().unwrap_or_default();
-            (Session::create(setup.workspace.root(), &model, title, None)?, Vec::new())
+            (Session::create(setup.workspace.root(), &model, title, None).await?, Vec::new())
         }
     };
     let mut chat = Chat::new(ChatParts {
@@ -131,7 +131,8 @@ pub async fn execute(args: ChatArgs, exports: &super::Exports) -> anyhow::Result
         system: args.conversation.system.clone(),
         append_system: args.conversation.append_system.clone(),
         context_window: args.conversation.context_window,
-    })?;
+    })
+    .await?;
     chat.first = args.prompt.clone().filter(|p| !p.trim().is_empty());
     match events {
         Some(events) => {
@@ -150,7 +151,7 @@ fn continued(session: Session) -> anyhow::Result<(Session, Vec<Message>)> {
 
 /// `chat --resume` without an id: this workspace's sessions, newest first, each with its title,
 /// age, size and cost; the person picks one by number (on a terminal only).
-fn pick_session(workspace: &std::path::Path) -> anyhow::Result<Session> {
+async fn pick_session(workspace: &std::path::Path) -> anyhow::Result<Session> {
     let sessions: Vec<_> =
         crate::sessions::list()?.into_iter().filter(|m| m.workspace == workspace).take(PICKER_SIZE).collect();
     if sessions.is_empty() {
@@ -172,7 +173,7 @@ fn pick_session(workspace: &std::path::Path) -> anyhow::Result<Session> {
     std::io::stdin().read_line(&mut line)?;
     let chosen = line.trim().parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|i| sessions.get(i));
     match chosen {
-        Some(meta) => Session::open(&meta.id),
+        Some(meta) => Session::open(&meta.id).await,
         None => Err(crate::ConfigError(format!("`{}` is not one of the numbers listed", line.trim())).into()),
     }
 }

@@ -128,7 +128,7 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         (None, None) => crate::sessions::goals_root()?.join(format!("{}.jsonl", crate::sessions::new_id())),
     };
     // One runner per pursuit: taken before the log is read (a resume repairs its end).
-    let _runner = recursive_harness::RunnerLock::take(&log_path, &format!("goal log {}", log_path.display()))?;
+    let _runner = hold_pursuit(&log_path).await?;
     // A bad log to resume is reported before any model is called.
     let resume = args.resume.as_ref().map(|_| resume_log(&log_path)).transpose()?;
 
@@ -306,4 +306,15 @@ fn report(
         eprintln!("continue it with: recursive goal --resume {spec}");
     }
     Ok(())
+}
+
+/// Takes the pursuit kept in `log` for this process, by its lease in the user's run store (one
+/// runner per pursuit; a killed holder is taken over at once).
+async fn hold_pursuit(log: &std::path::Path) -> anyhow::Result<recursive_store::Runner> {
+    let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_path_buf());
+    let shown = log.display().to_string();
+    crate::sessions::hold_run(&format!("goal-{}", absolute.display()), || {
+        format!("goal log {shown} is being run by another process; wait for it to end")
+    })
+    .await
 }

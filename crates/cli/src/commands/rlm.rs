@@ -174,18 +174,16 @@ pub async fn execute(args: RlmArgs, exports: &super::Exports) -> anyhow::Result<
     };
     let extra = trajectory.clone().map(|t| t as std::sync::Arc<dyn recursive_core::EventSink>);
     let mut scope = super::root_scope(exports, &harness, "rlm", &args.provider, false, budget, extra)?;
-    let mut durable = durable;
     // A resumed run's journal holds what its earlier processes spent and what their calls
     // answered (a new run's is empty).
-    let journal = match durable.as_mut() {
-        Some((store, _, lease)) => {
-            let key = store.slot.name();
-            let journal = recursive_store::journal::durable(lease.store(), &key, &scope).await?;
-            store.spend_restored = journal.resumed();
-            scope = journal.scope.clone();
-            Some(journal)
+    let (durable, held) = match durable {
+        Some((mut store, meta, runner)) => {
+            let held = runner.open(&scope).await?;
+            store.spend_restored = held.resumed();
+            scope = held.scope().clone();
+            (Some((store, meta)), Some(held))
         }
-        None => None,
+        None => (None, None),
     };
     let mcp = match needs_mcp(tool_names.as_ref(), &harness) {
         true => harness.start_mcp(&scope).await?,
@@ -197,10 +195,6 @@ pub async fn execute(args: RlmArgs, exports: &super::Exports) -> anyhow::Result<
             mcp.shutdown().await;
             return Err(e.into());
         }
-    };
-    let (durable, lease) = match durable {
-        Some((store, meta, lease)) => (Some((store, meta)), Some(lease)),
-        None => (None, None),
     };
     let rlm = match durable {
         Some((store, _)) => {
@@ -216,9 +210,8 @@ pub async fn execute(args: RlmArgs, exports: &super::Exports) -> anyhow::Result<
     let ran = rlm.run(&question, inputs, &scope).await;
     // The run's key is this run's alone: its journal is never ended, so a `--resume` of it
     // (after a kill, a cancel or a limit) restores all of it.
-    drop(journal);
-    if let Some(lease) = lease {
-        lease.release().await;
+    if let Some(held) = held {
+        held.close(false).await.map_err(anyhow::Error::msg)?;
     }
     mcp.shutdown().await;
     let (result, error) = match ran {
@@ -279,9 +272,9 @@ struct DurableArgs {
     resume: Option<String>,
 }
 
-/// The durable run, the invocation recorded with a resumed one, and the lease this process holds
-/// on the run (one runner per run: a second `--resume` of a run in progress is refused).
-type DurableRun = (recursive_rlm::Durable, Option<serde_json::Value>, recursive_store::Lease);
+/// The durable run, the invocation recorded with a resumed one, and this process's hold on the
+/// run (one runner per run: a second `--resume` of a run in progress is refused).
+type DurableRun = (recursive_rlm::Durable, Option<serde_json::Value>, recursive_store::Runner);
 
 async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
     if args.off {
@@ -289,16 +282,16 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
     }
     let address = match &args.store {
         Some(s) => s.clone(),
-        None => super::graph::default_store(args.workspace.as_deref())?,
+        None => super::stores::default_store(args.workspace.as_deref())?,
     };
     let checkpointer = recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let shown = super::graph::shown_address(&address);
+    let shown = super::stores::shown_address(&address);
     let key = match &args.resume {
         Some(key) => key.clone(),
         None => format!("rlm-{}", recursive_core::run::new_run_id()),
     };
-    let lease = match recursive_store::Lease::take(checkpointer, &key, false).await {
-        Ok(lease) => lease,
+    let runner = match recursive_store::Runner::take(checkpointer, &recursive_store::DurableKey::own(&key)).await {
+        Ok(runner) => runner,
         Err(recursive_store::LeaseError::Held { holder, .. }) => {
             return Err(ConfigError(format!(
                 "run `{key}` is being run by another process ({holder}); wait for it to end"
@@ -307,7 +300,7 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
         }
         Err(e) => return Err(anyhow::anyhow!("{e}")),
     };
-    let slot = recursive_store::StoreSlot::standalone(lease.store(), &key, "rlm");
+    let slot = recursive_store::StoreSlot::standalone(runner.store(), &key, "rlm");
     let durable = recursive_rlm::Durable {
         slot: std::sync::Arc::new(slot),
         meta: json!({"store": shown}),
@@ -325,7 +318,7 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
         }
         None => None,
     };
-    Ok(Some((durable, meta, lease)))
+    Ok(Some((durable, meta, runner)))
 }
 
 /// How a run was started, kept with its checkpoints: the question and the inputs (as absolute

@@ -11,6 +11,7 @@ use recursive_core::{FinishReason, ToolRegistry};
 use recursive_harness::RlmOptions;
 use recursive_tools::Mode;
 
+use super::PLAN_APPROVED;
 use crate::ProviderArgs;
 use crate::output;
 
@@ -73,9 +74,6 @@ pub struct RunArgs {
     pub reasoning_effort: Option<String>,
 }
 
-/// What the model is told when its plan is approved.
-pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
-
 /// How long the first model call waits for MCP servers to start; slower ones join later.
 const MCP_START_GRACE: Duration = Duration::from_secs(3);
 
@@ -125,18 +123,18 @@ async fn approve_plan(args: &RunArgs) -> PlanAnswer {
 
 /// The session this run belongs to and its conversation so far: a new one, the latest of the
 /// workspace (`--continue`) or the one named (`--resume ID`).
-fn open_session(
+async fn open_session(
     args: &RunArgs,
     workspace: &std::path::Path,
     model: &str,
 ) -> anyhow::Result<(crate::sessions::Session, Vec<recursive_core::Message>)> {
     use crate::sessions::Session;
     let session = match (&args.resume, args.continue_session) {
-        (Some(id), _) => Session::open(id)?,
-        (None, true) => Session::latest_for(workspace)?,
+        (Some(id), _) => Session::open(id).await?,
+        (None, true) => Session::latest_for(workspace).await?,
         (None, false) => {
             let goal = args.goal.as_deref().unwrap_or_default();
-            return Ok((Session::create(workspace, model, goal, args.transcript.as_deref())?, Vec::new()));
+            return Ok((Session::create(workspace, model, goal, args.transcript.as_deref()).await?, Vec::new()));
         }
     };
     if args.goal.is_some() {
@@ -197,12 +195,11 @@ pub async fn execute(args: RunArgs, exports: &super::Exports) -> anyhow::Result<
     mcp.wait(MCP_START_GRACE, &scope).await;
 
     let model_name = harness.provider.model();
-    let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name)?;
-    // Each turn is a durable run, journaled in the session's directory: killed, its resume reads
-    // back what it had finished.
-    let durable =
-        recursive_core::journal::DurableRun::in_file(&session.journal(), &scope).map_err(crate::ConfigError)?;
-    let scope = durable.scope.clone();
+    let (mut session, history) = open_session(&args, harness.setup.workspace.root(), &model_name).await?;
+    // Each turn is a durable run of the session, held and journaled in the run store: killed,
+    // its resume reads back what it had finished.
+    let held = session.open_journal(&scope).await?;
+    let scope = held.scope().clone();
     let system_prompt = harness.setup.system_prompt(
         &tools,
         args.conversation.system.as_deref(),
@@ -239,7 +236,7 @@ pub async fn execute(args: RunArgs, exports: &super::Exports) -> anyhow::Result<
         }
     }
     mcp.shutdown().await;
-    if let Err(e) = durable.end().await {
+    if let Err(e) = held.close(true).await {
         eprintln!("warning: {e}");
     }
     let (result, error) = match outcome {

@@ -10,14 +10,16 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use recursive_graph::blueprint::{self, Allowlist, Source};
+use recursive_graph::blueprint::{self, Source};
 use recursive_graph::jobs::{EnqueueError, enqueue_graph, enqueue_resume};
 use recursive_graph::{Finish, GraphError, GraphOutcome, Schema, Start};
-use recursive_harness::{Harness, RlmOptions, SubGraphs, ThreadError, ThreadRun};
+use recursive_harness::{RlmOptions, SubGraphs, ThreadError, ThreadRun};
 use recursive_store::queue::{JobQueue, QueueError};
 use recursive_store::{Checkpointer, PostgresCheckpointer, ThreadInfo};
 use serde_json::{Value, json};
 
+use super::binding::{BindArgs, allowlist, files, read_source, stored};
+use super::stores::{default_store, shown_address};
 use crate::ConfigError;
 use crate::ProviderArgs;
 
@@ -66,22 +68,6 @@ pub struct FileArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub bind: BindArgs,
-}
-
-/// What blueprints may use beyond the defaults.
-#[derive(Debug, Clone, Args)]
-pub struct BindArgs {
-    /// A runnable nodes may run: NAME=FILE, a TOML file declaring `kind = "agent"` (the
-    /// default), `"rlm"`, `"goal"` or `"graph"` (repeatable); a node names it by its kind.
-    #[arg(long = "agent", value_name = "NAME=FILE")]
-    pub agents: Vec<String>,
-    /// A blueprint sub-graph nodes may run, by name: NAME=FILE (repeatable; blueprints next to
-    /// the main one are allowed by their file name).
-    #[arg(long = "graph", value_name = "NAME=FILE")]
-    pub graphs: Vec<String>,
-    /// Workspace of the tools and of the default store (default: the current directory).
-    #[arg(long, value_name = "DIR")]
-    pub workspace: Option<PathBuf>,
 }
 
 /// The checkpoint store.
@@ -304,46 +290,6 @@ pub async fn execute(args: GraphArgs, exports: &super::Exports) -> anyhow::Resul
     }
 }
 
-fn read_source(path: &Path) -> anyhow::Result<Source> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("cannot read blueprint {}: {e}", path.display())))?;
-    Ok(Source { origin: path.display().to_string(), text })
-}
-
-/// The `--graph NAME=FILE` blueprints.
-fn named_graphs(bind: &BindArgs) -> anyhow::Result<Vec<(String, Source)>> {
-    bind.graphs
-        .iter()
-        .map(|spec| {
-            let (name, file) =
-                spec.split_once('=').ok_or_else(|| ConfigError(format!("--graph {spec}: expected NAME=FILE")))?;
-            Ok((name.to_string(), read_source(Path::new(file))?))
-        })
-        .collect()
-}
-
-/// Where a blueprint read from a file finds its sub-graphs: the blueprints next to it (by file
-/// stem) and `--graph NAME=FILE`.
-fn files(bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<SubGraphs> {
-    Ok(SubGraphs::Files(dir.map(Path::to_path_buf), named_graphs(bind)?))
-}
-
-/// A stored thread's sub-graphs: its pinned texts, or (a thread stored before sub-graphs were
-/// pinned) the files next to its blueprint's origin and `--graph`.
-pub(crate) fn stored(bind: &BindArgs, info: &ThreadInfo, origin: &str) -> anyhow::Result<SubGraphs> {
-    Ok(match SubGraphs::of(info, origin) {
-        SubGraphs::Files(dir, _) => SubGraphs::Files(dir, named_graphs(bind)?),
-        pinned => pinned,
-    })
-}
-
-/// What blueprints may bind: the harness's (its model, agent, RLM and goal pursuer as
-/// `default`, its tools, the `--agent` runnables), the blueprints next to the main one (by file
-/// stem) and `--graph NAME=FILE`.
-pub(crate) fn allowlist(harness: &Harness, bind: &BindArgs, dir: Option<&Path>) -> anyhow::Result<Allowlist> {
-    Ok(harness.allowlist(files(bind, dir)?.sources())?)
-}
-
 /// `graph new`: a run whose one tool is `blueprint`; prints the blueprint it saved.
 async fn new_graph(args: NewArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let exec = &args.exec;
@@ -423,16 +369,6 @@ async fn check(args: FileArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The default checkpoint store: `.recursive/graphs.db` in the workspace.
-pub(crate) fn default_store(workspace: Option<&Path>) -> anyhow::Result<String> {
-    let dir = match workspace {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir()?,
-    };
-    let path = recursive_tools::Workspace::new(&dir).and_then(|ws| ws.state_path("graphs.db"));
-    Ok(path.map_err(|e| anyhow::anyhow!("the graph store: {e}"))?.display().to_string())
-}
-
 async fn open_store(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<Arc<dyn Checkpointer>> {
     let address = store_address(args, workspace)?;
     recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))
@@ -442,14 +378,6 @@ fn store_address(args: &StoreArgs, workspace: Option<&Path>) -> anyhow::Result<S
     match &args.store {
         Some(s) => Ok(s.clone()),
         None => default_store(workspace),
-    }
-}
-
-/// The store's address as shown to people: a database URL without its credentials.
-pub(crate) fn shown_address(address: &str) -> String {
-    match address.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{}", rest.rsplit_once('@').map_or(rest, |(_, host)| host)),
-        None => address.to_string(),
     }
 }
 

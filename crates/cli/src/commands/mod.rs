@@ -2,6 +2,7 @@
 //! provider, tools, policy and runnables with, the root run scope with its sinks, budget and
 //! signal handling, and the flags several commands take.
 
+pub mod binding;
 pub mod chat;
 pub mod exports;
 pub mod goal;
@@ -11,8 +12,10 @@ pub mod repl;
 pub mod rlm;
 pub mod run;
 pub mod serve;
+pub mod served;
 pub mod served_graphs;
 pub mod sessions;
+pub mod stores;
 pub mod trace;
 pub mod worker;
 
@@ -28,6 +31,9 @@ pub use recursive_harness::{fresh_output, seconds, usd};
 use crate::ProviderArgs;
 use crate::output::CliSink;
 pub use exports::Exports;
+
+/// What the model is told when its plan is approved (`run --plan`, and `/approve` in `chat`).
+pub const PLAN_APPROVED: &str = "The plan is approved. Carry it out now; you may call tools.";
 
 /// How long a run may take to wind down after SIGTERM before the process exits anyway.
 const TERM_GRACE: Duration = Duration::from_secs(5);

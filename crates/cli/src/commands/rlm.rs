@@ -282,10 +282,10 @@ async fn durable_run(args: DurableArgs) -> anyhow::Result<Option<DurableRun>> {
     }
     let address = match &args.store {
         Some(s) => s.clone(),
-        None => super::graph::default_store(args.workspace.as_deref())?,
+        None => super::stores::default_store(args.workspace.as_deref())?,
     };
     let checkpointer = recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let shown = super::graph::shown_address(&address);
+    let shown = super::stores::shown_address(&address);
     let key = match &args.resume {
         Some(key) => key.clone(),
         None => format!("rlm-{}", recursive_core::run::new_run_id()),

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use recursive_core::Runnable;
 use recursive_harness::RlmOptions;
 use recursive_serve::{ServeConfig, Served, Server};
 
@@ -112,26 +111,8 @@ async fn served(
     let mut harness =
         super::harness(provider_args, workspace, approver, max_steps, runnable_specs, RlmOptions::default()).await?;
     let mcp = super::start_mcp(&mut harness, provider_args).await?;
-    let served = served_by(&harness)?;
+    let served = super::served::served_by(&harness)?;
     Ok((served, Arc::new(harness), mcp))
-}
-
-/// The runner of `serve` over a built harness (also `recursive worker`'s, for queued runs).
-pub(crate) fn served_by(harness: &recursive_harness::Harness) -> anyhow::Result<Served> {
-    if let Some(name) =
-        harness.runnables().names().iter().find(|n| recursive_serve::conversation::MODELS.contains(&n.as_str()))
-    {
-        return Err(ConfigError(format!("--agent {name}: the name is taken by a built-in model")).into());
-    }
-    harness.check_shell_sandbox(None)?;
-    let goal_config = recursive_goal::GoalConfig { options: harness.options(), ..Default::default() };
-    let depth = harness.limits().max_depth.max(goal_config.run_tree_depth());
-    let main = harness.agent("main");
-    let own_tools = main.tools().names();
-    let agent: Arc<dyn Runnable> = Arc::new(main);
-    let rlm: Arc<dyn Runnable> = Arc::new(harness.rlm(None)?);
-    let goal: Arc<dyn Runnable> = Arc::new(harness.pursuer(goal_config));
-    Ok(Served::new(agent, rlm, goal, harness.runnables().clone()).with_max_depth(depth).with_own_tools(own_tools))
 }
 
 /// Arguments of `mcp`.
@@ -246,9 +227,9 @@ pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Resul
     keep(args.keep.as_deref())?;
     let address = match &args.store {
         Some(address) => address.clone(),
-        None => super::graph::default_store(args.workspace.as_deref())?,
+        None => super::stores::default_store(args.workspace.as_deref())?,
     };
-    let shown = super::graph::shown_address(&address);
+    let shown = super::stores::shown_address(&address);
     let queue = run_queue(&address, &args).await?;
     let (answers, approver) = asks_of(args.client_asks);
     let (runner, archive) = tokio::join!(
@@ -317,14 +298,14 @@ async fn run_queue(address: &str, args: &ServeArgs) -> anyhow::Result<Option<rec
         if !args.enqueue {
             return Ok(None);
         }
-        let shown = super::graph::shown_address(address);
+        let shown = super::stores::shown_address(address);
         return Err(ConfigError(format!(
             "--enqueue queues runs for `recursive worker` processes, which claim them from PostgreSQL: \
              give --store postgres://user:pw@host/db (the store is {shown})"
         ))
         .into());
     }
-    let shown = super::graph::shown_address(address);
+    let shown = super::stores::shown_address(address);
     let failed = |e: recursive_store::StoreError| anyhow::anyhow!("the job queue ({shown}): {e}");
     let store = recursive_store::PostgresCheckpointer::connect(address).await.map_err(failed)?;
     let queue = recursive_store::queue::JobQueue::open(&store).await.map_err(failed)?;

@@ -20,7 +20,8 @@ use recursive_store::worker::{JobHandlers, Worker, WorkerEvent, WorkerOptions};
 use recursive_store::{Checkpointer, PostgresCheckpointer};
 use tokio_util::sync::CancellationToken;
 
-use super::graph::{BindArgs, shown_address, stored};
+use super::binding::{BindArgs, stored};
+use super::stores::shown_address;
 use crate::{ConfigError, ProviderArgs};
 
 /// Arguments of `worker`.
@@ -96,7 +97,7 @@ pub async fn execute(args: WorkerArgs, exports: &super::Exports) -> anyhow::Resu
         None,
     )?;
     let max_depth = harness.limits().max_depth;
-    let runner = Arc::new(super::serve::served_by(&harness)?);
+    let runner = Arc::new(super::served::served_by(&harness)?);
     let pg = PostgresCheckpointer::connect(&args.store).await?;
     let queue = JobQueue::open(&pg).await?;
     let archive = recursive_store::open_archive(&args.store).await?;

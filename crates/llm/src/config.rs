@@ -2,7 +2,7 @@
 //! and picking one from the environment when nothing is configured.
 //!
 //! [`build_provider`] wires the layers: the base provider (OpenAI-compatible, OpenAI Responses,
-//! Anthropic, Gemini, Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
+//! Anthropic, Gemini, Bedrock, Ollama, mock or replay), then retries (HTTP providers), then recording to a cassette, then
 //! pricing — so a cassette holds what the caller saw after retries, and costs are computed
 //! from current prices even on replay.
 
@@ -18,6 +18,7 @@ use recursive_core::{ChatProvider, ChatResponse, Message, MockProvider, Provider
 use serde::{Deserialize, Serialize};
 
 use crate::anthropic::{self, AnthropicConfig, AnthropicProvider};
+use crate::bedrock::{self, BedrockConfig, BedrockProvider, CredentialProvider};
 use crate::error::LlmError;
 use crate::gemini::{self, CacheMode, GeminiConfig, GeminiProvider};
 use crate::http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT};
@@ -49,6 +50,9 @@ pub enum ProviderKind {
     /// Google's Gemini API (`generateContent`), natively: thought signatures carried across the
     /// turns of the tool loop.
     Gemini,
+    /// AWS Bedrock Runtime's Converse API: SigV4 with the standard AWS credential chain, or a
+    /// Bedrock API key.
+    Bedrock,
     /// A local Ollama server through its OpenAI-compatible endpoint.
     Ollama,
     /// The scripted provider; with no script it echoes the last user message.
@@ -59,11 +63,12 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// Every kind, for help texts.
-    pub const ALL: [ProviderKind; 7] = [
+    pub const ALL: [ProviderKind; 8] = [
         ProviderKind::OpenAi,
         ProviderKind::OpenAiResponses,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Bedrock,
         ProviderKind::Ollama,
         ProviderKind::Mock,
         ProviderKind::Replay,
@@ -76,6 +81,7 @@ impl ProviderKind {
             ProviderKind::OpenAiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::Bedrock => "bedrock",
             ProviderKind::Ollama => "ollama",
             ProviderKind::Mock => "mock",
             ProviderKind::Replay => "replay",
@@ -89,6 +95,7 @@ impl ProviderKind {
             ProviderKind::OpenAiResponses => responses::DEFAULT_MODEL,
             ProviderKind::Anthropic => anthropic::DEFAULT_MODEL,
             ProviderKind::Gemini => gemini::DEFAULT_MODEL,
+            ProviderKind::Bedrock => bedrock::DEFAULT_MODEL,
             ProviderKind::Ollama => OLLAMA_DEFAULT_MODEL,
             ProviderKind::Mock => "mock",
             ProviderKind::Replay => "",
@@ -111,6 +118,7 @@ impl FromStr for ProviderKind {
             "openai-responses" | "openai_responses" | "responses" => Ok(ProviderKind::OpenAiResponses),
             "anthropic" => Ok(ProviderKind::Anthropic),
             "gemini" | "google" => Ok(ProviderKind::Gemini),
+            "bedrock" | "aws-bedrock" => Ok(ProviderKind::Bedrock),
             "ollama" => Ok(ProviderKind::Ollama),
             "mock" => Ok(ProviderKind::Mock),
             "replay" => Ok(ProviderKind::Replay),
@@ -145,12 +153,14 @@ pub struct ProviderSettings {
     #[schemars(extend("x-trust" = KeyClass::Neutral))]
     pub model: Option<String>,
     /// Base URL; `None` means the kind's default (or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
-    /// `GEMINI_BASE_URL` / `OLLAMA_HOST`).
+    /// `GEMINI_BASE_URL` / `OLLAMA_HOST`; Bedrock: `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, else
+    /// `AWS_ENDPOINT_URL`, else the region's endpoint).
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::loosening("your API key and prompts would be sent there")))]
     pub base_url: Option<String>,
     /// API key; `None` reads `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` / `GEMINI_API_KEY` (else
-    /// `GOOGLE_API_KEY`). Never serialized.
+    /// `GOOGLE_API_KEY`) / `AWS_BEARER_TOKEN_BEDROCK` (a Bedrock API key; without one, Bedrock
+    /// requests are signed with the AWS credential chain's). Never serialized.
     #[serde(default, skip_serializing)]
     #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
     pub api_key: Option<String>,
@@ -197,6 +207,16 @@ pub struct ProviderSettings {
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub script: Option<PathBuf>,
+    /// Bedrock: the AWS region (default: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the
+    /// profile's `region`); it picks the endpoint and signs the requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be sent to that region's endpoint")))]
+    pub region: Option<String>,
+    /// Bedrock: the AWS profile of the shared config and credentials files (default:
+    /// `AWS_PROFILE`, else `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
+    pub profile: Option<String>,
     /// Gemini: explicit context caching of a long system instruction with its tools —
     /// `auto` (default: from the second request with the same prefix), `always`, or `off`
     /// (implicit caching only). A cache's storage is billed by the hour and not counted in
@@ -237,6 +257,8 @@ impl fmt::Debug for ProviderSettings {
             .field("record", &self.record)
             .field("replay", &self.replay)
             .field("script", &self.script)
+            .field("region", &self.region)
+            .field("profile", &self.profile)
             .field("cache", &self.cache)
             .field("cache_ttl_secs", &self.cache_ttl_secs)
             .field("cache_min_chars", &self.cache_min_chars)
@@ -270,6 +292,8 @@ impl ProviderSettings {
             record: None,
             replay: None,
             script: None,
+            region: None,
+            profile: None,
             cache: None,
             cache_ttl_secs: None,
             cache_min_chars: None,
@@ -384,6 +408,16 @@ pub struct NamedProviderSettings {
     #[serde(default)]
     #[schemars(extend("x-trust" = KeyClass::InsideProject))]
     pub script: Option<PathBuf>,
+    /// Bedrock: the AWS region (default: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the
+    /// profile's `region`); it picks the endpoint and signs the requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be sent to that region's endpoint")))]
+    pub region: Option<String>,
+    /// Bedrock: the AWS profile of the shared config and credentials files (default:
+    /// `AWS_PROFILE`, else `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-trust" = KeyClass::loosening("your prompts would be billed to and seen by that account")))]
+    pub profile: Option<String>,
     /// Gemini: explicit context caching of a long system instruction with its tools —
     /// `auto` (default: from the second request with the same prefix), `always`, or `off`
     /// (implicit caching only). A cache's storage is billed by the hour and not counted in
@@ -438,6 +472,8 @@ impl NamedProviderSettings {
             record: None,
             replay: None,
             script: self.script.clone(),
+            region: self.region.clone(),
+            profile: self.profile.clone(),
             cache: self.cache,
             cache_ttl_secs: self.cache_ttl_secs,
             cache_min_chars: self.cache_min_chars,
@@ -525,6 +561,68 @@ impl Endpoint {
     }
 }
 
+/// Where and how Bedrock is reached.
+struct BedrockEndpoint {
+    base_url: String,
+    region: String,
+    api_key: Option<String>,
+    credentials: Option<Arc<CredentialProvider>>,
+}
+
+/// Bedrock's region, endpoint and authentication: the region from the settings, else
+/// `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's; the endpoint from the settings, else
+/// `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, `AWS_ENDPOINT_URL`, the region's; a Bedrock API key from
+/// the settings or `AWS_BEARER_TOKEN_BEDROCK`, else credentials from the AWS chain — required
+/// for AWS's own endpoint, optional for another (a local server, a gateway that signs).
+fn bedrock_endpoint(
+    settings: &ProviderSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<BedrockEndpoint, LlmError> {
+    let profile = settings.profile.as_deref();
+    let region = settings
+        .region
+        .clone()
+        .filter(|r| !r.trim().is_empty())
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .or_else(|| bedrock::credentials::profile_region(env, profile));
+    let base_url = settings
+        .base_url
+        .clone()
+        .or_else(|| env("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"))
+        .or_else(|| env("AWS_ENDPOINT_URL"))
+        .or_else(|| region.as_deref().map(bedrock::default_endpoint));
+    let no_region = || {
+        LlmError::InvalidSetting(
+            "bedrock: no AWS region; set `region` in the provider settings, AWS_REGION or AWS_DEFAULT_REGION, \
+             or `region` in your AWS profile"
+                .into(),
+        )
+    };
+    let base_url = base_url.ok_or_else(no_region)?;
+    let api_key = settings.api_key.clone().or_else(|| env("AWS_BEARER_TOKEN_BEDROCK"));
+    if api_key.is_some() {
+        return Ok(BedrockEndpoint { base_url, region: region.unwrap_or_default(), api_key, credentials: None });
+    }
+    let source = bedrock::credentials::resolve(env, profile, region.as_deref())?;
+    let credentials = match source {
+        Some(source) => Some(Arc::new(CredentialProvider::new(source)?)),
+        None if base_url.contains("amazonaws.com") => {
+            return Err(LlmError::MissingCredentials {
+                provider: "bedrock".into(),
+                tried: bedrock::credentials::CHAIN.into(),
+            });
+        }
+        None => None,
+    };
+    let region = match (region, &credentials) {
+        (Some(region), _) => region,
+        (None, Some(_)) => return Err(no_region()),
+        (None, None) => String::new(),
+    };
+    Ok(BedrockEndpoint { base_url, region, api_key: None, credentials })
+}
+
 /// Builds the provider the settings describe, reading API keys and base URLs from the process
 /// environment where the settings leave them out.
 pub fn build_provider(settings: &ProviderSettings, prices: &PriceTable) -> Result<Arc<dyn ChatProvider>, LlmError> {
@@ -597,6 +695,16 @@ pub fn build_provider_with_env(
                 },
             });
             (Arc::new(GeminiProvider::new(config)?), true)
+        }
+        (ProviderKind::Bedrock, None) => {
+            let endpoint = bedrock_endpoint(settings, &env_nonempty)?;
+            let config = http_config!(BedrockConfig, common("bedrock", (endpoint.base_url, endpoint.api_key)), {
+                region: endpoint.region,
+                credentials: endpoint.credentials,
+                default_max_tokens: settings.max_tokens,
+                prompt_caching: true,
+            });
+            (Arc::new(BedrockProvider::new(config)?), true)
         }
         (ProviderKind::Ollama, None) => {
             let base_url = settings.base_url.clone().unwrap_or_else(|| {
@@ -946,7 +1054,7 @@ mod tests {
     #[test]
     fn kinds_parse_from_their_names() {
         assert_eq!("OpenAI".parse::<ProviderKind>().unwrap(), ProviderKind::OpenAi);
-        let err = "bedrock".parse::<ProviderKind>().unwrap_err();
+        let err = "vertex".parse::<ProviderKind>().unwrap_err();
         assert!(err.to_string().contains("known: openai, openai-responses, anthropic, gemini"), "{err}");
     }
 

@@ -15,6 +15,14 @@ pub enum LlmError {
         /// The environment variable that would supply it.
         env_var: String,
     },
+    /// The provider needs credentials (AWS) and no source of its chain had any.
+    #[error("{provider}: no credentials found; tried {tried}")]
+    MissingCredentials {
+        /// Provider name.
+        provider: String,
+        /// The sources tried, in order.
+        tried: String,
+    },
     /// A setting has a value that cannot work.
     #[error("invalid provider setting: {0}")]
     InvalidSetting(String),

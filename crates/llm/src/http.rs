@@ -114,8 +114,23 @@ impl HttpClient {
         headers: &[(String, String)],
         body: &impl Serialize,
     ) -> Result<reqwest::Response, ProviderError> {
-        let payload = serde_json::to_vec(body)
-            .map_err(|e| ProviderError::Invalid(format!("{}: cannot encode the request: {e}", self.provider)))?;
+        let payload = self.encode(body)?;
+        self.post_payload(url, headers, payload).await
+    }
+
+    /// A request body as JSON bytes.
+    pub(crate) fn encode(&self, body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
+        serde_json::to_vec(body)
+            .map_err(|e| ProviderError::Invalid(format!("{}: cannot encode the request: {e}", self.provider)))
+    }
+
+    /// Posts JSON bytes with extra headers; an error status becomes [`ProviderError::Http`].
+    pub(crate) async fn post_payload(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        payload: Vec<u8>,
+    ) -> Result<reqwest::Response, ProviderError> {
         let mut builder = self.client.post(url).header(CONTENT_TYPE, "application/json").body(payload);
         for (name, value) in headers {
             builder = builder.header(name.as_str(), value.as_str());
@@ -151,7 +166,23 @@ impl HttpClient {
         decode: impl FnOnce(BoxStream<'static, Result<Bytes, ProviderError>>, String) -> ChatStream,
         parse: impl FnOnce(&[u8]) -> Result<ChatResponse, ProviderError>,
     ) -> Result<ChatStream, ProviderError> {
-        let response = self.post_json(url, headers, body).await?;
+        let payload = self.encode(body)?;
+        self.exchange_payload(url, headers, payload, streaming, model, decode, parse).await
+    }
+
+    /// [`HttpClient::exchange`] of a body already encoded (and signed over).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn exchange_payload(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        payload: Vec<u8>,
+        streaming: bool,
+        model: String,
+        decode: impl FnOnce(BoxStream<'static, Result<Bytes, ProviderError>>, String) -> ChatStream,
+        parse: impl FnOnce(&[u8]) -> Result<ChatResponse, ProviderError>,
+    ) -> Result<ChatStream, ProviderError> {
+        let response = self.post_payload(url, headers, payload).await?;
         let is_json = response
             .headers()
             .get(CONTENT_TYPE)

@@ -9,6 +9,9 @@
 //!   streaming or not;
 //! - [`gemini`] — Google's Gemini API natively (thought signatures carried across the tool
 //!   loop), streaming or not;
+//! - [`bedrock`] — AWS Bedrock Runtime's Converse API (SigV4-signed with credentials from the
+//!   standard AWS chain, or a Bedrock API key; Claude's signed reasoning carried across the
+//!   tool loop), streaming (AWS event streams, framed by [`eventstream`]) or not;
 //! - [`mock`] — the scripted provider of `recursive-core`;
 //! - [`replay`] — record interactions to a cassette, and serve them offline;
 //!
@@ -17,14 +20,17 @@
 //! settings or from the environment.
 //!
 //! Each HTTP provider is a pair of pure transforms — a request to a wire body, and wire bytes
-//! (a complete JSON answer or an SSE stream, framed by [`sse`]) back to a response — around
-//! one HTTP call; the wire types live in each provider's `wire` module. The call itself —
-//! client, headers, the [`recursive_core::ChatProvider`] impl, SSE driving — is one generic
-//! shell, [`shell::HttpProvider`], under all four; each provider is its [`shell::WireApi`].
+//! (a complete JSON answer, or a stream framed by [`sse`] or [`eventstream`]) back to a
+//! response — around one HTTP call; the wire types live in each provider's `wire` module. The
+//! call itself — client, headers, request signing, the [`recursive_core::ChatProvider`] impl,
+//! stream driving — is one generic shell, [`shell::HttpProvider`], under all five; each
+//! provider is its [`shell::WireApi`].
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod config;
 pub mod error;
+pub mod eventstream;
 pub mod gemini;
 pub mod http;
 pub mod models;
@@ -43,6 +49,7 @@ pub mod mock {
 }
 
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
+pub use bedrock::{BedrockConfig, BedrockProvider};
 pub use config::{ProviderKind, ProviderSettings, build_provider, detect_from_env};
 pub use error::LlmError;
 pub use gemini::{GeminiConfig, GeminiProvider};

@@ -1,14 +1,16 @@
 //! The one HTTP provider shell: [`HttpProvider`] owns the HTTP client, the headers, the
 //! [`ChatProvider`] impl and the driving of a streamed answer; each provider brings only its
 //! wire mapping as a [`WireApi`] (implemented on its configuration): its name, model and
-//! stream flag, its URL and auth headers, its request body, its SSE decoder and its parse of a
-//! complete answer.
+//! stream flag, its URL and auth headers, its request body, its stream decoder and its parse of
+//! a complete answer — and, where the API wants every request signed (AWS SigV4), the headers
+//! of its signature over the encoded body ([`WireApi::sign`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use recursive_core::{ChatProvider, ChatRequest, ChatResponse, ChatStream, ProviderError};
@@ -19,6 +21,17 @@ use crate::http::HttpClient;
 
 /// The bytes of a response body as they arrive.
 pub type ByteStream = BoxStream<'static, Result<Bytes, ProviderError>>;
+
+/// A request about to be sent, as a signature covers it.
+#[derive(Debug, Clone, Copy)]
+pub struct Unsigned<'a> {
+    /// The URL it is posted to.
+    pub url: &'a str,
+    /// Every header it is sent with, `content-type` included.
+    pub headers: &'a [(String, String)],
+    /// The encoded body.
+    pub body: &'a [u8],
+}
 
 /// One provider's wire mapping: everything [`HttpProvider`] does not share.
 pub trait WireApi: Clone + std::fmt::Debug + Send + Sync + 'static {
@@ -58,6 +71,13 @@ pub trait WireApi: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// The URL a call of `model` is posted to.
     fn endpoint(&self, model: &str) -> String;
+
+    /// Headers computed for each request from its URL, headers and encoded body, added just
+    /// before it is sent — a request signature (AWS SigV4, with credentials that may be
+    /// refreshed first). None by default.
+    fn sign<'a>(&'a self, _request: Unsigned<'a>) -> BoxFuture<'a, Result<Vec<(String, String)>, ProviderError>> {
+        Box::pin(futures::future::ready(Ok(Vec::new())))
+    }
 
     /// Decodes a streamed answer; a response naming no model gets `fallback_model`.
     fn decode(provider: &str, bytes: ByteStream, fallback_model: String) -> ChatStream;
@@ -170,6 +190,16 @@ impl<W: WireApi> HttpProvider<W> {
     pub fn config(&self) -> &W {
         &self.config
     }
+
+    /// The headers of one request: the configured ones, then its signature's (if any).
+    async fn signed_headers(&self, url: &str, payload: &[u8]) -> Result<Vec<(String, String)>, ProviderError> {
+        let mut sent = vec![("content-type".to_string(), "application/json".to_string())];
+        sent.extend(self.headers.iter().cloned());
+        let signature = self.config.sign(Unsigned { url, headers: &sent, body: payload }).await?;
+        let mut headers = self.headers.clone();
+        headers.extend(signature);
+        Ok(headers)
+    }
 }
 
 #[async_trait]
@@ -185,9 +215,11 @@ impl<W: WireApi> ChatProvider for HttpProvider<W> {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
         let (model, body) = self.config.wire_body(&request)?;
         let url = self.config.endpoint(&model);
+        let payload = self.http.encode(&body)?;
+        let headers = self.signed_headers(&url, &payload).await?;
         let name = self.config.name();
         let decode = |bytes, model| W::decode(name, bytes, model);
         let parse = |bytes: &[u8]| W::parse(name, bytes);
-        self.http.exchange(&url, &self.headers, &body, self.config.streams(), model, decode, parse).await
+        self.http.exchange_payload(&url, &headers, payload, self.config.streams(), model, decode, parse).await
     }
 }

@@ -58,10 +58,24 @@ where
         .boxed()
 }
 
+/// A frame of a streamed answer as [`drive`] sees it: a server-sent event, or one message of
+/// another framing (AWS event streams, [`crate::eventstream`]).
+pub(crate) trait Frame: Send + 'static {
+    /// The frame's data when only the end of the stream completed it (so a frame that does not
+    /// decode was cut off, not malformed); `None` for a frame that was complete on its own.
+    fn cut_off(&self) -> Option<&str>;
+}
+
+impl Frame for SseFrame {
+    fn cut_off(&self) -> Option<&str> {
+        self.at_eof.then_some(self.data.as_str())
+    }
+}
+
 /// Turns the frames of one protocol into text deltas and a final response.
-pub(crate) trait Decoder: Send + 'static {
+pub(crate) trait Decoder<F = SseFrame>: Send + 'static {
     /// Handles one frame and returns the text that arrived with it.
-    fn feed(&mut self, frame: &SseFrame) -> Result<Vec<String>, ProviderError>;
+    fn feed(&mut self, frame: &F) -> Result<Vec<String>, ProviderError>;
 
     /// Reasoning (thinking) that arrived with the frames fed since the last call.
     fn take_reasoning(&mut self) -> Vec<String> {
@@ -96,18 +110,18 @@ where
     drive(provider, frames(provider, bytes), decoder)
 }
 
-struct Drive<D> {
+struct Drive<F, D> {
     provider: String,
-    frames: BoxStream<'static, Result<SseFrame, ProviderError>>,
+    frames: BoxStream<'static, Result<F, ProviderError>>,
     decoder: D,
     queue: VecDeque<StreamEvent>,
     finished: bool,
 }
 
 /// Runs a decoder over a framed stream: text deltas as they arrive, then `Completed`.
-pub(crate) fn drive<D: Decoder>(
+pub(crate) fn drive<F: Frame, D: Decoder<F>>(
     provider: &str,
-    frames: BoxStream<'static, Result<SseFrame, ProviderError>>,
+    frames: BoxStream<'static, Result<F, ProviderError>>,
     decoder: D,
 ) -> ChatStream {
     let state = Drive { provider: provider.to_string(), frames, decoder, queue: VecDeque::new(), finished: false };
@@ -137,15 +151,15 @@ pub(crate) fn drive<D: Decoder>(
                     }
                     Err(e) => {
                         st.finished = true;
-                        let e = match e {
-                            ProviderError::Malformed { .. } if frame.at_eof => ProviderError::Truncated {
+                        let e = match (e, frame.cut_off()) {
+                            (ProviderError::Malformed { .. }, Some(data)) => ProviderError::Truncated {
                                 provider: st.provider.clone(),
                                 message: format!(
                                     "the stream was cut off in the middle of an event: {}",
-                                    clip(&frame.data, 200)
+                                    clip(data, 200)
                                 ),
                             },
-                            other => other,
+                            (other, _) => other,
                         };
                         return Some((Err(e), st));
                     }

@@ -355,12 +355,15 @@ fn read_meta(dir: &Path) -> Result<SessionMeta, MetaError> {
 /// Moves a journal an earlier version kept in a file (`path`) into the run's store journal,
 /// so a turn it cut off resumes as if it had been kept there; the file is then renamed
 /// `*.imported`. A last record a kill cut short is skipped.
-async fn import_file_journal(path: &Path, runner: &recursive_store::Runner) -> anyhow::Result<()> {
+pub async fn import_file_journal(path: &Path, runner: &recursive_store::Runner) -> anyhow::Result<()> {
     use recursive_core::spend::SpendLedger;
     if !path.exists() {
         return Ok(());
     }
     let read = recursive_core::spend::read_ledger(path).with_context(|| format!("reading {}", path.display()))?;
+    if let Some(cut) = &read.cut {
+        eprintln!("warning: {cut}");
+    }
     let ledger = recursive_store::StoreLedger::new(runner.store(), runner.journal_key());
     for record in &read.records {
         ledger.record(record).await.with_context(|| format!("moving {} into the run store", path.display()))?;

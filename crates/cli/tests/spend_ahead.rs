@@ -36,9 +36,11 @@ fn answer(r: &RecordedRequest) -> Option<Reply> {
     common::sixteen_regions(r)
 }
 
-/// The calls of a spend ledger that hold but never settled: their held USD.
-fn unsettled_holds(ledger: &std::path::Path) -> Vec<f64> {
-    common::unsettled_holds(&common::file_journal(ledger))
+/// The calls of a pursuit's journal (in the user's run store, keyed by its log) that hold but
+/// never settled: their held USD.
+fn unsettled_holds(env: &Env, log: &std::path::Path) -> Vec<f64> {
+    let store = env.path(".local/share/recursive/runs.db");
+    common::unsettled_holds(&common::store_journal(&store, &format!("goal-{}", log.display())))
 }
 
 fn stderr(out: &Output) -> String {
@@ -66,7 +68,6 @@ fn a_goal_killed_twice_mid_call_and_resumed_stays_within_its_cap_and_reports_eve
     });
     let cap = 0.05;
     let log = env.path("survey.jsonl");
-    let ledger = env.path("survey.spend.jsonl");
     let goal = |extra: &[&str]| {
         let mut cmd = env.cmd();
         cmd.env("OPENAI_API_KEY", "sk-test")
@@ -97,7 +98,7 @@ fn a_goal_killed_twice_mid_call_and_resumed_stays_within_its_cap_and_reports_eve
     assert_eq!(third.status.code(), Some(13), "not achieved: {err}");
     assert!(v["reason"].as_str().unwrap_or("").starts_with("max_cost: "), "stopped by its USD budget: {v}");
     let reported = v["cost_usd"].as_f64().unwrap_or_else(|| panic!("no cost in {v}"));
-    let in_flight = unsettled_holds(&ledger);
+    let in_flight = unsettled_holds(&env, &log);
     assert_eq!(in_flight.len(), hangs.len(), "the calls in flight at the kills hold, unsettled: {in_flight:?}");
     let served = answered.load(Ordering::SeqCst) as f64 * PER_CALL;
     let held: f64 = in_flight.iter().sum();
@@ -112,7 +113,7 @@ fn a_goal_killed_twice_mid_call_and_resumed_stays_within_its_cap_and_reports_eve
 }
 
 #[test]
-fn a_goal_log_and_ledger_cut_by_a_kill_resume_with_warnings_naming_what_was_dropped() {
+fn a_goal_log_cut_by_a_kill_and_an_older_versions_cut_ledger_resume_with_warnings_naming_what_was_dropped() {
     let env = Env::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(ModelServer::start());
@@ -134,9 +135,10 @@ fn a_goal_log_and_ledger_cut_by_a_kill_resume_with_warnings_naming_what_was_drop
     signal(child.id(), "KILL");
     let _ = child.wait_with_output().unwrap();
     let whole_log = std::fs::read_to_string(&log).unwrap();
-    let whole_ledger = std::fs::read_to_string(&ledger).unwrap();
     std::fs::write(&log, format!("{whole_log}{{\"timestamp\":\"2026-01-01T00:00:00Z\",\"event\":\"assess")).unwrap();
-    std::fs::write(&ledger, format!("{whole_ledger}{{\"spend\":\"hold\",\"v\":1,\"ca")).unwrap();
+    // A ledger an earlier version kept beside the log, its last record cut: moved into the run
+    // store on resume, the cut record skipped with a warning.
+    std::fs::write(&ledger, "{\"spend\":\"hold\",\"v\":1,\"ca").unwrap();
 
     let resumed = goal(&["--resume", s(&log)]).output().unwrap();
 
@@ -145,7 +147,8 @@ fn a_goal_log_and_ledger_cut_by_a_kill_resume_with_warnings_naming_what_was_drop
     let lines = whole_log.lines().count();
     assert!(err.contains(&format!("g.jsonl:{}: the last record was cut short", lines + 1)), "{err}");
     assert!(err.contains("\"event\":\"assess"), "the warning shows what was dropped: {err}");
-    assert!(err.contains(&format!("g.spend.jsonl:{}:", whole_ledger.lines().count() + 1)), "{err}");
+    assert!(err.contains("g.spend.jsonl:1:"), "{err}");
+    assert!(!ledger.exists(), "the older ledger was moved into the run store");
     let events = common::events(&log);
     assert!(events.iter().any(|e| e["event"] == "resumed"), "finished goals were restored");
 

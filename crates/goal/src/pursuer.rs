@@ -186,14 +186,24 @@ impl GoalPursuer {
         self
     }
 
-    /// Also appends the execution log to this JSONL file (one flushed line per event), and
-    /// every model call's spend, written ahead of the call, to the spend ledger beside it
-    /// (`<log>.spend.jsonl`), so a resumed pursuit knows what every earlier attempt spent.
+    /// Also appends the execution log to this JSONL file (one flushed line per event), and —
+    /// unless [`GoalPursuer::with_journal`] gave it a journal — every model call's spend,
+    /// written ahead of the call, to the spend ledger beside it (`<log>.spend.jsonl`), so a
+    /// resumed pursuit knows what every earlier attempt spent.
     pub fn with_log(mut self, path: impl AsRef<Path>) -> Result<Self, GoalError> {
         let path = path.as_ref();
         self.log = Arc::new(ExecutionLog::create(path)?);
-        self.ledger = Some(Arc::new(JsonlSpendLedger::open(ledger_path_beside(path))?));
+        if self.ledger.is_none() {
+            self.ledger = Some(Arc::new(JsonlSpendLedger::open(ledger_path_beside(path))?));
+        }
         Ok(self)
+    }
+
+    /// Journals the pursuit's calls and spend in `ledger` (a store's, read back for a resume
+    /// with [`crate::ResumeLog::open_with_journal`]) instead of a file beside its log.
+    pub fn with_journal(mut self, ledger: Arc<dyn SpendLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// Uses this embedder for semantic cycle detection.

@@ -71,13 +71,23 @@ impl ResumeLog {
     /// any other unreadable line is an error with its number.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ResumeError> {
         let path = path.as_ref().to_path_buf();
-        let read = read_jsonl_records::<GoalEvent>(&path).map_err(|e| read_error(&path, e))?;
-        read.repair(&path).map_err(|source| ResumeError::Io { path: path.clone(), source })?;
         let ledger_path = ledger_path_beside(&path);
         let ledger = read_ledger(&ledger_path).map_err(|e| read_error(&ledger_path, e))?;
-        let cuts = read.cut.into_iter().chain(ledger.cut).collect();
+        let mut log = Self::open_with_journal(&path, ledger.records)?;
+        log.cuts.extend(ledger.cut);
+        Ok(log)
+    }
+
+    /// Reads a log whose spend journal is kept elsewhere (a store: see
+    /// [`crate::GoalPursuer::with_journal`]) and holds `records`. A torn last line of the log is
+    /// skipped and cut off, as [`ResumeLog::open`] does.
+    pub fn open_with_journal(path: impl AsRef<Path>, records: Vec<SpendRecord>) -> Result<Self, ResumeError> {
+        let path = path.as_ref().to_path_buf();
+        let read = read_jsonl_records::<GoalEvent>(&path).map_err(|e| read_error(&path, e))?;
+        read.repair(&path).map_err(|source| ResumeError::Io { path: path.clone(), source })?;
+        let cuts = read.cut.into_iter().collect();
         let events = read.records.into_iter().map(|(_, e)| e).collect();
-        Ok(Self { path, events, cuts, ledger: ledger.total, records: ledger.records })
+        Ok(Self { path, events, cuts, ledger: SpendTotal::of(&records), records })
     }
 
     /// A log from events already in memory (e.g. [`crate::ExecutionLog::events`]).

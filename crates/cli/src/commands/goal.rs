@@ -127,10 +127,13 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         (None, Some(path)) => path.clone(),
         (None, None) => crate::sessions::goals_root()?.join(format!("{}.jsonl", crate::sessions::new_id())),
     };
-    // One runner per pursuit: taken before the log is read (a resume repairs its end).
-    let _runner = hold_pursuit(&log_path).await?;
+    // One runner per pursuit: taken before the log is read (a resume repairs its end). Its
+    // spend and finished calls are journaled in the run store under the same key.
+    let runner = hold_pursuit(&log_path).await?;
+    let journal = pursuit_journal(&log_path, &runner).await?;
+    let records = journal.records().await.map_err(|e| anyhow::anyhow!("the pursuit's journal: {e}"))?;
     // A bad log to resume is reported before any model is called.
-    let resume = args.resume.as_ref().map(|_| resume_log(&log_path)).transpose()?;
+    let resume = args.resume.as_ref().map(|_| resume_log(&log_path, records)).transpose()?;
 
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
     // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
@@ -148,7 +151,7 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         }
         pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
-    pursuer = pursuer.with_log(&log_path)?;
+    pursuer = pursuer.with_journal(Arc::new(journal)).with_log(&log_path)?;
     for cut in resume.iter().flat_map(ResumeLog::cuts) {
         eprintln!("warning: {cut}");
     }
@@ -239,8 +242,8 @@ fn resume_path(spec: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The log to resume, read (its end repaired) and checked to hold a pursuit.
-fn resume_log(path: &Path) -> anyhow::Result<ResumeLog> {
-    let log = ResumeLog::open(path).map_err(|e| ConfigError(format!("--resume: {e}")))?;
+fn resume_log(path: &Path, journal: Vec<recursive_core::spend::SpendRecord>) -> anyhow::Result<ResumeLog> {
+    let log = ResumeLog::open_with_journal(path, journal).map_err(|e| ConfigError(format!("--resume: {e}")))?;
     if log.objective().is_none() {
         return Err(ConfigError(format!("--resume: {} holds no pursuit", path.display())).into());
     }
@@ -317,4 +320,12 @@ async fn hold_pursuit(log: &std::path::Path) -> anyhow::Result<recursive_store::
         format!("goal log {shown} is being run by another process; wait for it to end")
     })
     .await
+}
+
+/// The journal of the pursuit kept in `log`, in the run store `runner` holds it in: its spend
+/// written ahead of every call and its finished calls. A ledger an earlier version kept beside
+/// the log (`<log>.spend.jsonl`) is moved in first.
+async fn pursuit_journal(log: &Path, runner: &recursive_store::Runner) -> anyhow::Result<recursive_store::StoreLedger> {
+    crate::sessions::import_file_journal(&recursive_core::spend::ledger_path_beside(log), runner).await?;
+    Ok(recursive_store::StoreLedger::new(runner.store(), runner.journal_key()))
 }

@@ -13,6 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use recursive_core::RunScope;
+pub use recursive_store::ThreadStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
@@ -41,8 +42,9 @@ pub struct ThreadView {
     /// When it was created (RFC 3339).
     pub created_at: String,
     /// `new` (never run), `interrupted` (a pause, or a node asking for a value), `pending` (not
-    /// finished: resume it), or `done`.
-    pub status: String,
+    /// finished: resume it), or `done` (the one rule: [`ThreadStatus::of`]).
+    #[schema(value_type = String)]
+    pub status: ThreadStatus,
     /// The latest checkpoint.
     pub checkpoint: Option<String>,
     /// Its superstep.

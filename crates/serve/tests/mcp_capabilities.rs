@@ -107,7 +107,7 @@ impl GraphHost for Graphs {
             thread_id: "t1".into(),
             graph: "triage".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
-            status: "interrupted".into(),
+            status: recursive_store::ThreadStatus::Interrupted,
             checkpoint: Some("cp2".into()),
             step: 2,
             next: vec!["b".into()],

@@ -16,6 +16,7 @@ pub mod postgres;
 pub mod queue;
 pub mod slot;
 pub mod sqlite;
+pub mod status;
 pub mod worker;
 
 pub use archive::{ArchivedRun, MemoryArchive, Retention, RunArchive, RunQuery, RunWrite, open_archive};
@@ -30,3 +31,4 @@ pub use lease::{LEASE_TTL, Lease, LeaseError};
 pub use postgres::PostgresCheckpointer;
 pub use slot::StoreSlot;
 pub use sqlite::SqliteCheckpointer;
+pub use status::ThreadStatus;

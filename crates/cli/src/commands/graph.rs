@@ -15,7 +15,7 @@ use recursive_graph::jobs::{EnqueueError, enqueue_graph, enqueue_resume};
 use recursive_graph::{Finish, GraphError, GraphOutcome, Schema, Start};
 use recursive_harness::{RlmOptions, SubGraphs, ThreadError, ThreadRun};
 use recursive_store::queue::{JobQueue, QueueError};
-use recursive_store::{Checkpointer, PostgresCheckpointer, ThreadInfo};
+use recursive_store::{Checkpointer, PostgresCheckpointer, ThreadInfo, ThreadStatus};
 use serde_json::{Value, json};
 
 use super::binding::{BindArgs, allowlist, files, read_source, stored};
@@ -743,32 +743,11 @@ async fn jobs(args: JobsArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Where a thread stands: done, waiting (a question or a pause), at a step, or empty.
+/// Where a thread stands ([`ThreadStatus::of`], the rule every view of a thread uses), with the
+/// step a pending thread is at.
 async fn thread_status(store: &dyn Checkpointer, thread: &str) -> Result<String, recursive_store::StoreError> {
-    Ok(match store.latest(thread, "").await? {
-        Some(c) if c.is_done() => "done".to_string(),
-        Some(c)
-            if c.pause.is_some()
-                || store
-                    .writes(thread, &c.id)
-                    .await?
-                    .iter()
-                    .any(|w| matches!(w.write, recursive_store::Write::Interrupt { .. })) =>
-        {
-            "waiting".to_string()
-        }
-        Some(c) => format!("at step {}", c.step),
-        None => "empty".to_string(),
+    Ok(match ThreadStatus::read(store, thread).await? {
+        (ThreadStatus::Pending, Some(latest), _) => format!("pending at step {}", latest.step),
+        (status, _, _) => status.to_string(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown_address;
-
-    #[test]
-    fn a_shown_store_address_has_no_credentials() {
-        assert_eq!(shown_address("postgres://u:secret@127.0.0.1:5432/db"), "postgres://127.0.0.1:5432/db");
-        assert_eq!(shown_address("/w/.recursive/graphs.db"), "/w/.recursive/graphs.db");
-    }
 }

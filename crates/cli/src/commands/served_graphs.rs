@@ -12,7 +12,7 @@ use recursive_graph::{Finish, GraphOutcome, Schema, Start};
 use recursive_harness::{Harness, SubGraphs, ThreadError};
 use recursive_serve::RunOutput;
 use recursive_serve::threads::{ForkRequest, GraphHost, GraphInfo, HostError, ThreadRunRequest, ThreadView};
-use recursive_store::{Checkpointer, ThreadInfo, Write};
+use recursive_store::{Checkpointer, ThreadInfo, ThreadStatus, Write};
 use serde_json::{Value, json};
 
 use crate::ConfigError;
@@ -48,14 +48,16 @@ impl ServedGraphs {
         HostError::Failed(e.to_string())
     }
 
-    /// A thread's view from its record and latest checkpoint.
+    /// A thread's view from its record and latest checkpoint; its status by the one rule
+    /// ([`ThreadStatus::of`]), and what an interrupted one waits for.
     async fn view(&self, info: &ThreadInfo) -> Result<ThreadView, HostError> {
-        let latest = self.store.latest(&info.thread, "").await.map_err(Self::failed)?;
+        let (status, latest, writes) =
+            ThreadStatus::read(self.store.as_ref(), &info.thread).await.map_err(Self::failed)?;
         let mut view = ThreadView {
             thread_id: info.thread.clone(),
             graph: info.graph.clone(),
             created_at: info.created_at.to_rfc3339(),
-            status: "new".into(),
+            status,
             checkpoint: None,
             step: 0,
             next: Vec::new(),
@@ -63,19 +65,14 @@ impl ServedGraphs {
             interrupt: None,
         };
         let Some(cp) = latest else { return Ok(view) };
-        let writes = self.store.writes(&info.thread, &cp.id).await.map_err(Self::failed)?;
-        let asked = writes.iter().find_map(|w| match &w.write {
-            Write::Interrupt { payload } => Some(json!({"when": "ask", "node": w.node, "payload": payload})),
-            Write::Update { .. } => None,
-        });
-        let paused = cp.pause.as_ref().map(|p| json!({"when": p.when, "nodes": p.nodes}));
-        view.interrupt = asked.or(paused);
-        view.status = match (&view.interrupt, cp.is_done()) {
-            (Some(_), _) => "interrupted",
-            (None, true) => "done",
-            (None, false) => "pending",
+        if status == ThreadStatus::Interrupted {
+            let asked = writes.iter().find_map(|w| match &w.write {
+                Write::Interrupt { payload } => Some(json!({"when": "ask", "node": w.node, "payload": payload})),
+                Write::Update { .. } => None,
+            });
+            let paused = cp.pause.as_ref().map(|p| json!({"when": p.when, "nodes": p.nodes}));
+            view.interrupt = asked.or(paused);
         }
-        .into();
         view.values = serde_json::to_value(&cp.state).map_err(Self::failed)?;
         (view.checkpoint, view.step, view.next) = (Some(cp.id.clone()), cp.step, cp.next.clone());
         Ok(view)

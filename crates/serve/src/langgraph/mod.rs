@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::server::{Server, error};
-use crate::threads::{GraphHost, HostError, ThreadView};
+use crate::threads::{GraphHost, HostError, ThreadStatus, ThreadView};
 
 /// What the LangGraph routes share: the server, and what this API keeps beside its threads.
 pub(crate) struct Api {
@@ -263,7 +263,7 @@ impl Api {
         let busy = self.running_on(id);
         let status = match (&view, busy) {
             (_, true) => "busy",
-            (Some(v), _) if v.status == "interrupted" => "interrupted",
+            (Some(v), _) if v.status == ThreadStatus::Interrupted => "interrupted",
             _ if runs::last_failed(self, id).await => "error",
             _ => "idle",
         };

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Api, Optional, Refused, Shared, bad_request, conflict, field, interrupt_list, not_found, now};
 use crate::runs::{RunKind, RunRecord, RunStatus, parse_event};
-use crate::threads::ThreadRunRequest;
+use crate::threads::{ThreadRunRequest, ThreadStatus};
 
 /// A run started through this API.
 #[derive(Debug, Clone)]
@@ -298,7 +298,7 @@ async fn final_values(api: &Api, record: &RunRecord, meta: &RunMeta) -> Value {
         Ok(read) => read.await.ok().flatten(),
         Err(_) => None,
     };
-    let interrupted = view.as_ref().is_some_and(|v| v.status == "interrupted");
+    let interrupted = view.as_ref().is_some_and(|v| v.status == ThreadStatus::Interrupted);
     if !output.ok && !interrupted {
         let message = output.error.clone().unwrap_or_else(|| output.text.clone());
         return json!({"__error__": {"error": output.outcome.as_str(), "message": message}});
@@ -648,7 +648,7 @@ impl Teller {
         };
         let mut out = Vec::new();
         match view {
-            Some(view) if view.status == "interrupted" => {
+            Some(view) if view.status == ThreadStatus::Interrupted => {
                 let interrupts = json!({"__interrupt__": interrupt_list(&view)});
                 if self.wants(Mode::Updates) {
                     out.push(event("updates", &interrupts));

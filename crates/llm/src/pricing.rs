@@ -6,7 +6,10 @@
 //! version tag (a date or snapshot number after `-`, `latest`, or anything after `:` or `@`),
 //! so dated ids (`gpt-4o-2024-08-06`) find `gpt-4o` while other models that share a prefix
 //! (`o3-pro`, `claude-opus-4-6`) are not priced as their namesake. A vendor prefix as routers
-//! write it (`openai/gpt-4o`) is also tried without the vendor.
+//! write it (`openai/gpt-4o`) is also tried without the vendor, and so is the part of an ARN
+//! after its last `/`. A Bedrock id behind a geographic cross-region inference profile
+//! (`us.`, `eu.`, `apac.`, `jp.`, `au.`, `ca.`, `us-gov.`) is priced as the in-region model; a
+//! `global.` profile has its own price where it differs, else the model's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,9 +52,10 @@ impl ModelPrice {
 }
 
 /// List prices of well-known models, USD per million tokens, as published by OpenAI,
-/// Anthropic and Google on 2025-11-25 (standard tier; Anthropic cache writes at the 5-minute
-/// rate; Gemini's paid tier for prompts up to 200k tokens — gemini-2.5-pro costs twice as much
-/// past that, which this flat table does not see).
+/// Anthropic, Google and AWS on 2025-11-25 (standard tier; Anthropic cache writes at the
+/// 5-minute rate; Gemini's paid tier for prompts up to 200k tokens — gemini-2.5-pro costs twice
+/// as much past that, which this flat table does not see; Bedrock on demand, where Claude 4.5
+/// models cost 10% more in-region and through geographic profiles than through `global.`).
 const BUILTIN: &[(&str, ModelPrice)] = &[
     // OpenAI: cache writes are free; cached input is billed at the cached rate.
     ("gpt-5", ModelPrice::new(1.25, 10.0, 0.125, 0.0)),
@@ -79,7 +83,26 @@ const BUILTIN: &[(&str, ModelPrice)] = &[
     ("gemini-2.5-pro", ModelPrice::new(1.25, 10.0, 0.125, 0.0)),
     ("gemini-2.5-flash", ModelPrice::new(0.30, 2.50, 0.03, 0.0)),
     ("gemini-2.5-flash-lite", ModelPrice::new(0.10, 0.40, 0.01, 0.0)),
+    // AWS Bedrock, Claude (keys without the `:N` revision, which the lookup takes as a version).
+    ("global.anthropic.claude-sonnet-4-5-20250929-v1", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("anthropic.claude-sonnet-4-5-20250929-v1", ModelPrice::new(3.30, 16.50, 0.33, 4.125)),
+    ("global.anthropic.claude-haiku-4-5-20251001-v1", ModelPrice::new(1.0, 5.0, 0.10, 1.25)),
+    ("anthropic.claude-haiku-4-5-20251001-v1", ModelPrice::new(1.10, 5.50, 0.11, 1.375)),
+    ("global.anthropic.claude-opus-4-5-20251101-v1", ModelPrice::new(5.0, 25.0, 0.50, 6.25)),
+    ("anthropic.claude-opus-4-5-20251101-v1", ModelPrice::new(5.50, 27.50, 0.55, 6.875)),
+    ("anthropic.claude-opus-4-1-20250805-v1", ModelPrice::new(15.0, 75.0, 1.50, 18.75)),
+    ("anthropic.claude-sonnet-4-20250514-v1", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("anthropic.claude-3-7-sonnet-20250219-v1", ModelPrice::new(3.0, 15.0, 0.30, 3.75)),
+    ("anthropic.claude-3-5-haiku-20241022-v1", ModelPrice::new(0.80, 4.0, 0.08, 1.0)),
+    // AWS Bedrock, Amazon Nova: cached input at a quarter of the input price, writes free.
+    ("amazon.nova-pro-v1", ModelPrice::new(0.80, 3.20, 0.20, 0.0)),
+    ("amazon.nova-lite-v1", ModelPrice::new(0.06, 0.24, 0.015, 0.0)),
+    ("amazon.nova-micro-v1", ModelPrice::new(0.035, 0.14, 0.00875, 0.0)),
 ];
+
+/// Prefixes of Bedrock's cross-region inference profiles: geographic ones, priced as the
+/// in-region model, then the global one.
+const INFERENCE_PROFILE_PREFIXES: &[&str] = &["us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.", "global."];
 
 /// One `[pricing."model"]` entry in TOML; cache prices default to the input price.
 #[derive(Debug, Deserialize)]
@@ -160,10 +183,22 @@ impl PriceTable {
     }
 
     /// The price of a model: exact id, else the longest key that prefixes it at a boundary,
-    /// else the same without a `vendor/` prefix.
+    /// else the same without a `vendor/` prefix (or an ARN's path); each also without a
+    /// Bedrock inference profile's prefix.
     pub fn lookup(&self, model: &str) -> Option<&ModelPrice> {
-        self.lookup_exact_or_prefix(model)
-            .or_else(|| model.rsplit_once('/').and_then(|(_, bare)| self.lookup_exact_or_prefix(bare)))
+        self.lookup_profile(model).or_else(|| model.rsplit_once('/').and_then(|(_, bare)| self.lookup_profile(bare)))
+    }
+
+    /// [`PriceTable::lookup_exact_or_prefix`] of the id, else of the id without the prefix of
+    /// a Bedrock cross-region inference profile.
+    fn lookup_profile(&self, model: &str) -> Option<&ModelPrice> {
+        self.lookup_exact_or_prefix(model).or_else(|| {
+            INFERENCE_PROFILE_PREFIXES
+                .iter()
+                .find_map(|prefix| model.strip_prefix(prefix))
+                .filter(|rest| rest.contains('.'))
+                .and_then(|rest| self.lookup_exact_or_prefix(rest))
+        })
     }
 
     fn lookup_exact_or_prefix(&self, model: &str) -> Option<&ModelPrice> {
@@ -325,6 +360,26 @@ mod tests {
         assert!(t.lookup("gemini-2.5-flash-preview-09-2025").is_none(), "a preview is another model");
         assert!(t.lookup("gemini-3-pro-preview").is_none());
         assert_eq!(t.lookup("models/gemini-2.5-pro"), t.lookup("gemini-2.5-pro"));
+    }
+
+    #[test]
+    fn bedrock_ids_are_priced_with_and_without_their_inference_profile() {
+        let t = PriceTable::builtin();
+        let sonnet = "anthropic.claude-sonnet-4-5-20250929-v1:0";
+        let regional = Some(&ModelPrice::new(3.30, 16.50, 0.33, 4.125));
+        assert_eq!(t.lookup(sonnet), regional);
+        assert_eq!(t.lookup(&format!("us.{sonnet}")), regional);
+        assert_eq!(t.lookup(&format!("eu.{sonnet}")), regional);
+        assert_eq!(t.lookup(&format!("global.{sonnet}")), Some(&ModelPrice::new(3.0, 15.0, 0.30, 3.75)));
+        let arn = format!("arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.{sonnet}");
+        assert_eq!(t.lookup(&arn), regional);
+        let sonnet4 = t.lookup("anthropic.claude-sonnet-4-20250514-v1:0");
+        assert!(sonnet4.is_some());
+        assert_eq!(t.lookup("global.anthropic.claude-sonnet-4-20250514-v1:0"), sonnet4, "no premium before 4.5");
+        assert_eq!(t.lookup("us.amazon.nova-lite-v1:0"), Some(&ModelPrice::new(0.06, 0.24, 0.015, 0.0)));
+        assert!(t.lookup("amazon.nova-premier-v1:0").is_none(), "unlisted models stay unknown");
+        assert!(t.lookup("meta.llama3-3-70b-instruct-v1:0").is_none());
+        assert!(t.lookup("anthropic.claude-sonnet-4-5-20250929-v2:0").is_none(), "another revision");
     }
 
     #[test]

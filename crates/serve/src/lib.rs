@@ -23,6 +23,7 @@
 pub mod answer;
 mod body;
 pub mod conversation;
+mod durable;
 pub mod guard;
 mod langgraph;
 pub mod mcp;

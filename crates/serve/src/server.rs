@@ -64,6 +64,10 @@ pub struct ServeConfig {
     /// The job queue of a PostgreSQL store: where `POST /v1/runs` queues its runs for workers
     /// when it says so (`None`: no queue; this process runs every run).
     pub queue: Option<crate::queued::RunQueue>,
+    /// Where the runs of `POST /v1/runs` this process runs are held and journaled, so a server
+    /// killed mid-run resumes them when it starts again (`None`: a killed server's runs end
+    /// interrupted). See [`crate::durable`].
+    pub journals: Option<Arc<dyn recursive_store::Checkpointer>>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -94,6 +98,7 @@ impl Default for ServeConfig {
             items: None,
             graphs: None,
             queue: None,
+            journals: None,
         }
     }
 }
@@ -127,6 +132,15 @@ pub struct Server {
 /// Too many runs.
 pub(crate) struct Busy;
 
+/// What [`Server::recover`] did with the runs a stopped server left unfinished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Durable runs resumed.
+    pub resumed: usize,
+    /// Runs marked interrupted.
+    pub interrupted: usize,
+}
+
 impl Server {
     /// A server over `runner`.
     pub fn new(runner: Arc<dyn Runner>, config: ServeConfig) -> Arc<Self> {
@@ -153,11 +167,51 @@ impl Server {
         })
     }
 
-    /// Starts a run in the background (queued while every slot is taken).
+    /// Starts a run in the background (queued while every slot is taken); durable when the
+    /// server keeps journals ([`crate::durable`]).
     pub(crate) fn start(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
         let (kind, title) = (request.kind, crate::runs::title_of(&request.input));
         let runner = self.runner.clone();
-        self.start_job(kind, title, move |scope| async move { runner.run(request, scope).await })
+        let Some(journals) = self.config.journals.clone().filter(|_| crate::durable::resumable(&request)) else {
+            return self.start_job(kind, title, move |scope| async move { runner.run(request, scope).await });
+        };
+        self.admit()?;
+        let record = self.store.create(kind, title);
+        let id = record.id.clone();
+        self.spawn_on(record.clone(), move |scope| async move {
+            crate::durable::run(crate::durable::Hold::Fresh(journals), runner, &id, request, scope).await
+        });
+        Ok(record)
+    }
+
+    /// Resumes the durable runs a killed server left unfinished (see [`crate::durable`]): each
+    /// goes on under its id, its events numbered after those kept. Says which it resumed and
+    /// which another live process holds (to be left alone).
+    async fn resume_left(self: &Arc<Self>) -> Result<(usize, Vec<String>), String> {
+        let Some(journals) = self.config.journals.clone() else { return Ok((0, Vec::new())) };
+        let (mut resumed, mut elsewhere) = (0, Vec::new());
+        for (view, created_ms) in self.store.left_unfinished(self.config.queue.as_ref().map(|q| &q.queue)).await? {
+            let (request, taken) = match crate::durable::take_left(&journals, &view.id).await? {
+                crate::durable::Left::Taken(request, taken) => (*request, taken),
+                crate::durable::Left::Elsewhere => {
+                    elsewhere.push(view.id);
+                    continue;
+                }
+                crate::durable::Left::NotDurable => continue,
+            };
+            let base = self.store.next_event(&view.id).await?;
+            let record = RunRecord::resumed(view, created_ms, base, tokio_util::sync::CancellationToken::new());
+            let why = "the server stopped before the run finished";
+            record.note(&json!({"type": "resumed", "first_event": base, "why": why}));
+            self.store.register(record.clone());
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let (runner, id) = (self.runner.clone(), record.id.clone());
+            self.spawn_on(record, move |scope| async move {
+                crate::durable::run(crate::durable::Hold::Left(taken), runner, &id, request, scope).await
+            });
+            resumed += 1;
+        }
+        Ok((resumed, elsewhere))
     }
 
     /// Starts `job` as a run of `kind` in the background (queued while every slot is taken):
@@ -172,12 +226,28 @@ impl Server {
         F: FnOnce(RunScope) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = RunOutput> + Send + 'static,
     {
+        self.admit()?;
+        let record = self.store.create(kind, title);
+        self.spawn_on(record.clone(), job);
+        Ok(record)
+    }
+
+    /// Takes a place in the queue of runs waiting for a slot, or says the server is busy.
+    fn admit(&self) -> Result<(), Busy> {
         if self.slots.available_permits() == 0 && self.waiting.load(Ordering::SeqCst) >= self.config.max_queued_runs {
             return Err(Busy);
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let record = self.store.create(kind, title);
-        let (server, run) = (self.clone(), record.clone());
+        Ok(())
+    }
+
+    /// Runs `job` as the run of `record` once a slot is free (its place in the queue taken).
+    fn spawn_on<F, Fut>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
+    where
+        F: FnOnce(RunScope) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = RunOutput> + Send + 'static,
+    {
+        let (server, run) = (self.clone(), record);
         tokio::spawn(async move {
             let permit = server.slots.clone().acquire_owned().await;
             server.waiting.fetch_sub(1, Ordering::SeqCst);
@@ -195,7 +265,6 @@ impl Server {
             server.store.kept(&run.id).await;
             drop(permit);
         });
-        Ok(record)
     }
 
     /// The router with every endpoint.
@@ -310,10 +379,13 @@ impl Server {
         }
     }
 
-    /// Marks the runs a stopped server left unfinished in the store as interrupted and applies
-    /// retention; how many were interrupted. Call before serving.
-    pub async fn recover(&self) -> Result<usize, String> {
-        self.store.recover(self.config.queue.as_ref().map(|q| &q.queue)).await
+    /// Takes up the runs a stopped server left unfinished in the store: durable ones resume
+    /// ([`crate::durable`]), the others are marked interrupted; then applies retention. Call
+    /// before serving.
+    pub async fn recover(self: &Arc<Self>) -> Result<Recovered, String> {
+        let (resumed, elsewhere) = self.resume_left().await?;
+        let interrupted = self.store.recover(self.config.queue.as_ref().map(|q| &q.queue), &elsewhere).await?;
+        Ok(Recovered { resumed, interrupted })
     }
 }
 

@@ -253,26 +253,40 @@ impl RunStore {
     /// Marks the runs a stopped server left unfinished as interrupted — but those with an open
     /// job in `queue` (queued runs, and runs a worker runs) — then applies retention; how many
     /// were interrupted.
-    pub async fn recover(&self, queue: Option<&JobQueue>) -> Result<usize, String> {
-        let left = self.archive.unfinished().await.map_err(stored)?;
+    pub async fn recover(&self, queue: Option<&JobQueue>, running_elsewhere: &[String]) -> Result<usize, String> {
         let mut interrupted = 0;
-        for archived in &left {
-            if let Some(queue) = queue
-                && queue.is_open(KIND_RUN, &archived.id).await.map_err(stored)?
-            {
+        for (mut view, created_ms) in self.left_unfinished(queue).await? {
+            if running_elsewhere.contains(&view.id) {
                 continue;
             }
-            let mut view = view_of(archived)?;
             view.status = RunStatus::Finished;
             view.result = Some(RunOutput {
                 outcome: FinishReason::Interrupted,
                 ..RunOutput::failed("the server stopped before the run finished")
             });
-            self.archive.put_run(&archived_of(&view, archived.created_ms)?).await.map_err(stored)?;
+            self.archive.put_run(&archived_of(&view, created_ms)?).await.map_err(stored)?;
             interrupted += 1;
         }
         self.prune().await?;
         Ok(interrupted)
+    }
+
+    /// The runs a stopped server left unfinished, with when each was created: not those in
+    /// flight here (resumed) nor those with an open job in `queue` (queued, or run by a worker).
+    pub async fn left_unfinished(&self, queue: Option<&JobQueue>) -> Result<Vec<(RunView, i64)>, String> {
+        let mut left = Vec::new();
+        for archived in self.archive.unfinished().await.map_err(stored)? {
+            if self.live(&archived.id).is_some() {
+                continue;
+            }
+            if let Some(queue) = queue
+                && queue.is_open(KIND_RUN, &archived.id).await.map_err(stored)?
+            {
+                continue;
+            }
+            left.push((view_of(&archived)?, archived.created_ms));
+        }
+        Ok(left)
     }
 
     /// Writes what every live run added, lets go of finished runs once written, and applies

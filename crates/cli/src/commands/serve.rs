@@ -232,22 +232,21 @@ pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Resul
     let shown = super::stores::shown_address(&address);
     let queue = run_queue(&address, &args).await?;
     let (answers, approver) = asks_of(args.client_asks);
-    let (runner, archive) = tokio::join!(
+    let (runner, archive, store) = tokio::join!(
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
-        recursive_store::open_archive(&address)
+        recursive_store::open_archive(&address),
+        recursive_store::open(&address)
     );
     let ((runner, harness, mcp), archive) =
         (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);
+    // Runs are held and journaled in the same store: a killed server resumes them.
+    let store = store.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?;
     // LangGraph's store API keeps its items in the workspace memory of `remember` and `recall`.
     let items: Arc<dyn recursive_core::items::ItemStore> =
         Arc::new(recursive_tools::MemoryStore::in_workspace(&harness.setup.workspace));
     let telemetry = exports.telemetry_sink(&harness, args.provider.otel_content)?;
     let graphs: Option<Arc<dyn recursive_serve::threads::GraphHost>> = match &args.graphs {
-        Some(dir) => {
-            let store =
-                recursive_store::open(&address).await.map_err(|e| anyhow::anyhow!("the graph store ({shown}): {e}"))?;
-            Some(Arc::new(super::served_graphs::ServedGraphs::load(harness, store, dir)?))
-        }
+        Some(dir) => Some(Arc::new(super::served_graphs::ServedGraphs::load(harness, store.clone(), dir)?)),
         None => None,
     };
     let token = recursive_core::env::var(&args.token_env).filter(|t| !t.is_empty());
@@ -266,12 +265,19 @@ pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Resul
         graphs,
         queue,
         items: Some(items),
+        journals: Some(store),
     };
     let server = Server::observed(Arc::new(runner), serve_config, telemetry);
     let quiet = args.provider.quiet;
-    let interrupted = server.recover().await.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?;
-    if interrupted > 0 && !quiet {
-        eprintln!("recursive serve: {interrupted} run(s) left unfinished by a stopped server are marked interrupted");
+    let recovered = server.recover().await.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?;
+    if recovered.resumed > 0 && !quiet {
+        eprintln!("recursive serve: {} run(s) left unfinished by a stopped server resume", recovered.resumed);
+    }
+    if recovered.interrupted > 0 && !quiet {
+        eprintln!(
+            "recursive serve: {} run(s) left unfinished by a stopped server are marked interrupted",
+            recovered.interrupted
+        );
     }
     let served = server
         .serve(shutdown_signal(), move |addr| {

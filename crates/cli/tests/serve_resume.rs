@@ -1,0 +1,99 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Runs `serve` runs itself are durable in its store: a server killed (SIGKILL) mid-run and
+//! started again on the same store resumes the run under its id — its events go on after those
+//! the store kept, behind a `resumed` event, and no model call it had finished is sent again (the tool
+//! result it had read back comes from the journal). A run whose client runs tools of its own
+//! cannot resume without that client: it ends interrupted.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, Served, http, signal, wait_for};
+use recursive_testkit::{ModelServer, Reply};
+use serde_json::{Value, json};
+
+fn serve(env: &Env, model: &ModelServer) -> Served {
+    let mut cmd = env.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--store", common::s(&env.path("runs.db"))])
+        .args(["--provider", "openai", "--base-url", &model.openai_url(), "--model", "gpt-4o-mini"])
+        .env("OPENAI_API_KEY", "sk-test");
+    Served::spawn(cmd)
+}
+
+/// A model server that reads `notes.txt` first and answers once it has; with `hang_after_tool`
+/// it never answers after the tool result (the server is killed there).
+fn reader(runtime: &tokio::runtime::Runtime, hang_after_tool: bool) -> ModelServer {
+    let server = runtime.block_on(ModelServer::start());
+    server.respond_with(move |r| {
+        let after_tool = r.body["messages"].as_array()?.last()?["role"] == "tool";
+        Some(match (after_tool, hang_after_tool) {
+            (false, _) => Reply::tool_call("read_file", json!({"path": "notes.txt"})),
+            (true, true) => Reply::hang(),
+            (true, false) => Reply::text("read it"),
+        })
+    });
+    server
+}
+
+fn post_run(server: &Served, body: &Value) -> String {
+    let (status, _, text) = http(&server.addr, "POST", "/v1/runs", &[], Some(body));
+    assert_eq!(status, 202, "{text}");
+    serde_json::from_str::<Value>(&text).unwrap()["id"].as_str().unwrap().to_string()
+}
+
+fn run_of(server: &Served, id: &str) -> Value {
+    serde_json::from_str(&http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None).2).unwrap()
+}
+
+fn kill(server: Served) {
+    let mut server = server;
+    signal(server.child.id(), "KILL");
+    server.child.wait().unwrap();
+}
+
+#[test]
+fn a_run_of_a_killed_server_resumes_when_it_starts_again_without_resending_what_it_had() {
+    let env = Env::new();
+    std::fs::write(env.path("notes.txt"), "the launch is at dawn").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (dying, rescuing) = (reader(&runtime, true), reader(&runtime, false));
+    let first = serve(&env, &dying);
+    let id = post_run(&first, &json!({"kind": "run", "input": "read the notes"}));
+    wait_for("the run's second call", Duration::from_secs(60), || dying.request_count() == 2);
+    kill(first);
+
+    let second = serve(&env, &rescuing);
+    wait_for("the run to finish", Duration::from_secs(60), || run_of(&second, &id)["status"] == "finished");
+    let view = run_of(&second, &id);
+    assert_eq!(view["result"]["text"], "read it", "{view}");
+    assert_eq!(view["result"]["ok"], true, "{view}");
+    let asked = rescuing.requests();
+    assert_eq!(asked.len(), 1, "only the call in flight at the kill is sent again");
+    let messages = asked[0].body["messages"].as_array().unwrap().clone();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "tool", "it carries the tool result read back: {messages:?}");
+    assert!(last["content"].as_str().unwrap_or_default().contains("at dawn"), "{last}");
+
+    let events = http(&second.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;
+    assert!(events.contains("\"resumed\""), "the resume is an event of the run: {events}");
+}
+
+#[test]
+fn a_run_with_client_tools_of_a_killed_server_ends_interrupted() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let hanging = runtime.block_on(ModelServer::start());
+    hanging.respond_with(|_| Some(Reply::hang()));
+    let first = serve(&env, &hanging);
+    let tool = json!({"name": "lookup", "description": "Looks a word up.", "parameters": {"type": "object"}});
+    let id = post_run(&first, &json!({"kind": "run", "input": "look it up", "tools": [tool]}));
+    wait_for("the run's call", Duration::from_secs(60), || hanging.request_count() == 1);
+    kill(first);
+
+    let second = serve(&env, &hanging);
+    let view = run_of(&second, &id);
+    assert_eq!(view["status"], "finished", "{view}");
+    assert_eq!(view["result"]["outcome"], "interrupted", "{view}");
+    assert_eq!(hanging.request_count(), 1, "not run again");
+}

@@ -599,12 +599,13 @@ fn bedrock_endpoint(
                 .into(),
         )
     };
-    let base_url = base_url.ok_or_else(no_region)?;
     let api_key = settings.api_key.clone().or_else(|| env("AWS_BEARER_TOKEN_BEDROCK"));
     if api_key.is_some() {
+        let base_url = base_url.ok_or_else(no_region)?;
         return Ok(BedrockEndpoint { base_url, region: region.unwrap_or_default(), api_key, credentials: None });
     }
     let source = bedrock::credentials::resolve(env, profile, region.as_deref())?;
+    let base_url = base_url.ok_or_else(no_region)?;
     let credentials = match source {
         Some(source) => Some(Arc::new(CredentialProvider::new(source)?)),
         None if base_url.contains("amazonaws.com") => {
@@ -1092,6 +1093,25 @@ mod tests {
         assert_eq!((provider.name(), provider.default_model()), ("gemini", gemini::DEFAULT_MODEL));
         let local = |name: &str| (name == "GEMINI_BASE_URL").then(|| "http://127.0.0.1:9".to_string());
         assert!(build_provider_with_env(&s, &prices, &local).is_ok(), "a local server needs no key");
+    }
+
+    #[test]
+    fn the_bedrock_kind_reads_its_region_and_profile_which_need_trust() {
+        assert_eq!("bedrock".parse::<ProviderKind>().unwrap(), ProviderKind::Bedrock);
+        assert_eq!(ProviderKind::Bedrock.to_string(), "bedrock");
+        let text = "[provider]\nkind = \"bedrock\"\nregion = \"eu-west-1\"\nprofile = \"dev\"\n";
+        let s = ProviderSettings::from_toml(text).unwrap().unwrap();
+        assert_eq!((s.region.as_deref(), s.profile.as_deref()), (Some("eu-west-1"), Some("dev")));
+        assert_eq!(s.resolved_model(), bedrock::DEFAULT_MODEL);
+        assert!(s.charges());
+        let shown = format!("{:?}", s.clone().with_api_key("ABSK-secret"));
+        assert!(shown.contains("eu-west-1") && !shown.contains("ABSK-secret"), "{shown}");
+        for schema in [schemars::schema_for!(ProviderSettings), schemars::schema_for!(NamedProviderSettings)] {
+            let schema = serde_json::to_value(schema).unwrap();
+            for key in ["region", "profile"] {
+                assert_eq!(schema["properties"][key]["x-trust"]["class"], "loosening", "{key}: {schema}");
+            }
+        }
     }
 
     #[test]

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::collect;
+use futures::StreamExt;
 use recursive_core::{
-    Agent, Budget, ChatProvider, ChatRequest, EventKind, MemorySink, Message, ProviderError, RunScope,
+    Agent, Budget, ChatProvider, ChatRequest, EventKind, MemorySink, Message, ProviderError, RunScope, StreamEvent,
 };
 use recursive_llm::{AnthropicConfig, AnthropicProvider, OpenAiConfig, OpenAiProvider, RetryPolicy, RetryProvider};
 use recursive_testkit::{ModelServer, Reply, Script};
@@ -306,17 +307,21 @@ async fn a_call_started_while_the_model_is_rate_limited_waits_instead_of_being_r
     let limited = ClosedAfterFirst { hold: Duration::from_millis(400), first: std::sync::Mutex::new(None) };
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(limited).mount(&server).await;
     let provider = RetryProvider::new(openai_at(&server), fast_policy(3));
-    let first = tokio::spawn({
-        let p = provider.clone();
-        async move { collect(p.stream(request()).await.unwrap()).await }
-    });
-    while server.received_requests().await.unwrap().is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut first = provider.stream(request()).await.unwrap();
+    // The first call's retry is announced once its 429 holds the model's calls.
+    let announced = loop {
+        match first.next().await {
+            Some(Ok(StreamEvent::Retry { .. })) => break true,
+            Some(Ok(_)) => {}
+            _ => break false,
+        }
+    };
+    assert!(announced, "the first call was not rate limited");
     let second = collect(provider.stream(request()).await.unwrap()).await;
     assert_eq!(second.response.unwrap().message.content, "ok");
     assert!(second.retries.is_empty(), "the second call was sent into the limit: {:?}", second.retries);
-    assert_eq!(first.await.unwrap().retries.len(), 1);
+    let first = collect(first).await;
+    assert_eq!(first.response.unwrap().message.content, "ok");
+    assert!(first.retries.is_empty(), "the first call was retried once only: {:?}", first.retries);
     assert_eq!(server.received_requests().await.unwrap().len(), 3);
 }

@@ -21,21 +21,6 @@ fn serve(env: &Env, model: &ModelServer) -> Served {
     Served::spawn(cmd)
 }
 
-/// A model server that reads `notes.txt` first and answers once it has; with `hang_after_tool`
-/// it never answers after the tool result (the server is killed there).
-fn reader(runtime: &tokio::runtime::Runtime, hang_after_tool: bool) -> ModelServer {
-    let server = runtime.block_on(ModelServer::start());
-    server.respond_with(move |r| {
-        let after_tool = r.body["messages"].as_array()?.last()?["role"] == "tool";
-        Some(match (after_tool, hang_after_tool) {
-            (false, _) => Reply::tool_call("read_file", json!({"path": "notes.txt"})),
-            (true, true) => Reply::hang(),
-            (true, false) => Reply::text("read it"),
-        })
-    });
-    server
-}
-
 fn post_run(server: &Served, body: &Value) -> String {
     let (status, _, text) = http(&server.addr, "POST", "/v1/runs", &[], Some(body));
     assert_eq!(status, 202, "{text}");
@@ -57,7 +42,7 @@ fn a_run_of_a_killed_server_resumes_when_it_starts_again_without_resending_what_
     let env = Env::new();
     std::fs::write(env.path("notes.txt"), "the launch is at dawn").unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (dying, rescuing) = (reader(&runtime, true), reader(&runtime, false));
+    let (dying, rescuing) = (common::notes_reader(&runtime, true), common::notes_reader(&runtime, false));
     let first = serve(&env, &dying);
     let id = post_run(&first, &json!({"kind": "run", "input": "read the notes"}));
     wait_for("the run's second call", Duration::from_secs(60), || dying.request_count() == 2);

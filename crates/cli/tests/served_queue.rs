@@ -323,26 +323,11 @@ fn a_run_cancelled_while_a_worker_runs_it_is_cancelled_there() {
     runtime.block_on(schema.drop_all()).unwrap();
 }
 
-/// A model server that reads `notes.txt` first and answers once it has; with `hang_after_tool`
-/// it never answers after the tool result (the worker dies there).
-fn reader(runtime: &tokio::runtime::Runtime, hang_after_tool: bool) -> ModelServer {
-    let server = runtime.block_on(ModelServer::start());
-    server.respond_with(move |r| {
-        let after_tool = r.body["messages"].as_array()?.last()?["role"] == "tool";
-        Some(match (after_tool, hang_after_tool) {
-            (false, _) => Reply::tool_call("read_file", json!({"path": "notes.txt"})),
-            (true, true) => Reply::hang(),
-            (true, false) => Reply::text("read it"),
-        })
-    });
-    server
-}
-
 #[test]
 fn a_run_whose_worker_dies_mid_run_is_finished_by_another_without_resending_what_it_had() {
     let Some((env, runtime, schema)) = setup("served_queue_journal") else { return };
     let url = schema.url.clone();
-    let (dying, rescuing) = (reader(&runtime, true), reader(&runtime, false));
+    let (dying, rescuing) = (common::notes_reader(&runtime, true), common::notes_reader(&runtime, false));
     let server = serve(&env, &rescuing, &url);
     let id = post_run(&server, "read the notes")["id"].as_str().unwrap().to_string();
 

@@ -275,3 +275,19 @@ pub fn unsettled_holds(records: &[Value]) -> Vec<f64> {
         .map(|r| r["usd"].as_f64().unwrap())
         .collect()
 }
+
+/// A model server that reads `notes.txt` first and answers `read it` once it has; with
+/// `hang_after_tool` it never answers after the tool result (its process is killed there).
+pub fn notes_reader(runtime: &tokio::runtime::Runtime, hang_after_tool: bool) -> recursive_testkit::ModelServer {
+    use recursive_testkit::Reply;
+    let server = runtime.block_on(recursive_testkit::ModelServer::start());
+    server.respond_with(move |r| {
+        let after_tool = r.body["messages"].as_array()?.last()?["role"] == "tool";
+        Some(match (after_tool, hang_after_tool) {
+            (false, _) => Reply::tool_call("read_file", serde_json::json!({"path": "notes.txt"})),
+            (true, true) => Reply::hang(),
+            (true, false) => Reply::text("read it"),
+        })
+    });
+    server
+}

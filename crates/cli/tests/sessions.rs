@@ -484,3 +484,23 @@ fn chat_starts_with_a_prompt_titles_the_session_by_it_and_continue_and_rename_fi
     assert_eq!(picked.status.code(), Some(2), "no terminal to pick on");
     assert!(String::from_utf8_lossy(&picked.stderr).contains("give the id"), "{picked:?}");
 }
+
+#[test]
+fn a_journal_an_earlier_version_kept_in_the_session_directory_moves_into_the_run_store_with_its_spend() {
+    let env = Env::new();
+    let dir = mock_session(&env);
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    // A turn of an earlier version killed mid-call: its hold, with no settle.
+    std::fs::write(dir.join("journal.jsonl"), "{\"spend\":\"hold\",\"v\":1,\"call\":\"c1\",\"usd\":0.25}\n").unwrap();
+    let script = env.script("again.json", serde_json::json!(["again"]));
+    let mut cmd = in_data(&env);
+    cmd.args(["run", "and now?", "--resume", &id, "--json", "--mock-script", common::s(&script)]);
+    let out = bounded(cmd, "run --resume");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.join("journal.jsonl").exists(), "the file was moved");
+    assert!(dir.join("journal.jsonl.imported").is_file());
+    let records = common::store_journal(&env.path("data/recursive/runs.db"), &format!("session-{id}"));
+    assert!(records.iter().any(|r| r["call"] == "c1"), "the earlier record is in the store: {records:?}");
+    let session: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap();
+    assert!(session["cost_usd"].as_f64().unwrap() >= 0.25, "the killed turn's hold counts: {session}");
+}

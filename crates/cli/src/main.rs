@@ -66,7 +66,7 @@ enum Command {
 /// Options shared by every command that talks to a model.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
-    /// Model API: openai, openai-responses, anthropic, gemini, ollama, mock or replay, or the NAME of a
+    /// Model API: openai, openai-responses, anthropic, gemini, bedrock, ollama, mock or replay, or the NAME of a
     /// [providers.NAME] table of recursive.toml (default: config file, then auto-detection from ANTHROPIC_API_KEY,
     /// OPENAI_API_KEY, a local Ollama).
     #[arg(long, value_name = "KIND|NAME")]

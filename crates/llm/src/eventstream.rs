@@ -3,12 +3,14 @@
 //! prelude, headers, payload and both CRCs read and checked by `aws-smithy-eventstream` — for
 //! [`crate::sse::drive`] to decode like server-sent events.
 //!
+//! [`encode`] writes a message the same way, for servers and tests that speak such a stream.
+//!
 //! A frame the checks refuse is a malformed response; a body that ends inside a frame is a
 //! truncated one. A frame longer than the crate's limit (16 MiB) is refused by it, so a stream
 //! holds at most one frame in memory beyond what [`crate::http`] caps.
 
-use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
-use aws_smithy_types::event_stream::{HeaderValue, Message};
+use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder, write_message_to};
+use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -55,6 +57,18 @@ impl Frame for EventMessage {
     fn cut_off(&self) -> Option<&str> {
         None
     }
+}
+
+/// The bytes of one event-stream message with these string headers and this payload (prelude,
+/// headers, payload and both CRCs, by `aws-smithy-eventstream`).
+pub fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Result<Vec<u8>, ProviderError> {
+    let message = headers.iter().fold(Message::new(payload.to_vec()), |m, (name, value)| {
+        m.add_header(Header::new(name.to_string(), HeaderValue::String(value.to_string().into())))
+    });
+    let mut out = Vec::new();
+    write_message_to(&message, &mut out)
+        .map_err(|e| ProviderError::Invalid(format!("cannot write an event-stream message: {e}")))?;
+    Ok(out)
 }
 
 /// The state of framing one body.
@@ -142,16 +156,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_smithy_eventstream::frame::write_message_to;
-    use aws_smithy_types::event_stream::Header;
 
     fn frame(event: &str, payload: &str) -> Vec<u8> {
-        let message = Message::new(payload.as_bytes().to_vec())
-            .add_header(Header::new(":event-type", HeaderValue::String(event.to_string().into())))
-            .add_header(Header::new(":message-type", HeaderValue::String("event".to_string().into())));
-        let mut out = Vec::new();
-        write_message_to(&message, &mut out).unwrap();
-        out
+        encode(&[(":event-type", event), (":message-type", "event")], payload.as_bytes()).unwrap()
     }
 
     async fn collect(pieces: Vec<Vec<u8>>) -> Vec<Result<EventMessage, ProviderError>> {

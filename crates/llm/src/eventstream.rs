@@ -1,7 +1,7 @@
 //! AWS event streams (`application/vnd.amazon.eventstream`), the binary framing of Bedrock's
 //! `ConverseStream`: response bytes, as they arrive, become [`EventMessage`]s — each frame's
 //! prelude, headers, payload and both CRCs read and checked by `aws-smithy-eventstream` — for
-//! [`crate::sse::drive`] to decode like server-sent events.
+//! the stream driver of [`crate::sse`] to decode like server-sent events.
 //!
 //! [`encode`] writes a message the same way, for servers and tests that speak such a stream.
 //!

@@ -4,8 +4,6 @@
 //! replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use serde_json::json;
 
 mod common;
@@ -14,6 +12,9 @@ use common::tmux::Tmux;
 use common::{Env, events, s};
 
 /// `recursive repl ARGS` with the test environment, as a shell command line.
+/// What the screen shows once a cell's `read_file` call returned: the cell is running.
+const CELL_RUNNING: &str = "✓ read_file";
+
 fn repl_command(env: &Env, args: &str) -> String {
     common::tmux::command_line(env.dir.path(), &format!("repl {args}"))
 }
@@ -86,10 +87,13 @@ fn ctrl_c_interrupts_a_long_cell_and_the_session_goes_on() {
     let env = Env::new();
     let tmux = Tmux::start(env.dir.path(), &repl_command(&env, "--provider mock"));
     tmux.wait_for("Ctrl-D exits", 1);
-    tmux.line("while True:");
-    tmux.line("    pass");
+    // The cell reads a file and then loops: once the read shows, Ctrl-C reaches a running cell.
+    tmux.line("if True:");
+    tmux.line("    tool_call('read_file', path='notes.txt')");
+    tmux.line("    while True:");
+    tmux.line("        pass");
     tmux.line("");
-    std::thread::sleep(Duration::from_millis(800));
+    tmux.wait_for(CELL_RUNNING, 1);
     tmux.keys(&["C-c"]);
     tmux.wait_for("KeyboardInterrupt", 1);
     tmux.line("print('alive', 6 * 7)");
@@ -111,9 +115,11 @@ fn ctrl_c_in_a_cpython_cell_keeps_its_variables() {
     tmux.wait_for("Ctrl-D exits", 1);
     tmux.line("kept = 'yes'");
     tmux.line("import time");
-    tmux.line("while True: time.sleep(0.01)");
+    tmux.line("if True:");
+    tmux.line("    tool_call('read_file', path='notes.txt')");
+    tmux.line("    while True: time.sleep(0.01)");
     tmux.line("");
-    std::thread::sleep(Duration::from_millis(800));
+    tmux.wait_for(CELL_RUNNING, 1);
     tmux.keys(&["C-c"]);
     tmux.wait_for("KeyboardInterrupt", 1);
     tmux.line("print('kept', kept)");

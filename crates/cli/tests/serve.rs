@@ -94,13 +94,10 @@ fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
     assert_eq!(status, 202, "{body}");
     let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
     // Wait until the command runs, then ask for a second run.
-    for _ in 0..200 {
+    common::wait_for("the first run's command", Duration::from_secs(30), || {
         let (_, _, body) = http(&server.addr, "GET", &format!("/v1/runs/{id}"), &[], None);
-        if serde_json::from_str::<Value>(&body).unwrap()["events"].as_u64().unwrap_or(0) >= 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        serde_json::from_str::<Value>(&body).unwrap()["events"].as_u64().unwrap_or(0) >= 4
+    });
     let (status, head, body) = http(&server.addr, "POST", "/v1/runs", &[], Some(&start));
     assert_eq!(status, 429, "{body}");
     assert!(head.contains("retry-after: 1"), "{head}");

@@ -394,15 +394,34 @@ mod tests {
         assert_eq!(o.stop, None, "a tool timeout does not end the run");
     }
 
+    /// Says it started, then never finishes.
+    struct Parked(Arc<tokio::sync::Notify>);
+
+    #[async_trait]
+    impl Tool for Parked {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec { name: "parked".into(), description: String::new(), parameters: json!({"type": "object"}) }
+        }
+        async fn call(&self, _a: Value, _c: &ToolContext) -> Result<String, ToolError> {
+            self.0.notify_one();
+            std::future::pending().await
+        }
+    }
+
     #[tokio::test]
     async fn cancellation_ends_the_call_and_says_the_run_must_stop() {
         let scope = RunScope::detached("t");
         let token = scope.cancel_token().clone();
+        let started = Arc::new(tokio::sync::Notify::new());
+        let mut tools = ToolRegistry::new();
+        tools.register(Arc::new(Parked(started.clone())));
+        // Cancelled once the tool is running.
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            started.notified().await;
             token.cancel();
         });
-        let o = invoker().invoke(call("a", json!({"sleep_ms": 5000})), &scope, 1, None).await;
+        let parked = ToolCall { id: "a".into(), name: "parked".into(), arguments: json!({}) };
+        let o = ToolInvoker::new(tools).invoke(parked, &scope, 1, None).await;
         assert_eq!(o.stop, Some(FinishReason::Cancelled));
         assert!(o.output.starts_with("cancelled"), "{}", o.output);
     }
@@ -418,7 +437,9 @@ mod tests {
         assert!(o.output.chars().count() < 200);
     }
 
-    /// Logs when each call starts and ends; `read_only` says which kind it is.
+    /// Logs when each call starts and ends, having waited for the entry `until` (if given) and
+    /// then worked `ms` (a slow call gives a call that should wait a chance to overlap it);
+    /// `read_only` says which kind it is.
     struct Logged {
         name: &'static str,
         reads: bool,
@@ -433,6 +454,13 @@ mod tests {
         async fn call(&self, a: Value, _c: &ToolContext) -> Result<String, ToolError> {
             let id = a["id"].as_str().unwrap_or_default().to_string();
             self.log.lock().unwrap().push(format!("start {id}"));
+            if let Some(until) = a["until"].as_str() {
+                let logged = || self.log.lock().unwrap().iter().any(|l| l == until);
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                while !logged() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
             tokio::time::sleep(Duration::from_millis(a["ms"].as_u64().unwrap_or(0))).await;
             self.log.lock().unwrap().push(format!("end {id}"));
             Ok(id)
@@ -487,7 +515,10 @@ mod tests {
     #[tokio::test]
     async fn read_only_calls_run_together_and_wait_for_an_earlier_write() {
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let calls = [named("read", "r1", 60), named("read", "r2", 0), named("write", "w", 0), named("read", "r3", 0)];
+        // r1 ends only once r2 has started: reads that ran one at a time would log r2 after r1's end.
+        let mut r1 = named("read", "r1", 60);
+        r1.arguments["until"] = json!("start r2");
+        let calls = [r1, named("read", "r2", 0), named("write", "w", 0), named("read", "r3", 0)];
         logged(&log).invoke_all(&calls, &RunScope::detached("t"), 1, None).await;
         let log = log.lock().unwrap().clone();
         let at = |e: &str| log.iter().position(|l| l == e).unwrap();

@@ -18,17 +18,44 @@ use serde_json::{Value, json};
 
 #[derive(Deserialize, JsonSchema)]
 struct SleepArgs {
-    /// Milliseconds to sleep.
+    /// Milliseconds the call works (a slow tool whose slowness is the point: cancelled, cut off).
     ms: u64,
     /// Text to echo back.
     text: String,
+    /// Waits until this many calls have been in flight at once before finishing.
+    #[serde(default)]
+    together: usize,
+    /// Waits until this many other calls have finished before finishing.
+    #[serde(default)]
+    after: usize,
 }
 
-/// Sleeps, then echoes; counts how many calls overlap.
+/// Waits for the calls it is told to, works, then echoes; counts how many calls overlap.
 #[derive(Default)]
 struct SleepEcho {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    finished: AtomicUsize,
+}
+
+/// How long a call waits for the other calls it is told to before it fails.
+const WAIT_FOR_OTHERS: Duration = Duration::from_secs(10);
+
+impl SleepEcho {
+    /// Whether `args`' conditions on the other calls came true before [`WAIT_FOR_OTHERS`].
+    async fn others_came(&self, args: &SleepArgs) -> bool {
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_OTHERS;
+        loop {
+            let together = self.max_in_flight.load(Ordering::SeqCst) >= args.together;
+            if together && self.finished.load(Ordering::SeqCst) >= args.after {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 }
 
 #[async_trait]
@@ -48,9 +75,14 @@ impl TypedTool for EchoTool {
         let s = &self.0;
         let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         s.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let came = s.others_came(&args).await;
         tokio::time::sleep(Duration::from_millis(args.ms)).await;
         s.in_flight.fetch_sub(1, Ordering::SeqCst);
-        Ok(args.text)
+        s.finished.fetch_add(1, Ordering::SeqCst);
+        match came {
+            true => Ok(args.text),
+            false => Err(ToolError::failed(format!("{}: the other calls did not come", args.text))),
+        }
     }
 }
 
@@ -111,9 +143,10 @@ async fn concurrent_tool_calls_run_together_and_results_keep_call_order() {
     let (registry, echo) = tools();
     let provider = MockProvider::new([
         MockReply::ToolCalls(vec![
-            ("sleep_echo".into(), json!({"ms": 150, "text": "slow"})),
-            ("sleep_echo".into(), json!({"ms": 1, "text": "fast"})),
-            ("sleep_echo".into(), json!({"ms": 50, "text": "medium"})),
+            // All three run at once, and they finish in another order than they were called.
+            ("sleep_echo".into(), json!({"ms": 0, "text": "slow", "together": 3, "after": 2})),
+            ("sleep_echo".into(), json!({"ms": 0, "text": "fast", "together": 3})),
+            ("sleep_echo".into(), json!({"ms": 0, "text": "medium", "together": 3, "after": 1})),
         ]),
         MockReply::text("done"),
     ]);
@@ -129,7 +162,9 @@ async fn concurrent_tool_calls_run_together_and_results_keep_call_order() {
 async fn tool_concurrency_limit_is_respected() {
     let (registry, echo) = tools();
     let provider = MockProvider::new([
-        MockReply::ToolCalls((0..4).map(|i| ("sleep_echo".into(), json!({"ms": 30, "text": i.to_string()}))).collect()),
+        MockReply::ToolCalls(
+            (0..4).map(|i| ("sleep_echo".into(), json!({"ms": 0, "text": i.to_string(), "together": 2}))).collect(),
+        ),
         MockReply::text("done"),
     ]);
     let limits = RunLimits { tool_concurrency: 2, ..Default::default() };

@@ -12,19 +12,32 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// `echo(x)` answers `{"result": "echo:" + x}` after a short async wait and tracks how many
-/// calls are in flight at once.
+/// calls are in flight at once; `mark()` answers `None` at once. Every call is counted as it
+/// comes, so a test can act once a snippet got somewhere.
 #[derive(Default)]
 struct EchoHost {
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl EchoHost {
+    /// Waits until the host has been called `n` times.
+    async fn called(&self, n: usize) {
+        recursive_testkit::wait_until(Duration::from_secs(30), || self.calls.load(Ordering::SeqCst) >= n).await;
+    }
 }
 
 impl SandboxHost for EchoHost {
     fn is_host_function(&self, name: &str) -> bool {
-        matches!(name, "echo" | "finish" | "panic_now" | "panic_later" | "fail" | "hang")
+        matches!(name, "echo" | "mark" | "finish" | "panic_now" | "panic_later" | "fail" | "hang")
     }
 
     fn call(&self, call: HostCall) -> HostReply {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if call.name == "mark" {
+            return HostReply::Value(MontyObject::none());
+        }
         if call.name == "panic_now" {
             panic!("host bug now");
         }
@@ -227,21 +240,22 @@ async fn cancellation_stops_a_running_snippet() {
     let sb = sandbox(SandboxLimits::default()).await;
     let host = Arc::new(EchoHost::default());
     let cancel = CancellationToken::new();
-    let c2 = cancel.clone();
+    let (c2, marked) = (cancel.clone(), host.clone());
+    // Cancelled once the snippet is past its host call, in the loop.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        marked.called(1).await;
         c2.cancel();
     });
-    let o = sb.execute("while True:\n    pass", host.clone(), &cancel).await;
+    let o = sb.execute("mark()\nwhile True:\n    pass", host.clone(), &cancel).await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
 }
 
-/// Interrupts `code` after 150 ms.
-async fn interrupted(sb: &Sandbox, host: &Arc<EchoHost>, code: &str) -> SnippetOutcome {
+/// Interrupts `code` once it has made `calls` host calls.
+async fn interrupted(sb: &Sandbox, host: &Arc<EchoHost>, code: &str, calls: usize) -> SnippetOutcome {
     let interrupt = CancellationToken::new();
-    let trigger = interrupt.clone();
+    let (trigger, called) = (interrupt.clone(), host.clone());
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        called.called(calls).await;
         trigger.cancel();
     });
     sb.run_cell(code, host.clone(), &CancellationToken::new(), &interrupt).await
@@ -252,7 +266,7 @@ async fn an_interrupt_during_a_host_call_ends_the_snippet_but_keeps_the_session(
     let sb = sandbox(SandboxLimits::default()).await;
     let host = Arc::new(EchoHost::default());
     run(&sb, &host, "kept = 7").await;
-    let o = interrupted(&sb, &host, "print('before')\nhang()\nprint('after')").await;
+    let o = interrupted(&sb, &host, "print('before')\nhang()\nprint('after')", 1).await;
     let e = o.error.unwrap();
     assert_eq!(e.kind, SnippetErrorKind::Interrupted);
     assert!(e.message.contains("KeyboardInterrupt"), "{}", e.message);
@@ -266,7 +280,7 @@ async fn an_interrupt_of_awaited_calls_keeps_the_session() {
     let sb = sandbox(SandboxLimits::default()).await;
     let host = Arc::new(EchoHost::default());
     run(&sb, &host, "kept = 'x'").await;
-    let o = interrupted(&sb, &host, "rs = await asyncio.gather(hang(), echo('a'))").await;
+    let o = interrupted(&sb, &host, "rs = await asyncio.gather(hang(), echo('a'))", 2).await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Interrupted);
     assert_eq!(run(&sb, &host, "print(kept)").await.stdout, "x\n");
 }
@@ -275,7 +289,7 @@ async fn an_interrupt_of_awaited_calls_keeps_the_session() {
 async fn an_interrupted_computation_restarts_the_worker_and_says_so() {
     let sb = sandbox(SandboxLimits::default()).await;
     let host = Arc::new(EchoHost::default());
-    let o = interrupted(&sb, &host, "while True:\n    pass").await;
+    let o = interrupted(&sb, &host, "mark()\nwhile True:\n    pass", 1).await;
     let e = o.error.unwrap();
     assert_eq!(e.kind, SnippetErrorKind::Interrupted);
     assert!(e.message.contains("restarted"), "{}", e.message);
@@ -348,13 +362,14 @@ async fn cancellation_stops_native_maths_at_once() {
     let sb = sandbox(SandboxLimits::default()).await;
     let host = Arc::new(EchoHost::default());
     let cancel = CancellationToken::new();
-    let c2 = cancel.clone();
+    let (c2, marked) = (cancel.clone(), host.clone());
+    // Cancelled once the snippet is past its host call, in the maths.
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        marked.called(1).await;
         c2.cancel();
     });
     let started = std::time::Instant::now();
-    let o = sb.execute("x = 7 ** (3 ** 17)", host.clone(), &cancel).await;
+    let o = sb.execute("mark()\nx = 7 ** (3 ** 17)", host.clone(), &cancel).await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
 }

@@ -15,14 +15,30 @@ use std::time::{Duration, Instant};
 use recursive_core::confine::SandboxMode;
 use recursive_rlm::cpython::CPythonConfig;
 use recursive_rlm::repl::Backend;
-use recursive_rlm::{NoHost, SandboxLimits};
+use recursive_rlm::{HostCall, HostReply, MontyObject, SandboxHost, SandboxLimits};
 use tokio_util::sync::CancellationToken;
 
 /// Tells this binary, run again, to be a host (`monty`, or the CPython interpreter's path).
 const HOST_VAR: &str = "WORKER_LIFETIME_HOST";
 
-/// The host: starts a session, runs a snippet that loops until its 60 s time limit, says
-/// `busy` and waits to be killed.
+/// Answers `mark()` (with `None`) and tells, once, that the snippet got there.
+struct Marker(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl SandboxHost for Marker {
+    fn is_host_function(&self, name: &str) -> bool {
+        name == "mark"
+    }
+
+    fn call(&self, _call: HostCall) -> HostReply {
+        if let Some(marked) = self.0.lock().unwrap().take() {
+            let _ = marked.send(());
+        }
+        HostReply::Value(MontyObject::none())
+    }
+}
+
+/// The host: starts a session, runs a snippet that marks its start and then loops until its
+/// 60 s time limit, says `busy` once the worker is in it, and waits to be killed.
 #[tokio::test]
 #[ignore = "the host process of the tests below, which start it"]
 async fn host_of_a_busy_worker() {
@@ -36,13 +52,13 @@ async fn host_of_a_busy_worker() {
         python => Backend::CPython(CPythonConfig { python: python.into(), sandbox: SandboxMode::Off }),
     };
     let limits = SandboxLimits { timeout: Duration::from_secs(60), ..Default::default() };
-    let repl = recursive_rlm::repl::start(&backend, limits, Vec::new(), Vec::new(), "").await.unwrap();
-    tokio::spawn(
-        async move { repl.execute("while True:\n    pass\n", Arc::new(NoHost), &CancellationToken::new()).await },
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let repl = recursive_rlm::repl::start(&backend, limits, Vec::new(), vec!["mark".into()], "").await.unwrap();
+    let (marked, busy) = tokio::sync::oneshot::channel();
+    let host = Arc::new(Marker(std::sync::Mutex::new(Some(marked))));
+    tokio::spawn(async move { repl.execute("mark()\nwhile True:\n    pass\n", host, &CancellationToken::new()).await });
+    busy.await.unwrap();
     println!("busy");
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    std::future::pending::<()>().await;
 }
 
 /// The processes whose parent is `pid`.

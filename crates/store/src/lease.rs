@@ -280,8 +280,11 @@ mod tests {
         // The holder stalls: no heartbeat, and its lease runs out.
         stale.heartbeat.abort();
         let _stalled = std::mem::ManuallyDrop::new(stale);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let successor = Lease::take(store.clone(), "t", false).await.unwrap();
+        let successor = recursive_testkit::eventually(Duration::from_secs(10), || {
+            let store = store.clone();
+            async move { Lease::take(store, "t", false).await.ok() }
+        })
+        .await;
         let checkpoint = Checkpoint {
             id: Checkpoint::new_id(),
             thread: "t".into(),

@@ -94,8 +94,11 @@ async fn a_job_whose_claimer_stopped_heartbeating_is_put_back_and_the_late_claim
     let id = q.enqueue(&job("t", 3)).await.unwrap();
     q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "dead", Duration::from_millis(100)).await.unwrap().unwrap();
     assert!(q.reap().await.unwrap().is_empty(), "its lease has not expired yet");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let reaped = q.reap().await.unwrap();
+    // Put back once its lease has expired.
+    let reaped = recursive_testkit::eventually(Duration::from_secs(10), || async {
+        Some(q.reap().await.unwrap()).filter(|reaped| !reaped.is_empty())
+    })
+    .await;
     assert_eq!((reaped.len(), reaped[0].id, reaped[0].status.as_str()), (1, id, "queued"));
     let taken = q.claim(DEFAULT_QUEUE, &[KIND_GRAPH], "alive", TTL).await.unwrap().unwrap();
     assert_eq!((taken.id, taken.attempt, taken.worker.as_str()), (id, 2, "alive"));

@@ -29,4 +29,4 @@ pub use pairing::{Api, PairingError, check_pairing};
 pub use reply::{Reply, Script};
 pub use server::{ModelServer, PairingViolation, RecordedRequest};
 pub use tools::{CountingTool, EchoTool, FailingTool, SlowTool};
-pub use wait::wait_until;
+pub use wait::{eventually, wait_until};

@@ -1,5 +1,6 @@
-//! Waiting for a condition instead of sleeping a fixed time: [`wait_until`] polls and fails
-//! with the caller's location when the condition does not hold in time.
+//! Waiting for a condition instead of sleeping a fixed time: [`wait_until`] polls a condition,
+//! [`eventually`] an asynchronous probe (a store, a server) until it yields a value; both fail
+//! with the caller's location when nothing comes in time.
 
 use std::future::Future;
 use std::panic::Location;
@@ -37,6 +38,40 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> imp
     }
 }
 
+/// Polls `probe` every 10 ms until it yields a value, and returns it; panics (naming the
+/// caller's file and line) if it still yields `None` after `timeout`. For conditions that take an
+/// `await` to check: a lease that expires, a job a store puts back, a server's answer.
+///
+/// ```no_run
+/// # async fn lease_taken() -> bool { true }
+/// # async fn example() {
+/// use std::time::Duration;
+/// recursive_testkit::eventually(Duration::from_secs(5), || async { lease_taken().await.then_some(()) }).await;
+/// # }
+/// ```
+#[track_caller]
+pub fn eventually<T, F, Fut>(timeout: Duration, mut probe: F) -> impl Future<Output = T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let caller = Location::caller();
+    async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            if let Some(value) = probe().await {
+                return value;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("eventually at {caller}: nothing came after {timeout:?} ({polls} checks)");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +90,27 @@ mod tests {
         });
         wait_until(Duration::from_secs(10), || count.load(Ordering::SeqCst) == 3).await;
         assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn eventually_returns_the_first_value_the_probe_yields() {
+        let count = Arc::new(AtomicU32::new(0));
+        let probes = count.clone();
+        let got = eventually(Duration::from_secs(10), || {
+            let n = probes.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { (n >= 3).then_some(n) }
+        })
+        .await;
+        assert_eq!(got, 3);
+    }
+
+    #[tokio::test]
+    async fn eventually_fails_with_the_caller_location_on_timeout() {
+        let waited = tokio::spawn(eventually(Duration::from_millis(30), || async { None::<()> })).await;
+        let panic = waited.unwrap_err().into_panic();
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("nothing came after 30ms"), "{message}");
+        assert!(message.contains("wait.rs"), "{message}");
     }
 
     #[tokio::test]

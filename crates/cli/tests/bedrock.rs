@@ -143,3 +143,23 @@ fn bedrock_without_credentials_is_a_configuration_error_naming_the_chain() {
         assert!(text.contains(source), "{source} is not named: {text}");
     }
 }
+
+#[test]
+fn an_untrusted_project_file_cannot_move_bedrock_to_another_region_or_profile() {
+    let env = Env::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ModelServer::start_with([answer("Still in Ohio.", 10, 5)]));
+    let project = "[provider]\nkind = \"bedrock\"\nregion = \"ap-south-1\"\nprofile = \"someone-else\"\n";
+    std::fs::write(env.path("recursive.toml"), project).unwrap();
+    let out = cmd(&env)
+        .env("AWS_ACCESS_KEY_ID", "AKIAOWN")
+        .env("AWS_SECRET_ACCESS_KEY", "own")
+        .env("AWS_REGION", "us-east-2")
+        .args(["run", "hi", "--json", "--provider", "bedrock", "--base-url", server.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("[provider] region") && text.contains("[provider] profile"), "{text}");
+    assert_eq!(scope(&server.request(0))[2], "us-east-2", "the project file's region was left out");
+}

@@ -1,13 +1,14 @@
-//! Sessions: every `run` and `chat` is a session kept under the user's data directory
-//! (`<data dir>/recursive/sessions/<id>/`: `session.json` with what it is and what it cost, and
-//! `transcript.jsonl`, the conversation appended message by message as it happens), so a
-//! conversation started in one process continues in another (`run --continue`,
-//! `run --resume ID`, `chat --resume ID`) and `recursive sessions` lists them.
+//! Sessions: every `run` and `chat` is a session, so a conversation started in one process
+//! continues in another (`run --continue`, `run --resume ID`, `chat --resume ID`) and
+//! `recursive sessions` lists them.
 //!
-//! A session is a durable run of the user's run store (`<data dir>/recursive/runs.db`, see
-//! [`runs_store`]): this process holds it by the store's lease (a second process is refused; a
+//! A session is a slot of the user's run store (`<data dir>/recursive/runs.db`, see
+//! [`runs_store`]): its transcript is kept there message by message as it happens (what a
+//! resume reads), this process holds it by the store's lease (a second process is refused; a
 //! killed holder is taken over at once) and every turn is journaled there
-//! ([`recursive_store::durable`]), as graph threads and RLM runs are in theirs.
+//! ([`recursive_store::durable`]), as graph threads and RLM runs are in theirs. Beside it, under
+//! `<data dir>/recursive/sessions/<id>/`, `session.json` says what it is and what it cost, and
+//! `transcript.jsonl` is the transcript's export for people and `trace`, appended as it goes.
 //!
 //! The files of a session are opened without following links and only when they are regular
 //! files: a link planted as `session.json` leads nowhere, a FIFO there blocks nothing.
@@ -59,11 +60,19 @@ pub struct Session {
     /// This process's hold on it until its journal opens ([`Session::open_journal`]), which
     /// then holds it; released when dropped.
     runner: Option<recursive_store::Runner>,
+    /// Its transcript: a slot of the run store (what a resume reads), exported as it goes to
+    /// `meta.transcript` (JSONL, for people and `trace`).
+    records: recursive_store::SqliteRecords,
 }
 
 /// The result given, on resume, to a tool call the session ended during.
 const INTERRUPTED_CALL: &str = "interrupted: the session ended before this tool call finished, so its result (and \
 whether it took effect) is unknown; check before relying on it";
+
+/// The key of session `id`'s transcript in the run store.
+fn transcript_key(id: &str) -> String {
+    format!("transcript-session-{id}")
+}
 
 /// Where sessions are kept.
 pub fn root() -> anyhow::Result<PathBuf> {
@@ -71,22 +80,23 @@ pub fn root() -> anyhow::Result<PathBuf> {
     Ok(data.join("recursive").join("sessions"))
 }
 
-/// The user's run store: where sessions and goal pursuits are held (one runner each) and
-/// journaled. A SQLite file beside the sessions.
-pub async fn runs_store() -> anyhow::Result<std::sync::Arc<dyn recursive_store::Checkpointer>> {
+/// The user's run store: where sessions and goal pursuits are kept (their transcripts and
+/// logs), held (one runner each) and journaled. A SQLite file beside the sessions.
+pub fn runs_store() -> anyhow::Result<recursive_store::SqliteCheckpointer> {
     let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for the run store (set HOME)"))?;
-    let dir = data.join("recursive");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("runs.db");
-    recursive_store::open(&path.display().to_string())
-        .await
+    let path = data.join("recursive").join("runs.db");
+    recursive_store::SqliteCheckpointer::open(&path)
         .map_err(|e| anyhow::anyhow!("the run store {}: {e}", path.display()))
 }
 
-/// Takes the run `key` of the user's run store for this process; `busy` says what to do when
+/// Takes the run `key` of the run store `store` for this process; `busy` says what to do when
 /// another process holds it.
-pub async fn hold_run(key: &str, busy: impl FnOnce() -> String) -> anyhow::Result<recursive_store::Runner> {
-    let store = runs_store().await?;
+pub async fn hold_run(
+    store: &recursive_store::SqliteCheckpointer,
+    key: &str,
+    busy: impl FnOnce() -> String,
+) -> anyhow::Result<recursive_store::Runner> {
+    let store: std::sync::Arc<dyn recursive_store::Checkpointer> = std::sync::Arc::new(store.clone());
     match recursive_store::Runner::take(store, &recursive_store::DurableKey::own(key)).await {
         Ok(runner) => Ok(runner),
         Err(recursive_store::LeaseError::Held { holder, .. }) => {
@@ -139,7 +149,9 @@ impl Session {
             cost_usd: 0.0,
             last_outcome: String::new(),
         };
-        let session = Session { runner: Some(Self::hold(&meta.id).await?), dir, meta };
+        let store = runs_store()?;
+        let records = store.records(&transcript_key(&meta.id));
+        let session = Session { runner: Some(Self::hold(&store, &meta.id).await?), dir, meta, records };
         session.save()?;
         Ok(session)
     }
@@ -157,13 +169,17 @@ impl Session {
             }
             Err(e) => return Err(anyhow::anyhow!("session `{id}` is damaged: {e}")),
         };
-        Ok(Session { runner: Some(Self::hold(id).await?), dir, meta })
+        let store = runs_store()?;
+        let records = store.records(&transcript_key(id));
+        let session = Session { runner: Some(Self::hold(&store, id).await?), dir, meta, records };
+        session.take_up_export()?;
+        Ok(session)
     }
 
     /// Takes the session `id` for this process: a second process is refused while one holds it
     /// (so two never interleave one transcript); a holder that was killed is taken over.
-    async fn hold(id: &str) -> anyhow::Result<recursive_store::Runner> {
-        hold_run(&format!("session-{id}"), || {
+    async fn hold(store: &recursive_store::SqliteCheckpointer, id: &str) -> anyhow::Result<recursive_store::Runner> {
+        hold_run(store, &format!("session-{id}"), || {
             format!("session `{id}` is in use by another process; wait for it to end, or start a new session")
         })
         .await
@@ -193,8 +209,7 @@ impl Session {
     /// process continuing it builds its own: today's date, its `--system`/`--append-system`). A
     /// session that ended during tool calls (killed, the terminal closed) is repaired: each call
     /// still awaiting its result gets one saying it was interrupted, also written to the
-    /// transcript, so the conversation can go on. A last line a kill cut short is skipped with a
-    /// warning naming it (and cut off the file); a damaged line before it is an error.
+    /// transcript, so the conversation can go on.
     pub fn history(&self) -> anyhow::Result<Vec<Message>> {
         self.read_history(true)
     }
@@ -207,15 +222,9 @@ impl Session {
     }
 
     fn read_history(&self, repair: bool) -> anyhow::Result<Vec<Message>> {
-        if !self.meta.transcript.exists() {
-            return Ok(Vec::new());
-        }
-        let recovered = TranscriptLog::recover(&self.meta.transcript)
-            .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
-        if let Some(cut) = &recovered.cut {
-            eprintln!("warning: session {}: {cut}", self.meta.id);
-        }
-        let transcript = recovered.transcript;
+        let reading = || format!("reading session {}'s transcript", self.meta.id);
+        let records = recursive_core::StoredRecords::records(&self.records).with_context(reading)?;
+        let transcript = TranscriptLog::from_records(&records).with_context(reading)?;
         let pending: Vec<String> = transcript.pending_calls().map(str::to_string).collect();
         let mut messages = transcript.into_messages();
         let system = messages.iter().rev().find(|m| m.role == recursive_core::Role::System).cloned();
@@ -225,8 +234,7 @@ impl Session {
             messages.insert(0, system);
         }
         if repair && !pending.is_empty() {
-            let mut log = TranscriptLog::open(&self.meta.transcript)
-                .with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
+            let mut log = self.log().with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
             for id in pending {
                 let result = Message::tool_result(id, INTERRUPTED_CALL, true);
                 log.append(&result).with_context(|| format!("repairing session {}'s transcript", self.meta.id))?;
@@ -238,7 +246,7 @@ impl Session {
 
     /// Appends messages to the transcript (a note closing an interrupted answer).
     pub fn append(&self, messages: &[Message]) -> anyhow::Result<()> {
-        let mut log = TranscriptLog::open(&self.meta.transcript)?;
+        let mut log = self.log()?;
         for m in messages {
             log.append(m)?;
         }
@@ -247,8 +255,44 @@ impl Session {
 
     /// Saves a compaction of the conversation (`/compact`): later processes continue from it.
     pub fn save_compacted(&self, messages: &[Message]) -> anyhow::Result<()> {
-        let mut log = TranscriptLog::open(&self.meta.transcript)?;
+        let mut log = self.log()?;
         log.append_compacted(messages)?;
+        Ok(())
+    }
+
+    /// The transcript's slot in the run store, for the agent that goes on with the session
+    /// (`AgentConfig::transcript_store`, exported to `meta.transcript`).
+    pub fn transcript_store(&self) -> std::sync::Arc<dyn recursive_core::StoredRecords> {
+        std::sync::Arc::new(self.records.clone())
+    }
+
+    /// The transcript as this process appends to it: its store slot, exported.
+    fn log(&self) -> anyhow::Result<TranscriptLog> {
+        let log = TranscriptLog::kept(self.transcript_store(), Some(&self.meta.transcript))
+            .with_context(|| format!("opening session {}'s transcript", self.meta.id))?;
+        Ok(log)
+    }
+
+    /// Takes up the session's JSONL export before going on: a last line a kill cut short is
+    /// cut off (with a warning naming it; the store kept the record), so the export goes on
+    /// after whole lines. A session an earlier version kept in the file alone (the store holds
+    /// none of it) moves into the store: the conversation as the file has it, as one record.
+    fn take_up_export(&self) -> anyhow::Result<()> {
+        if !self.meta.transcript.exists() {
+            return Ok(());
+        }
+        let recovered = TranscriptLog::recover(&self.meta.transcript)
+            .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
+        if let Some(cut) = &recovered.cut {
+            eprintln!("warning: session {}: {cut}", self.meta.id);
+        }
+        let kept = recursive_core::StoredRecords::records(&self.records)
+            .with_context(|| format!("reading session {}'s transcript", self.meta.id))?;
+        let messages = recovered.transcript.into_messages();
+        if kept.is_empty() && !messages.is_empty() {
+            let mut store_only = TranscriptLog::kept(self.transcript_store(), None)?;
+            store_only.append_compacted(&messages).context("moving the transcript into the run store")?;
+        }
         Ok(())
     }
 

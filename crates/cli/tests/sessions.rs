@@ -504,3 +504,61 @@ fn a_journal_an_earlier_version_kept_in_the_session_directory_moves_into_the_run
     let session: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap();
     assert!(session["cost_usd"].as_f64().unwrap() >= 0.25, "the killed turn's hold counts: {session}");
 }
+
+/// A two-turn session against `server` in `env`: its id, after the first turn.
+fn first_turn(env: &Env, server: &ModelServer) -> String {
+    let first = env
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "remember the number 41", "--json"])
+        .args(provider_args(server))
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    stdout_json(&first)["session"].as_str().unwrap().to_string()
+}
+
+fn second_turn(env: &Env, server: &ModelServer, id: &str) -> std::process::Output {
+    env.cmd()
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "which number?", "--resume", id, "--json"])
+        .args(provider_args(server))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_session_goes_on_from_the_run_store_its_jsonl_file_only_an_export() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("41")]));
+    let id = first_turn(&env, &server);
+    let export = env.path(&format!(".local/share/recursive/sessions/{id}/transcript.jsonl"));
+    assert!(std::fs::read_to_string(&export).unwrap().contains("remember the number 41"), "exported as it goes");
+    std::fs::remove_file(&export).unwrap();
+
+    let second = second_turn(&env, &server, &id);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let sent = contents(&server.request(1).body);
+    assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?"], "read from the store: {sent:?}");
+    let records =
+        common::store_journal(&env.path(".local/share/recursive/runs.db"), &format!("transcript-session-{id}"));
+    assert!(records.iter().any(|r| r["content"] == "41"), "the new turn is kept in the store: {records:?}");
+}
+
+#[test]
+fn a_session_an_earlier_version_kept_in_its_jsonl_file_alone_moves_into_the_run_store() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("41")]));
+    let id = first_turn(&env, &server);
+    // As an earlier version left it: the conversation in the file, nothing in the store.
+    let db = rusqlite::Connection::open(env.path(".local/share/recursive/runs.db")).unwrap();
+    db.execute("DELETE FROM run_journal WHERE key = ?1", [format!("transcript-session-{id}")]).unwrap();
+    drop(db);
+
+    let second = second_turn(&env, &server, &id);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let sent = contents(&server.request(1).body);
+    assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?"], "moved in from the file: {sent:?}");
+}

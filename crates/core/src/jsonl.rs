@@ -65,6 +65,17 @@ pub enum JsonlReadError {
     Cut(CutRecord),
 }
 
+/// An append-only list of records (one JSON text each) kept in a store rather than in a file
+/// the run writes: a run's transcript or log as a slot of the store. An append is committed
+/// before it returns, so a run goes on only once its record is kept; a record is never cut
+/// short (a kill loses at most the one being appended).
+pub trait StoredRecords: Send + Sync + std::fmt::Debug {
+    /// Appends one record.
+    fn append(&self, record: &str) -> std::io::Result<()>;
+    /// Every record, in order.
+    fn records(&self) -> std::io::Result<Vec<String>>;
+}
+
 /// Most bytes of one line [`read_jsonl`] reads.
 pub const MAX_LINE_BYTES: u64 = 64 * 1024 * 1024;
 

@@ -91,8 +91,11 @@ pub struct AgentConfig {
     /// listing: nothing changes) and proposes a plan; the run stops with
     /// [`FinishReason::PlanPending`] when it answers.
     pub plan_mode: bool,
-    /// Append the transcript to this JSONL file as the run goes.
+    /// Append the transcript to this JSONL file as the run goes (with `transcript_store`, as
+    /// the store's export).
     pub transcript_path: Option<PathBuf>,
+    /// Keep the transcript in this store slot as the run goes (what a resume reads).
+    pub transcript_store: Option<Arc<dyn crate::jsonl::StoredRecords>>,
     /// Compaction before each model call when the transcript nears the context window
     /// ([`crate::compact`]); `None`: never compacted (`max_transcript_chars` still stops the run).
     pub compaction: Option<crate::compact::CompactionConfig>,
@@ -381,9 +384,11 @@ impl Agent {
     /// The history (already in the log), this agent's system prompt first when the history has
     /// none (logged: it is new), and the new user message.
     fn start(&self, rec: &mut Recorder, history: Vec<Message>, input: &str) -> Result<(), AgentError> {
-        if let Some(p) = &self.config.transcript_path {
-            rec.log = Some(TranscriptLog::open(p)?);
-        }
+        rec.log = match (&self.config.transcript_store, &self.config.transcript_path) {
+            (Some(store), export) => Some(TranscriptLog::kept(store.clone(), export.as_deref())?),
+            (None, Some(path)) => Some(TranscriptLog::open(path)?),
+            (None, None) => None,
+        };
         if let Some(system) = self.system_message().filter(|_| !history.iter().any(|m| m.role == Role::System)) {
             rec.push(system)?;
         }

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, read_jsonl_records};
+use crate::jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, StoredRecords, read_jsonl_records};
 use crate::message::{Message, Role};
 
 /// A violation of the transcript's pairing contract.
@@ -136,34 +137,66 @@ impl Transcript {
     }
 }
 
-/// An append-only JSONL file holding one message per line, flushed after every message so a
-/// crash loses at most the message in flight.
+/// An append-only transcript, one message per record, written as the run goes so a crash
+/// loses at most the message in flight: a JSONL file (flushed after every message), or a slot
+/// of a store ([`StoredRecords`]) with the JSONL file as its export for people and `trace`.
 #[derive(Debug)]
 pub struct TranscriptLog {
-    file: JsonlFile,
+    file: Option<JsonlFile>,
+    store: Option<Arc<dyn StoredRecords>>,
 }
 
 impl TranscriptLog {
     /// Opens (creating, appending) the log at `path`, creating parent directories.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        Ok(Self { file: JsonlFile::append_to(path)? })
+        Ok(Self { file: Some(JsonlFile::append_to(path)?), store: None })
     }
 
-    /// Appends one message as a JSON line and flushes it.
+    /// The log kept in `store` (what a resume reads, [`TranscriptLog::from_records`]), each
+    /// record also appended to the JSONL file `export` when given.
+    pub fn kept(store: Arc<dyn StoredRecords>, export: Option<&Path>) -> std::io::Result<Self> {
+        let file = export.map(JsonlFile::append_to).transpose()?;
+        Ok(Self { file, store: Some(store) })
+    }
+
+    /// Appends one message (committed to the store first, then a JSON line flushed to the file).
     pub fn append(&mut self, message: &Message) -> std::io::Result<()> {
-        self.file.write(message)
+        self.write(message)
     }
 
-    /// Records that the conversation was compacted to `messages`: a line of its own (the full
-    /// history before it stays in the file), from which [`TranscriptLog::read`] continues, so a
-    /// process resuming the conversation does not summarise it again.
+    /// Records that the conversation was compacted to `messages`: a record of its own (the full
+    /// history before it stays), from which reading continues, so a process resuming the
+    /// conversation does not summarise it again.
     pub fn append_compacted(&mut self, messages: &[Message]) -> std::io::Result<()> {
-        self.file.write(&CompactedLine { compacted: messages.to_vec() })
+        self.write(&CompactedLine { compacted: messages.to_vec() })
     }
 
-    /// Where the log is written.
-    pub fn path(&self) -> &Path {
-        self.file.path()
+    fn write<T: Serialize>(&mut self, record: &T) -> std::io::Result<()> {
+        if let Some(store) = &self.store {
+            store.append(&serde_json::to_string(record).map_err(std::io::Error::other)?)?;
+        }
+        match &mut self.file {
+            Some(file) => file.write(record),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the log's JSONL file is written, if it has one.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(JsonlFile::path)
+    }
+
+    /// The conversation of a log kept in a store ([`TranscriptLog::kept`]), checking the pairing
+    /// contract; it continues from the last compaction recorded. A record that is not a message
+    /// is an error naming its number.
+    pub fn from_records(records: &[String]) -> Result<Transcript, TranscriptReadError> {
+        let mut lines = Vec::with_capacity(records.len());
+        for (i, record) in records.iter().enumerate() {
+            let line: LogLine = serde_json::from_str(record)
+                .map_err(|e| JsonlReadError::Json { line: i + 1, message: e.to_string() })?;
+            lines.push((i + 1, line));
+        }
+        replay(lines)
     }
 
     /// Reads a transcript log back, checking the pairing contract; the conversation is the one
@@ -201,15 +234,22 @@ pub struct Recovered {
 /// The conversation of a log, and how the file ends (its cut last line, if any).
 fn read_lines(path: &Path) -> Result<(Transcript, JsonlRecords<()>), TranscriptReadError> {
     let mut read = read_jsonl_records::<LogLine>(path)?;
+    let t = replay(std::mem::take(&mut read.records))?;
+    Ok((t, JsonlRecords { records: Vec::new(), cut: read.cut, unterminated: read.unterminated }))
+}
+
+/// The conversation of a log's records, numbered: each message in turn, a compaction starting
+/// it afresh.
+fn replay(records: Vec<(usize, LogLine)>) -> Result<Transcript, TranscriptReadError> {
     let mut t = Transcript::new();
-    for (line, entry) in std::mem::take(&mut read.records) {
+    for (line, entry) in records {
         let pairing = |e| TranscriptReadError::Pairing { line, source: e };
         match entry {
             LogLine::Compacted(c) => t = Transcript::from_messages(c.compacted).map_err(pairing)?,
             LogLine::Message(m) => t.push(m).map_err(pairing)?,
         }
     }
-    Ok((t, JsonlRecords { records: Vec::new(), cut: read.cut, unterminated: read.unterminated }))
+    Ok(t)
 }
 
 /// The line recording a compaction: the whole conversation as it continues.
@@ -292,6 +332,41 @@ mod tests {
             t.push(Message::tool_result("a", "1", false)).unwrap_err(),
             TranscriptError::UnexpectedToolResult("a".into())
         );
+    }
+
+    /// Records kept in memory, as a store keeps them.
+    #[derive(Debug, Default)]
+    struct Kept(std::sync::Mutex<Vec<String>>);
+
+    impl StoredRecords for Kept {
+        fn append(&self, record: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(record.to_string());
+            Ok(())
+        }
+
+        fn records(&self) -> std::io::Result<Vec<String>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+    }
+
+    #[test]
+    fn a_log_kept_in_a_store_reads_back_from_it_and_exports_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("t.jsonl");
+        let store = Arc::new(Kept::default());
+        let mut log = TranscriptLog::kept(store.clone(), Some(&export)).unwrap();
+        log.append(&Message::user("one")).unwrap();
+        log.append(&Message::assistant("two")).unwrap();
+        log.append_compacted(&[Message::user("summary")]).unwrap();
+        log.append(&Message::assistant("three")).unwrap();
+        let records = store.records().unwrap();
+        assert_eq!(records.len(), 4);
+        let t = TranscriptLog::from_records(&records).unwrap();
+        let contents: Vec<&str> = t.messages().iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["summary", "three"], "read from the last compaction");
+        assert_eq!(TranscriptLog::read(&export).unwrap().len(), 2, "the export holds the same");
+        let bad = TranscriptLog::from_records(&["{\"role\": 7}".to_string()]).unwrap_err().to_string();
+        assert!(bad.contains("line 1"), "{bad}");
     }
 
     #[test]

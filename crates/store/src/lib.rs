@@ -30,5 +30,5 @@ pub use journal::StoreLedger;
 pub use lease::{LEASE_TTL, Lease, LeaseError};
 pub use postgres::PostgresCheckpointer;
 pub use slot::StoreSlot;
-pub use sqlite::SqliteCheckpointer;
+pub use sqlite::{SqliteCheckpointer, SqliteRecords};
 pub use status::ThreadStatus;

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use recursive_core::StoredRecords;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::checkpoint::{Checkpoint, Checkpointer, Listed, PendingWrite, StoreError, ThreadInfo, listed};
@@ -84,6 +85,45 @@ impl SqliteCheckpointer {
         })
         .await
         .map_err(backend)?
+    }
+}
+
+impl SqliteCheckpointer {
+    /// The records under `key` as a slot a run appends to as it goes ([`StoredRecords`]: a
+    /// session's transcript, a pursuit's log) — each append one committed row, made on the
+    /// caller's thread (a local file's write, as a JSONL file's would be).
+    pub fn records(&self, key: &str) -> SqliteRecords {
+        SqliteRecords { conn: self.conn.clone(), key: key.to_string() }
+    }
+}
+
+/// Records of a SQLite store under one key (see [`SqliteCheckpointer::records`]); the same rows
+/// [`Checkpointer::journal`] reads.
+#[derive(Debug, Clone)]
+pub struct SqliteRecords {
+    conn: Arc<Mutex<Connection>>,
+    key: String,
+}
+
+impl SqliteRecords {
+    fn locked<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> std::io::Result<T> {
+        let guard = self.conn.lock().map_err(|_| std::io::Error::other("the connection's lock is poisoned"))?;
+        f(&guard).map_err(std::io::Error::other)
+    }
+}
+
+impl StoredRecords for SqliteRecords {
+    fn append(&self, record: &str) -> std::io::Result<()> {
+        self.locked(|c| c.execute("INSERT INTO run_journal (key, body) VALUES (?1, ?2)", params![self.key, record]))?;
+        Ok(())
+    }
+
+    fn records(&self) -> std::io::Result<Vec<String>> {
+        self.locked(|c| {
+            let mut stmt = c.prepare("SELECT body FROM run_journal WHERE key = ?1 ORDER BY seq")?;
+            let rows = stmt.query_map(params![self.key], |r| r.get::<_, String>(0))?;
+            rows.collect()
+        })
     }
 }
 

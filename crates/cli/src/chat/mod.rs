@@ -287,6 +287,7 @@ impl Chat {
         let mut config = self.harness.agent_config("chat", Some(self.system.clone()));
         config.options.model = self.model.clone();
         config.transcript_path = Some(self.session.meta.transcript.clone());
+        config.transcript_store = Some(self.session.transcript_store());
         config.plan_mode = self.mode() == recursive_tools::Mode::Plan;
         config.compaction = crate::commands::compaction(self.context_window, &self.model)?;
         Ok(self

@@ -316,7 +316,8 @@ fn report(
 async fn hold_pursuit(log: &std::path::Path) -> anyhow::Result<recursive_store::Runner> {
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_path_buf());
     let shown = log.display().to_string();
-    crate::sessions::hold_run(&format!("goal-{}", absolute.display()), || {
+    let store = crate::sessions::runs_store()?;
+    crate::sessions::hold_run(&store, &format!("goal-{}", absolute.display()), || {
         format!("goal log {shown} is being run by another process; wait for it to end")
     })
     .await

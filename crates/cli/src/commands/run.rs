@@ -211,6 +211,7 @@ pub async fn execute(args: RunArgs, exports: &super::Exports) -> anyhow::Result<
     config.options.reasoning_effort = args.reasoning_effort.clone();
     config.plan_mode = harness.setup.mode.get() == Mode::Plan;
     config.transcript_path = Some(session.meta.transcript.clone());
+    config.transcript_store = Some(session.transcript_store());
     config.compaction = super::compaction(args.conversation.context_window, &model_name)?;
     let agent = harness.agent_from(tools, config).with_late_tools(mcp.late());
     let mut outcome = agent.continue_in(history, args.goal.as_deref().unwrap_or_default(), &scope).await;

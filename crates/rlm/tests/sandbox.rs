@@ -11,17 +11,25 @@ use recursive_rlm::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-/// `echo(x)` answers `{"result": "echo:" + x}` after a short async wait and tracks how many
-/// calls are in flight at once; `mark()` answers `None` at once. Every call is counted as it
-/// comes, so a test can act once a snippet got somewhere.
+/// `echo(x)` answers `{"result": "echo:" + x}` (once `together` calls have been in flight at
+/// once, when that is set) and tracks how many calls are in flight at once; `mark()` answers
+/// `None` at once. Every call is counted as it comes, so a test can act once a snippet got
+/// somewhere.
 #[derive(Default)]
 struct EchoHost {
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
+    together: usize,
 }
 
 impl EchoHost {
+    /// A host whose echoes wait until `n` of them are in flight at once (calls that cannot
+    /// overlap fail to after 10 s, and the test with them).
+    fn together(n: usize) -> Self {
+        Self { together: n, ..Self::default() }
+    }
+
     /// Waits until the host has been called `n` times.
     async fn called(&self, n: usize) {
         recursive_testkit::wait_until(Duration::from_secs(30), || self.calls.load(Ordering::SeqCst) >= n).await;
@@ -59,11 +67,15 @@ impl SandboxHost for EchoHost {
             return HostReply::Finish(json!({"done": true}));
         }
         let arg = call.args.first().map(|a| a.to_string()).unwrap_or_default();
-        let (in_flight, max) = (self.in_flight.clone(), self.max_in_flight.clone());
+        let (in_flight, max, together) = (self.in_flight.clone(), self.max_in_flight.clone(), self.together);
         HostReply::Pending(Box::pin(async move {
             let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             max.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            let overlapped = || max.load(Ordering::SeqCst) >= together;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !overlapped() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             in_flight.fetch_sub(1, Ordering::SeqCst);
             Ok(json!({"result": format!("echo:{arg}")}))
         }))
@@ -108,7 +120,7 @@ async fn sync_and_awaited_forms_both_work() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gather_runs_host_calls_concurrently() {
     let sb = sandbox(SandboxLimits::default()).await;
-    let host = Arc::new(EchoHost::default());
+    let host = Arc::new(EchoHost::together(5));
     let o =
         run(&sb, &host, "rs = await asyncio.gather(*[echo(i) for i in range(5)])\nprint([r['result'] for r in rs])")
             .await;
@@ -172,7 +184,8 @@ async fn infinite_loop_is_stopped_by_the_timeout() {
 async fn slow_host_call_counts_against_the_wall_clock() {
     let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(100), ..Default::default() }).await;
     let host = Arc::new(EchoHost::default());
-    let o = run(&sb, &host, "rs = [echo(i) for i in range(10)]").await;
+    // A host call that never answers: the time the snippet spends waiting on it is its own.
+    let o = run(&sb, &host, "first = echo(1)\nhang()").await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Timeout);
 }
 
@@ -423,7 +436,7 @@ def fib(n):
 #[tokio::test(flavor = "multi_thread")]
 async fn asyncio_forms_models_write_run_concurrently_and_once() {
     let sb = sandbox(SandboxLimits::default()).await;
-    let host = Arc::new(EchoHost::default());
+    let host = Arc::new(EchoHost::together(4));
     let code = r#"
 tasks = [echo(i) for i in range(4)]
 rs = await asyncio.gather(*tasks)

@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, 
 
 /// A runner whose input says what its run does: `ask` asks permission for a write and answers
 /// with what it was told, `events` emits a tool call, a failed tool result and a delta, `slow`
-/// streams deltas for a while; anything else answers `ok: INPUT`.
+/// streams deltas until its ask is answered; anything else answers `ok: INPUT`.
 struct Scripted {
     board: Arc<AnswerBoard>,
 }
@@ -58,11 +58,29 @@ impl Runner for Scripted {
                 "done".to_string()
             }
             "slow" => {
-                for i in 0..15 {
-                    scope.emit(1, EventKind::PartialText { delta: format!("{i} ") });
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                "slept".to_string()
+                // Streams a delta every 100 ms until its ask is answered (at most a minute).
+                let question = self.board.open();
+                scope.emit(
+                    1,
+                    EventKind::Ask {
+                        ask: question.id.clone(),
+                        id: "call_1".into(),
+                        name: "stop".into(),
+                        arguments: json!({}),
+                        reason: "say when to stop".into(),
+                        timeout_ms: 60_000,
+                    },
+                );
+                let ticking = scope.clone();
+                let ticker = tokio::spawn(async move {
+                    for i in 0.. {
+                        ticking.emit(1, EventKind::PartialText { delta: format!("{i} ") });
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+                let stopped = question.wait(Duration::from_secs(60)).await;
+                ticker.abort();
+                if stopped.is_some() { "slept" } else { "nobody said stop" }.to_string()
             }
             other => {
                 let text = format!("ok: {other}");
@@ -464,10 +482,32 @@ async fn a_client_without_elicitation_is_not_asked_and_the_ask_waits_for_an_answ
 
 #[tokio::test]
 async fn a_subscription_to_a_running_run_is_told_of_its_updates_and_an_unknown_run_is_refused() {
-    let (mut client, _server, _board) = connect(json!({})).await;
+    let (mut client, _server, board) = connect(json!({})).await;
     let call = client.start("tools/call", json!({"name": "run", "arguments": {"goal": "slow"}})).await;
     let uri = format!("recursive://runs/{}", newest_run(&mut client).await);
     assert_eq!(client.result("resources/subscribe", json!({"uri": uri})).await, json!({}));
+    // Reading the run's events until its ask shows and two updates were told, then stopping it.
+    let events = format!("{uri}/events");
+    let told = |client: &Client| {
+        let uri = uri.as_str();
+        client
+            .notifications
+            .iter()
+            .filter(|n| n["method"] == "notifications/resources/updated" && n["params"]["uri"] == uri)
+            .count()
+    };
+    let mut ask = None;
+    for _ in 0..500 {
+        let read = client.result("resources/read", json!({"uri": events})).await;
+        let text = read["contents"][0]["text"].as_str().unwrap().to_string();
+        ask = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|e| e["type"] == "ask");
+        if ask.is_some() && told(&client) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ask = ask.expect("the run's ask is recorded")["ask"].as_str().unwrap().to_string();
+    assert!(board.answer(&ask, ClientAnswer { allow: true, reason: None }));
     let done = client.response(call).await;
     assert_eq!(done["result"]["content"][0]["text"], "slept", "{done}");
     let updates = client

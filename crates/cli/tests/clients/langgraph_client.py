@@ -257,9 +257,19 @@ def joined_stream():
     followed = parts(client.runs.join_stream(other, run["run_id"]))
     again = client.runs.create(other, "approval", command={"resume": "no"})
     in_values = parts(client.runs.join_stream(other, again["run_id"], stream_mode="values"))
-    time.sleep(0.5)  # the runs API archives an ended run and lets it go
-    ended = parts(client.runs.join_stream(other, run["run_id"], stream_mode="values"))
-    return followed, [e for e, _ in in_values], ended
+    return followed, [e for e, _ in in_values], let_go(other, run["run_id"])
+
+
+def let_go(thread, run_id):
+    """The ended run joined once the runs API has written it away and let it go: it then tells
+    how the thread stands (the resume's answer) instead of replaying the run (polled, 15 s)."""
+    started = time.time()
+    while True:
+        ended = parts(client.runs.join_stream(thread, run_id, stream_mode="values"))
+        values = [data for event, data in ended if event == "values"]
+        if (values and values[-1].get("answer") == "no") or time.time() - started > 15:
+            return ended
+        time.sleep(0.1)
 
 
 followed = call("runs.join_stream", joined_stream)

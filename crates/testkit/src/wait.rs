@@ -21,21 +21,8 @@ const POLL: Duration = Duration::from_millis(10);
 /// ```
 #[track_caller]
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> impl Future<Output = ()> {
-    let caller = Location::caller();
-    async move {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut polls = 0u32;
-        loop {
-            polls += 1;
-            if condition() {
-                return;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                panic!("wait_until at {caller}: the condition still did not hold after {timeout:?} ({polls} checks)");
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
+    let failed = "wait_until: the condition still did not hold";
+    poll(Location::caller(), failed, timeout, move || std::future::ready(condition().then_some(())))
 }
 
 /// Polls `probe` every 10 ms until it yields a value, and returns it; panics (naming the
@@ -50,25 +37,33 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> imp
 /// # }
 /// ```
 #[track_caller]
-pub fn eventually<T, F, Fut>(timeout: Duration, mut probe: F) -> impl Future<Output = T>
+pub fn eventually<T, F, Fut>(timeout: Duration, probe: F) -> impl Future<Output = T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let caller = Location::caller();
-    async move {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut polls = 0u32;
-        loop {
-            polls += 1;
-            if let Some(value) = probe().await {
-                return value;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                panic!("eventually at {caller}: nothing came after {timeout:?} ({polls} checks)");
-            }
-            tokio::time::sleep(POLL).await;
+    poll(Location::caller(), "eventually: nothing came", timeout, probe)
+}
+
+/// Polls `probe` every [`POLL`] until it yields a value (checked once more at the deadline);
+/// past `timeout`, panics with `failed` and `caller`.
+async fn poll<T, Fut: Future<Output = Option<T>>>(
+    caller: &'static Location<'static>,
+    failed: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut polls = 0u32;
+    loop {
+        polls += 1;
+        if let Some(value) = probe().await {
+            return value;
         }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{failed} after {timeout:?} ({polls} checks), waiting at {caller}");
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

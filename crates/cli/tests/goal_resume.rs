@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Goal pursuit across processes, against a scripted model server on 127.0.0.1 that answers
 //! by phase and goal (read from each request's system and user messages): a pursuit killed
-//! with SIGKILL in the middle resumes from its log without asking the model about any goal it
-//! had finished, and ends with the tree an uninterrupted run gives; a recorded pursuit whose
+//! with SIGKILL in the middle resumes from its log (kept in the run store: its JSONL file, an
+//! export, may even be gone) without asking the model about any goal it had finished, and ends with the tree an uninterrupted run gives; a recorded pursuit whose
 //! sub-goals ran concurrently (finishing in another order than planned) replays offline to the
 //! same tree.
 
@@ -121,6 +121,8 @@ fn a_pursuit_killed_mid_way_resumes_without_repeating_a_finished_goal() {
     let asked_before: Vec<(String, String)> = server.requests().iter().map(phase).collect();
     assert!(asked_before.contains(&("action:analyze".into(), SUBS[1].into())), "{asked_before:?}");
 
+    // The log is kept in the run store; the file is its export: the resume reads the store.
+    std::fs::rename(&log, env.path("survey.before.jsonl")).unwrap();
     hang.store(false, Ordering::SeqCst);
     let resumed = env.cmd().env("OPENAI_API_KEY", "sk-test").args(goal_args(&["--resume", s(&log)])).output().unwrap();
     assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));

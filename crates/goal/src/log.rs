@@ -4,12 +4,12 @@
 //! event), and [`trace`] to pull out a goal with all its descendants.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use recursive_core::event::{SpanAttr, SpanOn, SpanOp};
 use recursive_core::text::one_line;
-use recursive_core::{ExtensionEvent, JsonlFile, RunnableKind, read_jsonl};
+use recursive_core::{ExtensionEvent, JsonlFile, RunnableKind, StoredRecords, read_jsonl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -199,10 +199,12 @@ impl ExtensionEvent for GoalRunEvent {
 /// Failure reading a log back.
 pub type LogReadError = recursive_core::JsonlReadError;
 
-/// The execution log: in memory, and optionally mirrored to a JSONL file.
+/// The execution log: in memory, and optionally kept in a store's slot (what a resume reads)
+/// and mirrored to a JSONL file (the store's export, for people and `trace`).
 #[derive(Debug, Default)]
 pub struct ExecutionLog {
     file: Option<JsonlFile>,
+    store: Option<Arc<dyn StoredRecords>>,
     events: Mutex<Vec<GoalEvent>>,
 }
 
@@ -215,7 +217,13 @@ impl ExecutionLog {
     /// A log that also appends to `path` (created with its parent directories; an existing
     /// file is appended to).
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        Ok(Self { file: Some(JsonlFile::append_to(path)?), events: Mutex::new(Vec::new()) })
+        Ok(Self { file: Some(JsonlFile::append_to(path)?), store: None, events: Mutex::new(Vec::new()) })
+    }
+
+    /// A log kept in `store` (read back with [`crate::ResumeLog::from_records`]), each event
+    /// also appended to the JSONL file `export`.
+    pub fn kept(store: Arc<dyn StoredRecords>, export: impl AsRef<Path>) -> std::io::Result<Self> {
+        Ok(Self { file: Some(JsonlFile::append_to(export)?), store: Some(store), events: Mutex::new(Vec::new()) })
     }
 
     /// The JSONL file, if any.
@@ -223,11 +231,16 @@ impl ExecutionLog {
         self.file.as_ref().map(JsonlFile::path)
     }
 
-    /// Records an event: kept in memory, then appended to the file as one flushed line.
+    /// Records an event: kept in memory, committed to the store, then appended to the file as
+    /// one flushed line.
     pub fn record(&self, event: &GoalEvent) -> std::io::Result<()> {
-        // The memory lock is held while writing so the file and memory keep the same order.
+        // The memory lock is held while writing so the store, the file and memory keep the same
+        // order.
         let mut events = self.events.lock().map_err(|_| std::io::Error::other("goal log lock poisoned"))?;
         events.push(event.clone());
+        if let Some(store) = &self.store {
+            store.append(&serde_json::to_string(event).map_err(std::io::Error::other)?)?;
+        }
         match &self.file {
             Some(file) => file.write(event),
             None => Ok(()),

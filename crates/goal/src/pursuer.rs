@@ -199,6 +199,17 @@ impl GoalPursuer {
         Ok(self)
     }
 
+    /// Keeps the execution log in `store` (what a resume reads, [`crate::ResumeLog::from_records`])
+    /// with the JSONL file `export` as its export for people and `trace`.
+    pub fn with_kept_log(
+        mut self,
+        store: Arc<dyn recursive_core::StoredRecords>,
+        export: impl AsRef<Path>,
+    ) -> Result<Self, GoalError> {
+        self.log = Arc::new(ExecutionLog::kept(store, export)?);
+        Ok(self)
+    }
+
     /// Journals the pursuit's calls and spend in `ledger` (a store's, read back for a resume
     /// with [`crate::ResumeLog::open_with_journal`]) instead of a file beside its log.
     pub fn with_journal(mut self, ledger: Arc<dyn SpendLedger>) -> Self {

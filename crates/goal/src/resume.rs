@@ -90,6 +90,27 @@ impl ResumeLog {
         Ok(Self { path, events, cuts, ledger: SpendTotal::of(&records), records })
     }
 
+    /// A log kept in a store's slot ([`crate::ExecutionLog::kept`]) whose records are
+    /// `records` (its export at `path`, for messages), its spend journal holding `journal`. A
+    /// record that is not an event is an error naming its number.
+    pub fn from_records(
+        path: impl Into<PathBuf>,
+        records: &[String],
+        journal: Vec<SpendRecord>,
+    ) -> Result<Self, ResumeError> {
+        let path = path.into();
+        let mut events = Vec::with_capacity(records.len());
+        for (i, record) in records.iter().enumerate() {
+            let event = serde_json::from_str(record).map_err(|e| ResumeError::Corrupt {
+                path: path.clone(),
+                line: i + 1,
+                message: format!("(record {} of the log kept in the store) {e}", i + 1),
+            })?;
+            events.push(event);
+        }
+        Ok(Self { path, events, cuts: Vec::new(), ledger: SpendTotal::of(&journal), records: journal })
+    }
+
     /// A log from events already in memory (e.g. [`crate::ExecutionLog::events`]).
     pub fn from_events(path: impl Into<PathBuf>, events: Vec<GoalEvent>) -> Self {
         Self { path: path.into(), events, cuts: Vec::new(), ledger: SpendTotal::default(), records: Vec::new() }
@@ -122,6 +143,11 @@ impl ResumeLog {
         total.settled_usd += (cost - total.usd()).max(0.0);
         total.usage.input_tokens += tokens.saturating_sub(total.usage.total());
         total
+    }
+
+    /// Its events, in order.
+    pub fn events(&self) -> &[GoalEvent] {
+        &self.events
     }
 
     /// The log's path.
@@ -309,6 +335,43 @@ mod tests {
         assert!(log.finished("1.1", "another goal").is_none(), "an id with another goal is not restored");
         assert!(log.finished("1.2", "read b").is_none(), "an unfinished goal is pursued again");
         assert_eq!(log.finished_count(), 1);
+    }
+
+    /// Records kept in memory, as a store keeps them.
+    #[derive(Debug, Default)]
+    struct Kept(std::sync::Mutex<Vec<String>>);
+
+    impl recursive_core::StoredRecords for Kept {
+        fn append(&self, record: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(record.to_string());
+            Ok(())
+        }
+
+        fn records(&self) -> std::io::Result<Vec<String>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+    }
+
+    #[test]
+    fn a_log_kept_in_a_store_resumes_from_its_records_and_exports_each_event() {
+        use recursive_core::StoredRecords;
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("g.jsonl");
+        let store = std::sync::Arc::new(Kept::default());
+        let log = crate::ExecutionLog::kept(store.clone(), &export).unwrap();
+        for line in [
+            event("1", "objective", GoalEventKind::Started, None, json!({})),
+            event("1.1", "read a", GoalEventKind::Started, None, json!({})),
+        ] {
+            log.record(&serde_json::from_str(&line).unwrap()).unwrap();
+        }
+        let records = store.records().unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(std::fs::read_to_string(&export).unwrap().lines().count(), 2, "exported as it goes");
+        let resumed = ResumeLog::from_records(&export, &records, Vec::new()).unwrap();
+        assert_eq!(resumed.objective(), Some(("1".into(), "objective".into())));
+        let bad = ResumeLog::from_records(&export, &["{}".to_string()], Vec::new()).unwrap_err().to_string();
+        assert!(bad.contains(":1:") && bad.contains("record 1 of the log kept in the store"), "{bad}");
     }
 
     #[tokio::test]

@@ -127,13 +127,20 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         (None, Some(path)) => path.clone(),
         (None, None) => crate::sessions::goals_root()?.join(format!("{}.jsonl", crate::sessions::new_id())),
     };
-    // One runner per pursuit: taken before the log is read (a resume repairs its end). Its
-    // spend and finished calls are journaled in the run store under the same key.
-    let runner = hold_pursuit(&log_path).await?;
+    // A pursuit is a slot of the run store: its log is kept there (`log_path` its export), one
+    // runner holds it — taken before the log is read — and its spend and finished calls are
+    // journaled there.
+    let store = crate::sessions::runs_store()?;
+    let key = pursuit_key(&log_path);
+    let runner = hold_pursuit(&store, &key, &log_path).await?;
     let journal = pursuit_journal(&log_path, &runner).await?;
     let records = journal.records().await.map_err(|e| anyhow::anyhow!("the pursuit's journal: {e}"))?;
+    let kept = store.records(&format!("log-{key}"));
     // A bad log to resume is reported before any model is called.
-    let resume = args.resume.as_ref().map(|_| resume_log(&log_path, records)).transpose()?;
+    let resume = match &args.resume {
+        Some(_) => Some(resume_log(&log_path, &kept, records)?),
+        None => None,
+    };
 
     // The pursuit carves its own budget node (time, cost) from the root's. Each goal is one
     // level of the run tree, plus a level for the work a goal delegates: the tree's depth cap
@@ -151,10 +158,7 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         }
         pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
-    pursuer = pursuer.with_journal(Arc::new(journal)).with_log(&log_path)?;
-    for cut in resume.iter().flat_map(ResumeLog::cuts) {
-        eprintln!("warning: {cut}");
-    }
+    pursuer = pursuer.with_journal(Arc::new(journal)).with_kept_log(Arc::new(kept), &log_path)?;
     if !args.provider.quiet {
         match &resume {
             Some(r) => eprintln!(
@@ -220,30 +224,60 @@ fn goal_config(args: &GoalArgs, max_cost: f64, model: String) -> anyhow::Result<
     Ok(c)
 }
 
-/// The log to resume: a path to an existing file, else a pursuit id.
-/// The log `--resume` names: a path, or the id of a log under the data directory.
+/// The log `--resume` names: a path, or the id of a log under the data directory — its export
+/// there, or its log kept in the run store.
 fn resume_path(spec: &str) -> anyhow::Result<PathBuf> {
-    let path = if Path::new(spec).is_file() {
-        PathBuf::from(spec)
-    } else if spec.is_empty() || spec.contains(['/', '\\']) || spec.starts_with('.') {
+    let by_path = spec.contains(['/', '\\']) || spec.starts_with('.') || Path::new(spec).is_file();
+    if spec.is_empty() || (by_path && !is_pursuit(Path::new(spec))?) {
         return Err(ConfigError(format!("--resume {spec}: no such goal log")).into());
-    } else {
-        let path = crate::sessions::goals_root()?.join(format!("{spec}.jsonl"));
-        if !path.is_file() {
-            return Err(ConfigError(format!(
-                "--resume {spec}: no goal log with that id (looked for {})",
-                path.display()
-            ))
-            .into());
-        }
-        path
-    };
+    }
+    if by_path {
+        return Ok(PathBuf::from(spec));
+    }
+    let path = crate::sessions::goals_root()?.join(format!("{spec}.jsonl"));
+    if !is_pursuit(&path)? {
+        return Err(
+            ConfigError(format!("--resume {spec}: no goal log with that id (looked for {})", path.display())).into()
+        );
+    }
     Ok(path)
 }
 
-/// The log to resume, read (its end repaired) and checked to hold a pursuit.
-fn resume_log(path: &Path, journal: Vec<recursive_core::spend::SpendRecord>) -> anyhow::Result<ResumeLog> {
-    let log = ResumeLog::open_with_journal(path, journal).map_err(|e| ConfigError(format!("--resume: {e}")))?;
+/// Whether a pursuit's log is at `log`: its export there, or its log kept in the run store.
+fn is_pursuit(log: &Path) -> anyhow::Result<bool> {
+    if log.is_file() {
+        return Ok(true);
+    }
+    let kept = crate::sessions::runs_store()?.records(&format!("log-{}", pursuit_key(log)));
+    Ok(!recursive_core::StoredRecords::records(&kept)?.is_empty())
+}
+
+/// The log to resume, from the run store, checked to hold a pursuit. Its export is taken up
+/// first: read (a last line a kill cut short cut off, with a warning naming it; a damaged line
+/// before it refuses the resume), and a log an earlier version kept in the file alone moved
+/// into the store.
+fn resume_log(
+    path: &Path,
+    kept: &recursive_store::SqliteRecords,
+    journal: Vec<recursive_core::spend::SpendRecord>,
+) -> anyhow::Result<ResumeLog> {
+    use recursive_core::StoredRecords;
+    let refused = |e: &dyn std::fmt::Display| ConfigError(format!("--resume: {e}"));
+    let mut records = kept.records().map_err(|e| refused(&e))?;
+    if path.exists() {
+        let export = ResumeLog::open_with_journal(path, Vec::new()).map_err(|e| refused(&e))?;
+        for cut in export.cuts() {
+            eprintln!("warning: {cut}");
+        }
+        if records.is_empty() {
+            for event in export.events() {
+                let record = serde_json::to_string(event)?;
+                kept.append(&record).map_err(|e| refused(&e))?;
+                records.push(record);
+            }
+        }
+    }
+    let log = ResumeLog::from_records(path, &records, journal).map_err(|e| refused(&e))?;
     if log.objective().is_none() {
         return Err(ConfigError(format!("--resume: {} holds no pursuit", path.display())).into());
     }
@@ -311,13 +345,21 @@ fn report(
     Ok(())
 }
 
-/// Takes the pursuit kept in `log` for this process, by its lease in the user's run store (one
-/// runner per pursuit; a killed holder is taken over at once).
-async fn hold_pursuit(log: &std::path::Path) -> anyhow::Result<recursive_store::Runner> {
+/// The run store's key of the pursuit whose log (export) is `log`.
+fn pursuit_key(log: &Path) -> String {
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_path_buf());
+    format!("goal-{}", absolute.display())
+}
+
+/// Takes the pursuit `key` (whose log is `log`) for this process, by its lease in the run
+/// store (one runner per pursuit; a killed holder is taken over at once).
+async fn hold_pursuit(
+    store: &recursive_store::SqliteCheckpointer,
+    key: &str,
+    log: &Path,
+) -> anyhow::Result<recursive_store::Runner> {
     let shown = log.display().to_string();
-    let store = crate::sessions::runs_store()?;
-    crate::sessions::hold_run(&store, &format!("goal-{}", absolute.display()), || {
+    crate::sessions::hold_run(store, key, || {
         format!("goal log {shown} is being run by another process; wait for it to end")
     })
     .await

@@ -569,8 +569,26 @@ struct BedrockEndpoint {
     credentials: Option<Arc<CredentialProvider>>,
 }
 
-/// Bedrock's region, endpoint and authentication: the region from the settings, else
-/// `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's; the endpoint from the settings, else
+/// Bedrock's region: the settings', else `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's.
+fn bedrock_region(settings: &ProviderSettings, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    settings
+        .region
+        .clone()
+        .filter(|r| !r.trim().is_empty())
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .or_else(|| bedrock::credentials::profile_region(env, settings.profile.as_deref()))
+}
+
+fn no_bedrock_region() -> LlmError {
+    LlmError::InvalidSetting(
+        "bedrock: no AWS region; set `region` in the provider settings, AWS_REGION or AWS_DEFAULT_REGION, or \
+         `region` in your AWS profile"
+            .into(),
+    )
+}
+
+/// Bedrock's region, endpoint and authentication: the endpoint from the settings, else
 /// `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, `AWS_ENDPOINT_URL`, the region's; a Bedrock API key from
 /// the settings or `AWS_BEARER_TOKEN_BEDROCK`, else credentials from the AWS chain — required
 /// for AWS's own endpoint, optional for another (a local server, a gateway that signs).
@@ -578,47 +596,32 @@ fn bedrock_endpoint(
     settings: &ProviderSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<BedrockEndpoint, LlmError> {
-    let profile = settings.profile.as_deref();
-    let region = settings
-        .region
-        .clone()
-        .filter(|r| !r.trim().is_empty())
-        .or_else(|| env("AWS_REGION"))
-        .or_else(|| env("AWS_DEFAULT_REGION"))
-        .or_else(|| bedrock::credentials::profile_region(env, profile));
+    let region = bedrock_region(settings, env);
     let base_url = settings
         .base_url
         .clone()
         .or_else(|| env("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"))
         .or_else(|| env("AWS_ENDPOINT_URL"))
         .or_else(|| region.as_deref().map(bedrock::default_endpoint));
-    let no_region = || {
-        LlmError::InvalidSetting(
-            "bedrock: no AWS region; set `region` in the provider settings, AWS_REGION or AWS_DEFAULT_REGION, \
-             or `region` in your AWS profile"
-                .into(),
-        )
-    };
     let api_key = settings.api_key.clone().or_else(|| env("AWS_BEARER_TOKEN_BEDROCK"));
     if api_key.is_some() {
-        let base_url = base_url.ok_or_else(no_region)?;
+        let base_url = base_url.ok_or_else(no_bedrock_region)?;
         return Ok(BedrockEndpoint { base_url, region: region.unwrap_or_default(), api_key, credentials: None });
     }
-    let source = bedrock::credentials::resolve(env, profile, region.as_deref())?;
-    let base_url = base_url.ok_or_else(no_region)?;
+    // A profile that cannot work is said before a missing region (it may be why there is none).
+    let source = bedrock::credentials::resolve(env, settings.profile.as_deref(), region.as_deref())?;
+    let base_url = base_url.ok_or_else(no_bedrock_region)?;
     let credentials = match source {
         Some(source) => Some(Arc::new(CredentialProvider::new(source)?)),
         None if base_url.contains("amazonaws.com") => {
-            return Err(LlmError::MissingCredentials {
-                provider: "bedrock".into(),
-                tried: bedrock::credentials::CHAIN.into(),
-            });
+            let tried = bedrock::credentials::CHAIN.into();
+            return Err(LlmError::MissingCredentials { provider: "bedrock".into(), tried });
         }
         None => None,
     };
     let region = match (region, &credentials) {
         (Some(region), _) => region,
-        (None, Some(_)) => return Err(no_region()),
+        (None, Some(_)) => return Err(no_bedrock_region()),
         (None, None) => String::new(),
     };
     Ok(BedrockEndpoint { base_url, region, api_key: None, credentials })

@@ -1,6 +1,8 @@
 //! Server-sent events for the streaming providers: response bytes, as they arrive, become
 //! [`SseFrame`]s (framing and UTF-8 reassembly by `eventsource-stream`), and a decoder
-//! turns frames into text deltas and one final response.
+//! turns frames into text deltas and one final response. The decoder and its driver take any
+//! kind of frame, so the messages of an AWS event stream ([`crate::eventstream`]) are decoded
+//! the same way.
 //!
 //! The end of the byte stream is made explicit: when the body ends, a blank line is fed to the
 //! parser so a last event without its terminating blank line is still delivered, marked

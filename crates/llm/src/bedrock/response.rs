@@ -168,9 +168,8 @@ impl ResponseAccumulator {
 
     fn reasoning_delta(&mut self, index: u32, delta: wire::ReasoningDelta) {
         if let Some(data) = delta.redacted_content {
-            match self.blocks.entry(index).or_insert_with(|| Block::Redacted(String::new())) {
-                Block::Redacted(d) => d.push_str(&data),
-                _ => return,
+            if let Block::Redacted(d) = self.blocks.entry(index).or_insert_with(|| Block::Redacted(String::new())) {
+                d.push_str(&data);
             }
             return;
         }

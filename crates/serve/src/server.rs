@@ -66,7 +66,7 @@ pub struct ServeConfig {
     pub queue: Option<crate::queued::RunQueue>,
     /// Where the runs of `POST /v1/runs` this process runs are held and journaled, so a server
     /// killed mid-run resumes them when it starts again (`None`: a killed server's runs end
-    /// interrupted). See [`crate::durable`].
+    /// interrupted). See the `durable` module.
     pub journals: Option<Arc<dyn recursive_store::Checkpointer>>,
 }
 
@@ -168,7 +168,7 @@ impl Server {
     }
 
     /// Starts a run in the background (queued while every slot is taken); durable when the
-    /// server keeps journals ([`crate::durable`]).
+    /// server keeps journals (the `durable` module).
     pub(crate) fn start(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
         let (kind, title) = (request.kind, crate::runs::title_of(&request.input));
         let runner = self.runner.clone();
@@ -184,7 +184,7 @@ impl Server {
         Ok(record)
     }
 
-    /// Resumes the durable runs a killed server left unfinished (see [`crate::durable`]): each
+    /// Resumes the durable runs a killed server left unfinished (see the `durable` module): each
     /// goes on under its id, its events numbered after those kept. Says which it resumed and
     /// which another live process holds (to be left alone).
     async fn resume_left(self: &Arc<Self>) -> Result<(usize, Vec<String>), String> {
@@ -380,7 +380,7 @@ impl Server {
     }
 
     /// Takes up the runs a stopped server left unfinished in the store: durable ones resume
-    /// ([`crate::durable`]), the others are marked interrupted; then applies retention. Call
+    /// (the `durable` module), the others are marked interrupted; then applies retention. Call
     /// before serving.
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, String> {
         let (resumed, elsewhere) = self.resume_left().await?;

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Runs that outlive the server process: kept in the workspace's store, listed after a restart
-//! (a run in flight when the server was killed is marked interrupted), replayed from the store,
+//! (a run in flight when the server was killed resumes), replayed from the store,
 //! deleted, pruned by `--keep`; and memory that stays flat over thousands of finished requests.
 
 mod common;
@@ -62,15 +62,18 @@ fn a_server_killed_mid_run_lists_its_runs_after_a_restart() {
     signal(first.child.id(), "KILL");
     drop(first);
 
+    // The restarted server's model answers at once: the run in flight at the kill resumes.
+    let model = rt.block_on(ModelServer::start());
+    model.when("slow", Reply::text("answered after the restart"));
     let second = serve_against(&env, &model, &[]);
     let (status, list) = get(&second, "/v1/runs");
     assert_eq!(status, 200, "{list}");
     let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [slow.as_str(), quick.as_str()], "newest first: {list}");
-    let interrupted = status_of(&second, &slow);
-    assert_eq!(interrupted["status"], "finished", "{interrupted}");
-    assert_eq!(interrupted["result"]["outcome"], "interrupted", "{interrupted}");
-    assert_eq!(interrupted["result"]["ok"], false);
+    wait_for("the resumed run", Duration::from_secs(20), || status_of(&second, &slow)["status"] == "finished");
+    let resumed = status_of(&second, &slow);
+    assert_eq!(resumed["result"]["text"], "answered after the restart", "{resumed}");
+    assert_eq!(resumed["result"]["ok"], true, "{resumed}");
     let kept = status_of(&second, &quick);
     assert_eq!(kept["result"]["text"], "quick answer", "{kept}");
     assert_eq!(kept["title"], "quick question");

@@ -81,7 +81,7 @@ fn listening_off_loopback_without_a_token_is_refused() {
 }
 
 #[test]
-fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
+fn past_the_queue_a_run_gets_429_and_sigterm_stops_the_running_one_for_the_next_server() {
     let env = Env::new();
     let config = env.path("serve.toml");
     std::fs::write(&config, "[[permissions.rules]]\ntool = \"run_shell\"\naction = \"allow\"\n").unwrap();
@@ -120,6 +120,7 @@ fn past_the_queue_a_run_gets_429_and_sigterm_cancels_the_running_one() {
     assert!(events.contains("event: run_finished"), "{events}");
     assert!(events.contains("\"kind\":\"cancelled\""), "the run was cancelled: {events}");
     assert!(events.contains("event: end"), "{events}");
+    assert!(events.contains("resumes when a server starts again"), "left for the next server: {events}");
 }
 
 #[test]

@@ -65,6 +65,27 @@ fn a_run_of_a_killed_server_resumes_when_it_starts_again_without_resending_what_
 }
 
 #[test]
+fn a_run_of_a_server_stopped_with_sigterm_is_left_for_the_next_server_to_finish() {
+    let env = Env::new();
+    std::fs::write(env.path("notes.txt"), "the launch is at dawn").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (stopping, next) = (common::notes_reader(&runtime, true), common::notes_reader(&runtime, false));
+    let first = serve(&env, &stopping);
+    let id = post_run(&first, &json!({"kind": "run", "input": "read the notes"}));
+    wait_for("the run's second call", Duration::from_secs(60), || stopping.request_count() == 2);
+    let mut first = first;
+    signal(first.child.id(), "TERM");
+    let stopped = common::wait_exit(&mut first.child, "serve after SIGTERM");
+    assert_eq!(stopped.and_then(|s| s.code()), Some(0), "a graceful stop");
+
+    let second = serve(&env, &next);
+    wait_for("the run to finish", Duration::from_secs(60), || run_of(&second, &id)["status"] == "finished");
+    let view = run_of(&second, &id);
+    assert_eq!(view["result"]["text"], "read it", "{view}");
+    assert_eq!(next.request_count(), 1, "the finished tool call and first answer are read back");
+}
+
+#[test]
 fn a_run_with_client_tools_of_a_killed_server_ends_interrupted() {
     let env = Env::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();

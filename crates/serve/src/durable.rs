@@ -3,17 +3,23 @@
 //! every durable run is ([`recursive_store::durable`]), with its request kept beside its journal,
 //! so a server killed mid-run resumes it when it starts again — the same id, its events after
 //! those already kept, every model call and tool call it had finished read back from the
-//! journal instead of made again, and what it had spent still counted.
+//! journal instead of made again, and what it had spent still counted. A server stopped on
+//! purpose (SIGTERM) leaves its durable runs unfinished in the store the same way, for the
+//! next server to resume, instead of ending them cancelled; one that restarts while the lease
+//! of a killed predecessor elsewhere still runs takes the run up once that lease expires.
 //!
 //! A run whose client runs tools of its own is not durable: the client that would answer them
 //! went with the server, so it ends interrupted, as every run does without a store.
 
 use std::sync::Arc;
 
-use recursive_core::RunScope;
-use recursive_store::Checkpointer;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use recursive_core::spend::SpendRecord;
+use recursive_core::{FinishReason, RunScope};
 use recursive_store::LeaseError;
 use recursive_store::durable::{DurableKey, Runner};
+use recursive_store::{Checkpointer, StoreLedger};
 
 use crate::runs::{RunOutput, RunRequest};
 
@@ -35,14 +41,32 @@ pub(crate) enum Hold {
     Left(Runner),
 }
 
+/// How a run's job ended.
+pub(crate) enum JobEnd {
+    /// The run finished.
+    Finished(RunOutput),
+    /// A durable run stopped with the server, left unfinished for the next server to resume;
+    /// what those waiting on it here are told.
+    Left(RunOutput),
+}
+
+impl From<RunOutput> for JobEnd {
+    fn from(output: RunOutput) -> Self {
+        JobEnd::Finished(output)
+    }
+}
+
 /// Runs `request` as the durable run `id` in `scope`, held and journaled for as long as it runs.
+/// Cancelled because the server is `stopping`, it is left for the next server: its journal
+/// stays open (what it finished is read back then).
 pub(crate) async fn run(
     hold: Hold,
     runner: Arc<dyn crate::runs::Runner>,
     id: &str,
     request: RunRequest,
     scope: RunScope,
-) -> RunOutput {
+    stopping: &AtomicBool,
+) -> JobEnd {
     let taken = match hold {
         Hold::Left(taken) => Ok(taken),
         Hold::Fresh(journals) => {
@@ -58,18 +82,25 @@ pub(crate) async fn run(
     };
     let held = match held {
         Ok(held) => held,
-        Err(e) => return RunOutput::failed(format!("the run's journal: {e}")),
+        Err(e) => return JobEnd::Finished(RunOutput::failed(format!("the run's journal: {e}"))),
     };
     let output = runner.run(request, held.scope().clone()).await;
-    if let Err(e) = held.close(true).await {
+    let left = stopping.load(Ordering::SeqCst) && output.outcome == FinishReason::Cancelled;
+    if let Err(e) = held.close(!left).await {
         tracing::warn!("ending the journal of run {id}: {e}");
     }
-    output
+    match left {
+        true => JobEnd::Left(RunOutput {
+            outcome: FinishReason::Interrupted,
+            ..RunOutput::failed("the server stopped; the run resumes when a server starts again on its store")
+        }),
+        false => JobEnd::Finished(output),
+    }
 }
 
 /// What became of a run a stopped server left unfinished.
 pub(crate) enum Left {
-    /// It kept no request: it cannot resume.
+    /// It kept no request, or it had finished: it is not run again.
     NotDurable,
     /// Another live process holds it (a server beside this one on a shared store).
     Elsewhere,
@@ -77,14 +108,22 @@ pub(crate) enum Left {
     Taken(Box<RunRequest>, Runner),
 }
 
-/// Takes up run `id` a stopped server left unfinished (see [`Left`]).
-pub(crate) async fn take_left(journals: &Arc<dyn Checkpointer>, id: &str) -> Result<Left, String> {
+/// Takes up run `id` a stopped server left unfinished (see [`Left`]); with `wait`, waits for
+/// another holder to let go. A run whose journal ended had finished (the server stopped before
+/// the store had its result): it is not run again, as nothing of it could be read back.
+pub(crate) async fn take_left(journals: &Arc<dyn Checkpointer>, id: &str, wait: bool) -> Result<Left, String> {
     let Some(request) = kept_request(journals.as_ref(), id).await? else { return Ok(Left::NotDurable) };
-    match Runner::take(journals.clone(), &DurableKey::served(id)).await {
-        Ok(taken) => Ok(Left::Taken(Box::new(request), taken)),
-        Err(LeaseError::Held { .. }) => Ok(Left::Elsewhere),
-        Err(e) => Err(e.to_string()),
+    let taken = match Runner::take(journals.clone(), &DurableKey::served(id).waiting(wait)).await {
+        Ok(taken) => taken,
+        Err(LeaseError::Held { .. }) => return Ok(Left::Elsewhere),
+        Err(e) => return Err(e.to_string()),
+    };
+    let records = StoreLedger::new(taken.store(), taken.journal_key()).records().await.map_err(|e| e.to_string())?;
+    if records.last().is_some_and(|r| matches!(r, SpendRecord::Ended { .. })) {
+        taken.release().await;
+        return Ok(Left::NotDurable);
     }
+    Ok(Left::Taken(Box::new(request), taken))
 }
 
 async fn keep_request(journals: &dyn Checkpointer, id: &str, request: &RunRequest) -> Result<(), String> {

@@ -337,7 +337,8 @@ impl RunRecord {
         let skip = from.saturating_sub(base);
         let events =
             state.events.iter().enumerate().skip(skip).take(EVENT_PAGE).map(|(i, e)| (base + i, e.clone())).collect();
-        (events, state.status == RunStatus::Finished)
+        // A run left for the next server (see `leave`) has its say here too.
+        (events, state.status == RunStatus::Finished || state.result.is_some())
     }
 
     /// Whether this run asked the permission ask `ask` (an `ask` event of its tree names it).
@@ -385,6 +386,13 @@ impl RunRecord {
             s.status = RunStatus::Finished;
             s.result = Some(output);
         });
+    }
+
+    /// Leaves the run unfinished (for a server started later to resume: the store keeps it
+    /// running) while those waiting on it or following its events here get `output` (their
+    /// stream ends with it).
+    pub(crate) fn leave(&self, output: RunOutput) {
+        self.update(|s| s.result = Some(output));
     }
 }
 

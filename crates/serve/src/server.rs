@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Json;
@@ -124,6 +124,8 @@ pub struct Server {
     pub(crate) continuations: crate::conversation::Continuations,
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
+    /// Set when the server stops: durable runs cancelled then are left to the next server.
+    stopping: AtomicBool,
     pub(crate) config: ServeConfig,
     /// Sees every event of every run besides the run's own record (e.g. span export).
     observer: Option<Arc<dyn recursive_core::EventSink>>,
@@ -135,7 +137,7 @@ pub(crate) struct Busy;
 /// What [`Server::recover`] did with the runs a stopped server left unfinished.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovered {
-    /// Durable runs resumed.
+    /// Durable runs resumed (or to be, once another process holding one lets go).
     pub resumed: usize,
     /// Runs marked interrupted.
     pub interrupted: usize,
@@ -162,6 +164,7 @@ impl Server {
             continuations: Default::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_runs.max(1))),
             waiting: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
             config,
             observer,
         })
@@ -177,41 +180,81 @@ impl Server {
         };
         self.admit()?;
         let record = self.store.create(kind, title);
-        let id = record.id.clone();
+        let (id, server) = (record.id.clone(), self.clone());
         self.spawn_on(record.clone(), move |scope| async move {
-            crate::durable::run(crate::durable::Hold::Fresh(journals), runner, &id, request, scope).await
+            let hold = crate::durable::Hold::Fresh(journals);
+            crate::durable::run(hold, runner, &id, request, scope, &server.stopping).await
         });
         Ok(record)
     }
 
     /// Resumes the durable runs a killed server left unfinished (see the `durable` module): each
-    /// goes on under its id, its events numbered after those kept. Says which it resumed and
-    /// which another live process holds (to be left alone).
-    async fn resume_left(self: &Arc<Self>) -> Result<(usize, Vec<String>), String> {
-        let Some(journals) = self.config.journals.clone() else { return Ok((0, Vec::new())) };
-        let (mut resumed, mut elsewhere) = (0, Vec::new());
+    /// goes on under its id, its events numbered after those kept. Returns the ids it resumed
+    /// and those another process holds: each of those is taken up as soon as its holder lets go
+    /// (a server restarted elsewhere waits out its predecessor's lease), unless it finished.
+    async fn resume_left(self: &Arc<Self>) -> Result<Vec<String>, String> {
+        let Some(journals) = self.config.journals.clone() else { return Ok(Vec::new()) };
+        let mut taken_up = Vec::new();
         for (view, created_ms) in self.store.left_unfinished(self.config.queue.as_ref().map(|q| &q.queue)).await? {
-            let (request, taken) = match crate::durable::take_left(&journals, &view.id).await? {
-                crate::durable::Left::Taken(request, taken) => (*request, taken),
-                crate::durable::Left::Elsewhere => {
-                    elsewhere.push(view.id);
-                    continue;
+            taken_up.push(view.id.clone());
+            match crate::durable::take_left(&journals, &view.id, false).await? {
+                crate::durable::Left::Taken(request, taken) => self.resume(view, created_ms, *request, taken).await?,
+                crate::durable::Left::Elsewhere => self.resume_once_free(journals.clone(), view.id),
+                crate::durable::Left::NotDurable => {
+                    taken_up.pop();
                 }
-                crate::durable::Left::NotDurable => continue,
-            };
-            let base = self.store.next_event(&view.id).await?;
-            let record = RunRecord::resumed(view, created_ms, base, tokio_util::sync::CancellationToken::new());
-            let why = "the server stopped before the run finished";
-            record.note(&json!({"type": "resumed", "first_event": base, "why": why}));
-            self.store.register(record.clone());
-            self.waiting.fetch_add(1, Ordering::SeqCst);
-            let (runner, id) = (self.runner.clone(), record.id.clone());
-            self.spawn_on(record, move |scope| async move {
-                crate::durable::run(crate::durable::Hold::Left(taken), runner, &id, request, scope).await
-            });
-            resumed += 1;
+            }
         }
-        Ok((resumed, elsewhere))
+        Ok(taken_up)
+    }
+
+    /// Waits in the background for run `id`'s holder to let go, then resumes it if it is still
+    /// unfinished.
+    fn resume_once_free(self: &Arc<Self>, journals: Arc<dyn recursive_store::Checkpointer>, id: String) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            let taken_up = async {
+                let crate::durable::Left::Taken(request, taken) =
+                    crate::durable::take_left(&journals, &id, true).await?
+                else {
+                    return Ok(());
+                };
+                match server.store.archived(&id).await? {
+                    Some((view, created_ms)) if view.status != crate::runs::RunStatus::Finished => {
+                        server.resume(view, created_ms, *request, taken).await
+                    }
+                    _ => {
+                        taken.release().await;
+                        Ok(())
+                    }
+                }
+            };
+            if let Err(e) = taken_up.await {
+                tracing::warn!("taking up run {id} a stopped server left: {e}");
+            }
+        });
+    }
+
+    /// Runs `request` again as the run of `view` this process has `taken`.
+    async fn resume(
+        self: &Arc<Self>,
+        view: RunView,
+        created_ms: i64,
+        request: RunRequest,
+        taken: recursive_store::Runner,
+    ) -> Result<(), String> {
+        let base = self.store.next_event(&view.id).await?;
+        let record = RunRecord::resumed(view, created_ms, base, tokio_util::sync::CancellationToken::new());
+        let why = "the server stopped before the run finished";
+        record.note(&json!({"type": "resumed", "first_event": base, "why": why}));
+        self.store.register(record.clone());
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let (runner, id, server) = (self.runner.clone(), record.id.clone(), self.clone());
+        self.spawn_on(record, move |scope| async move {
+            let hold = crate::durable::Hold::Left(taken);
+            crate::durable::run(hold, runner, &id, request, scope, &server.stopping).await
+        });
+        Ok(())
     }
 
     /// Starts `job` as a run of `kind` in the background (queued while every slot is taken):
@@ -242,10 +285,11 @@ impl Server {
     }
 
     /// Runs `job` as the run of `record` once a slot is free (its place in the queue taken).
-    fn spawn_on<F, Fut>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
+    fn spawn_on<F, Fut, E>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
     where
         F: FnOnce(RunScope) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = RunOutput> + Send + 'static,
+        Fut: std::future::Future<Output = E> + Send + 'static,
+        E: Into<crate::durable::JobEnd>,
     {
         let (server, run) = (self.clone(), record);
         tokio::spawn(async move {
@@ -259,10 +303,15 @@ impl Server {
                 return;
             }
             run.set_running();
-            let output = job(run_scope(&run, server.observer.clone())).await;
-            run.finish(output);
-            // The slot is free once the run is in the store (see `RunStore::kept`).
-            server.store.kept(&run.id).await;
+            match job(run_scope(&run, server.observer.clone())).await.into() {
+                crate::durable::JobEnd::Finished(output) => {
+                    run.finish(output);
+                    // The slot is free once the run is in the store (see `RunStore::kept`).
+                    server.store.kept(&run.id).await;
+                }
+                // Stopped with the server: kept unfinished, for the next server to resume.
+                crate::durable::JobEnd::Left(output) => run.leave(output),
+            }
             drop(permit);
         });
     }
@@ -359,8 +408,10 @@ impl Server {
         }
     }
 
-    /// Cancels every unfinished run and waits for them to finish, up to the grace period.
+    /// Cancels every unfinished run and waits for them to finish, up to the grace period. A
+    /// durable run stops without finishing: the next server on the store resumes it.
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         let runs = self.store.unfinished();
         for run in &runs {
             run.cancel.cancel();
@@ -383,9 +434,9 @@ impl Server {
     /// (the `durable` module), the others are marked interrupted; then applies retention. Call
     /// before serving.
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, String> {
-        let (resumed, elsewhere) = self.resume_left().await?;
-        let interrupted = self.store.recover(self.config.queue.as_ref().map(|q| &q.queue), &elsewhere).await?;
-        Ok(Recovered { resumed, interrupted })
+        let taken_up = self.resume_left().await?;
+        let interrupted = self.store.recover(self.config.queue.as_ref().map(|q| &q.queue), &taken_up).await?;
+        Ok(Recovered { resumed: taken_up.len(), interrupted })
     }
 }
 

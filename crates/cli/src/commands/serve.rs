@@ -232,10 +232,12 @@ pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Resul
     let shown = super::stores::shown_address(&address);
     let queue = run_queue(&address, &args).await?;
     let (answers, approver) = asks_of(args.client_asks);
-    let (runner, archive, store) = tokio::join!(
+    // The archive and the checkpoints are opened one after the other: on a new SQLite file each
+    // sets it up (its schema, its journal mode), which two connections must not race to do.
+    let stores = async { (recursive_store::open_archive(&address).await, recursive_store::open(&address).await) };
+    let (runner, (archive, store)) = tokio::join!(
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver),
-        recursive_store::open_archive(&address),
-        recursive_store::open(&address)
+        stores
     );
     let ((runner, harness, mcp), archive) =
         (runner?, archive.map_err(|e| anyhow::anyhow!("the run store ({shown}): {e}"))?);

@@ -228,3 +228,32 @@ fn a_pursuit_being_run_is_not_resumed_by_a_second_process() {
         String::from_utf8_lossy(&third.stderr)
     );
 }
+
+#[test]
+fn a_new_pursuit_on_a_reused_log_path_starts_afresh_however_the_path_is_spelled() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start());
+    server.respond_with(answer);
+    std::fs::create_dir_all(env.path("logs")).unwrap();
+    let goal = |log: &str| {
+        let out = env
+            .cmd()
+            .env("OPENAI_API_KEY", "sk-test")
+            .args(["goal", OBJECTIVE, "--log", log, "--layer-concurrency", "1", "--json"])
+            .args(provider_args(&server))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        stdout_json(&out)
+    };
+    let first = goal("logs/g.jsonl");
+    let asked = server.request_count();
+    std::fs::remove_file(env.path("logs/g.jsonl")).unwrap();
+    // The same file, spelled another way: a new pursuit, asked anew and priced anew.
+    let again = goal("./logs/../logs/g.jsonl");
+    assert_eq!(server.request_count(), 2 * asked, "no call of the earlier pursuit answers the new one");
+    assert_eq!(tree(&first), tree(&again));
+    assert!(first["cost_usd"].as_f64().is_some(), "{first}");
+    assert_eq!(first["cost_usd"], again["cost_usd"], "none of the earlier pursuit's spend counts: {again}");
+}

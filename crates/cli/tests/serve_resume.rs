@@ -62,6 +62,15 @@ fn a_run_of_a_killed_server_resumes_when_it_starts_again_without_resending_what_
 
     let events = http(&second.addr, "GET", &format!("/v1/runs/{id}/events"), &[], None).2;
     assert!(events.contains("\"resumed\""), "the resume is an event of the run: {events}");
+
+    // Deleted, the run leaves nothing of itself in the store: its request and answers go too.
+    let store = env.path("runs.db");
+    assert!(!common::store_journal(&store, &format!("request-{id}")).is_empty());
+    let (status, _, body) = http(&second.addr, "DELETE", &format!("/v1/runs/{id}"), &[], None);
+    assert_eq!(status, 204, "{body}");
+    for key in [format!("request-{id}"), format!("run-{id}")] {
+        assert!(common::store_journal(&store, &key).is_empty(), "{key} is gone");
+    }
 }
 
 #[test]

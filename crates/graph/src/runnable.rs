@@ -135,7 +135,9 @@ impl Runnable for GraphRunnable {
         let thread = self.thread_of(scope);
         let key = DurableKey::thread(&thread);
         let ran = run_durable(self.store.clone(), &key, scope, async |held: &HeldRun| {
-            (self.run_held(input, Thread::new(held.store(), thread.clone()), held.scope()).await, true)
+            let outcome = self.run_held(input, Thread::new(held.store(), thread.clone()), held.scope()).await;
+            let ended = outcome.finish_reason != recursive_core::FinishReason::Fault;
+            (outcome, ended)
         })
         .await;
         ran.unwrap_or_else(|e| Outcome::fault(format!("the checkpoint store: {e}"), scope))

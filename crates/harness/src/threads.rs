@@ -106,8 +106,11 @@ impl Harness {
         let scope = &held.scope().clone();
         scope.emit(0, EventKind::RunStarted { goal: format!("graph {} on thread {}", graph.name(), run.thread) });
         let outcome = graph.run(run.start, &Thread::new(held.store(), &run.thread), scope).await;
-        // This run ended whole: a later run of the thread starts afresh.
-        if let Err(e) = held.close(true).await {
+        // A run that ended whole (done, paused, asking, cancelled) closes the journal: a later run
+        // of the thread starts afresh. One that failed (a node, the store, a lost lease) leaves it
+        // for the resume to read back — and a runner that lost its lease must not close its
+        // successor's journal.
+        if let Err(e) = held.close(outcome.is_ok()).await {
             scope.emit(0, EventKind::Error { message: e });
         }
         let (finish_reason, error) = match &outcome {

@@ -131,6 +131,15 @@ async fn keep_request(journals: &dyn Checkpointer, id: &str, request: &RunReques
     journals.append_journal(&request_key(id), &body).await.map_err(|e| e.to_string())
 }
 
+/// Deletes what the store keeps of run `id` to resume it (its request, its journal): the run was
+/// deleted.
+pub(crate) async fn forget(journals: &dyn Checkpointer, id: &str) -> Result<(), String> {
+    for key in [request_key(id), recursive_store::journal::run_key(id)] {
+        journals.delete_journal(&key).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// The request run `id` was started with, when it was kept (a durable run's).
 async fn kept_request(journals: &dyn Checkpointer, id: &str) -> Result<Option<RunRequest>, String> {
     let bodies = journals.journal(&request_key(id)).await.map_err(|e| e.to_string())?;

@@ -288,6 +288,8 @@ pub trait Checkpointer: Send + Sync {
     async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError>;
     /// The journal of the durable run `key`, in the order appended.
     async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError>;
+    /// Deletes the journal `key` (a run deleted, a pursuit started afresh under a reused key).
+    async fn delete_journal(&self, key: &str) -> Result<(), StoreError>;
 }
 
 /// Checkpoints in memory (tests, library use without durability).
@@ -403,6 +405,12 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
         self.with(|m| m.journals.get(key).cloned().unwrap_or_default())
+    }
+
+    async fn delete_journal(&self, key: &str) -> Result<(), StoreError> {
+        self.with(|m| {
+            m.journals.remove(key);
+        })
     }
 }
 

@@ -240,6 +240,11 @@ impl Checkpointer for Fenced {
     async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError> {
         self.store.journal(key).await
     }
+
+    async fn delete_journal(&self, key: &str) -> Result<(), StoreError> {
+        self.hold().await?;
+        self.store.delete_journal(key).await
+    }
 }
 
 #[cfg(test)]

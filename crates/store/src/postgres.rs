@@ -267,6 +267,11 @@ impl Checkpointer for PostgresCheckpointer {
             timed(self.client.query("SELECT body FROM run_journal WHERE key = $1 ORDER BY seq", &[&key])).await?;
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
+
+    async fn delete_journal(&self, key: &str) -> Result<(), StoreError> {
+        timed(self.client.execute("DELETE FROM run_journal WHERE key = $1", &[&key])).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

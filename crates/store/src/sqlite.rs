@@ -325,6 +325,15 @@ impl Checkpointer for SqliteCheckpointer {
         })
         .await
     }
+
+    async fn delete_journal(&self, key: &str) -> Result<(), StoreError> {
+        let key = key.to_string();
+        self.with(move |c| {
+            c.execute("DELETE FROM run_journal WHERE key = ?1", params![key]).map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

@@ -124,7 +124,8 @@ async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
     store.release_lease(thread, "three").await.unwrap();
 }
 
-/// A run's journal: its records in the order appended, apart from every other run's.
+/// A run's journal: its records in the order appended, apart from every other run's, until
+/// it is deleted.
 async fn keeps_journals(store: &dyn Checkpointer, thread: &str) {
     let (mine, other) = (format!("run-{thread}"), format!("other-{thread}"));
     assert!(store.journal(&mine).await.unwrap().is_empty());
@@ -134,6 +135,9 @@ async fn keeps_journals(store: &dyn Checkpointer, thread: &str) {
     store.append_journal(&other, "{\"n\":9}").await.unwrap();
     assert_eq!(store.journal(&mine).await.unwrap(), ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
     assert_eq!(store.journal(&other).await.unwrap(), ["{\"n\":9}"]);
+    store.delete_journal(&mine).await.unwrap();
+    assert!(store.journal(&mine).await.unwrap().is_empty(), "a deleted journal is gone");
+    assert_eq!(store.journal(&other).await.unwrap(), ["{\"n\":9}"], "the others stay");
 }
 
 async fn postgres_schema(prefix: &str) -> Option<TestSchema> {

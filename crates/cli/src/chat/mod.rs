@@ -262,6 +262,8 @@ impl Chat {
         let durable = held.journal();
         if durable.resumed() {
             session.add_spend(&durable.restored.usage, durable.restored.usd())?;
+            // Counted in the session now: a later process must not restore it again.
+            durable.end().await.map_err(anyhow::Error::msg)?;
         }
         let model = harness.provider.model();
         Ok(Chat {

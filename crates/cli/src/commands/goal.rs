@@ -131,11 +131,19 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
     // runner holds it — taken before the log is read — and its spend and finished calls are
     // journaled there.
     let store = crate::sessions::runs_store()?;
+    if let Some(dir) = log_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Made now so the pursuit's key resolves it as every later resume will.
+        std::fs::create_dir_all(dir).map_err(|e| ConfigError(format!("cannot create {}: {e}", dir.display())))?;
+    }
     let key = pursuit_key(&log_path);
     let runner = hold_pursuit(&store, &key, &log_path).await?;
-    let journal = pursuit_journal(&log_path, &runner).await?;
+    let log_key = format!("log-{key}");
+    if args.resume.is_none() {
+        start_afresh(&store, &key, &log_key, &log_path).await?;
+    }
+    let journal = pursuit_journal(&log_path, &runner, args.resume.is_some()).await?;
     let records = journal.records().await.map_err(|e| anyhow::anyhow!("the pursuit's journal: {e}"))?;
-    let kept = store.records(&format!("log-{key}"));
+    let kept = store.records(&log_key);
     // A bad log to resume is reported before any model is called.
     let resume = match &args.resume {
         Some(_) => Some(resume_log(&log_path, &kept, records)?),
@@ -345,10 +353,21 @@ fn report(
     Ok(())
 }
 
-/// The run store's key of the pursuit whose log (export) is `log`.
+/// The run store's key of the pursuit whose log (export) is `log`: one key however the path
+/// is spelled (relative, through `..` or a link to its directory), so one pursuit has one
+/// runner, one log and one journal.
 fn pursuit_key(log: &Path) -> String {
+    format!("goal-{}", canonical_log(log).display())
+}
+
+/// `log` with its directory resolved (the file itself may not exist yet, or any more).
+fn canonical_log(log: &Path) -> PathBuf {
     let absolute = std::path::absolute(log).unwrap_or_else(|_| log.to_path_buf());
-    format!("goal-{}", absolute.display())
+    let (Some(dir), Some(name)) = (absolute.parent(), absolute.file_name()) else { return absolute };
+    match std::fs::canonicalize(dir) {
+        Ok(dir) => dir.join(name),
+        Err(_) => absolute,
+    }
 }
 
 /// Takes the pursuit `key` (whose log is `log`) for this process, by its lease in the run
@@ -366,9 +385,33 @@ async fn hold_pursuit(
 }
 
 /// The journal of the pursuit kept in `log`, in the run store `runner` holds it in: its spend
-/// written ahead of every call and its finished calls. A ledger an earlier version kept beside
-/// the log (`<log>.spend.jsonl`) is moved in first.
-async fn pursuit_journal(log: &Path, runner: &recursive_store::Runner) -> anyhow::Result<recursive_store::StoreLedger> {
-    crate::sessions::import_file_journal(&recursive_core::spend::ledger_path_beside(log), runner).await?;
+/// written ahead of every call and its finished calls. On a resume, a ledger an earlier version
+/// kept beside the log (`<log>.spend.jsonl`) is moved in first.
+async fn pursuit_journal(
+    log: &Path,
+    runner: &recursive_store::Runner,
+    resuming: bool,
+) -> anyhow::Result<recursive_store::StoreLedger> {
+    if resuming {
+        crate::sessions::import_file_journal(&recursive_core::spend::ledger_path_beside(log), runner).await?;
+    }
     Ok(recursive_store::StoreLedger::new(runner.store(), runner.journal_key()))
+}
+
+/// A new pursuit under `key` (its log's path used before) starts afresh: no earlier pursuit's
+/// finished calls answer it and none of their spend counts against its caps; the earlier log is
+/// kept only while its export is there to be appended to (a log several pursuits share).
+async fn start_afresh(
+    store: &recursive_store::SqliteCheckpointer,
+    key: &str,
+    log_key: &str,
+    log: &Path,
+) -> anyhow::Result<()> {
+    use recursive_store::Checkpointer;
+    let failed = |e: recursive_store::StoreError| anyhow::anyhow!("the run store: {e}");
+    store.delete_journal(key).await.map_err(failed)?;
+    if !log.exists() {
+        store.delete_journal(log_key).await.map_err(failed)?;
+    }
+    Ok(())
 }

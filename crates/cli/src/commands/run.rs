@@ -237,15 +237,16 @@ pub async fn execute(args: RunArgs, exports: &super::Exports) -> anyhow::Result<
         }
     }
     mcp.shutdown().await;
-    if let Err(e) = held.close(true).await {
-        eprintln!("warning: {e}");
-    }
     let (result, error) = match outcome {
         Ok(r) => (r, None),
         Err(e) => (*e.partial, Some(format!("{:#}", anyhow::Error::new(e.error)))),
     };
+    // The session's record is written while this process still holds it.
     if let Err(e) = session.record(&model_name, &result) {
         eprintln!("warning: the session could not be updated: {e:#}");
+    }
+    if let Err(e) = held.close(true).await {
+        eprintln!("warning: {e}");
     }
     if args.json {
         let mut v = output::run_json(&result, error.as_deref());

@@ -283,6 +283,8 @@ pub trait Checkpointer: Send + Sync {
     ) -> Result<Option<String>, StoreError>;
     /// Gives the lease up (when `holder` has it).
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError>;
+    /// Who holds the lease on `thread`, or held it last (its lease may have expired).
+    async fn lease_holder(&self, thread: &str) -> Result<Option<String>, StoreError>;
     /// Appends a record to the journal of the durable run `key` ([`crate::journal`]); durable
     /// when it returns.
     async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError>;
@@ -389,6 +391,10 @@ impl Checkpointer for MemoryCheckpointer {
                 None
             }
         })
+    }
+
+    async fn lease_holder(&self, thread: &str) -> Result<Option<String>, StoreError> {
+        self.with(|m| m.leases.get(thread).map(|(holder, _)| holder.clone()))
     }
 
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {

@@ -5,7 +5,9 @@
 //!
 //! A holder that died on this machine (SIGKILL, a crash) is seen at once: a holder names its
 //! process and where it runs (the boot and the PID namespace), and a runner in the same place
-//! whose holder's process is gone takes the lease over without waiting for it to expire.
+//! whose holder's process is gone takes the lease over without waiting for it to expire. One
+//! that is stopped on this machine (SIGSTOP, Ctrl-Z) keeps the lease however long it stays
+//! stopped, expired or not, as a lock would: it goes on where it was once continued.
 //!
 //! A holder that only stalled (a paused process, a machine asleep) past its lease may wake up
 //! after another runner took the thread over. Its writes are fenced: the holder writes through
@@ -82,6 +84,15 @@ impl Lease {
     ) -> Result<Lease, LeaseError> {
         let holder = format!("pid {} ({}){}", std::process::id(), uuid::Uuid::now_v7(), place().unwrap_or_default());
         loop {
+            // A holder stopped on this machine (Ctrl-Z) keeps its run, as a lock would, however
+            // long it is stopped: it goes on where it was when it is continued.
+            if let Some(stopped) = store.lease_holder(thread).await?.filter(|h| stopped_here(h)) {
+                if !wait {
+                    return Err(LeaseError::Held { thread: thread.into(), holder: format!("{stopped}, stopped") });
+                }
+                tokio::time::sleep(WAIT_POLL).await;
+                continue;
+            }
             match store.take_lease(thread, &holder, ttl).await? {
                 None => break,
                 Some(other) if died_here(&other) => store.release_lease(thread, &other).await?,
@@ -146,9 +157,7 @@ fn place() -> Option<String> {
 /// Whether `holder` is a process of this place that is gone (or a zombie). Only a process the
 /// kernel says does not exist counts: one this user may not see or signal is alive.
 fn died_here(holder: &str) -> bool {
-    let Some(here) = place() else { return false };
-    let Some(pid) = holder.strip_prefix("pid ").and_then(|rest| rest.split(' ').next()) else { return false };
-    let Some(pid) = pid.parse::<i32>().ok().filter(|p| *p > 0 && holder.ends_with(&here)) else { return false };
+    let Some(pid) = pid_here(holder) else { return false };
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
         Err(nix::errno::Errno::ESRCH) => true,
         Err(_) => false,
@@ -156,6 +165,21 @@ fn died_here(holder: &str) -> bool {
         Ok(()) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'))),
     }
+}
+
+/// Whether `holder` is a process of this place that is stopped (SIGSTOP, Ctrl-Z) — alive, and
+/// going on where it was once continued.
+fn stopped_here(holder: &str) -> bool {
+    let Some(pid) = pid_here(holder) else { return false };
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't'])))
+}
+
+/// The PID of `holder` when it names a process of this place.
+fn pid_here(holder: &str) -> Option<i32> {
+    let here = place()?;
+    let pid = holder.strip_prefix("pid ")?.split(' ').next()?.parse::<i32>().ok()?;
+    (pid > 0 && holder.ends_with(&here)).then_some(pid)
 }
 
 /// A store whose writes are fenced by a lease (see [`Lease::store`]).
@@ -231,6 +255,10 @@ impl Checkpointer for Fenced {
         self.store.release_lease(thread, holder).await
     }
 
+    async fn lease_holder(&self, thread: &str) -> Result<Option<String>, StoreError> {
+        self.store.lease_holder(thread).await
+    }
+
     /// Not fenced: a runner that lost its lease while a call was in flight records what that
     /// call really cost, which the run's spend must count.
     async fn append_journal(&self, key: &str, body: &str) -> Result<(), StoreError> {
@@ -267,6 +295,28 @@ mod tests {
         let elsewhere = format!("pid {dead} (x) in another-boot/pid:[1]");
         store.take_lease("v", &elsewhere, LEASE_TTL).await.unwrap();
         assert!(matches!(Lease::take(store, "v", false).await, Err(LeaseError::Held { .. })), "not ours to judge");
+    }
+
+    #[tokio::test]
+    async fn a_holder_stopped_here_keeps_its_lease_after_it_expired_until_it_dies() {
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::MemoryCheckpointer::new());
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let holder = format!("pid {pid} (x){}", place().unwrap());
+        store.take_lease("t", &holder, Duration::from_millis(1)).await.unwrap();
+        signal_child(pid, "STOP");
+        recursive_testkit::eventually(Duration::from_secs(10), || async { stopped_here(&holder).then_some(()) }).await;
+        assert_eq!(store.lease_holder("t").await.unwrap().as_deref(), Some(holder.as_str()));
+        let refused = Lease::take(store.clone(), "t", false).await.err().unwrap();
+        assert!(refused.to_string().contains("stopped"), "an expired lease of a stopped holder is kept: {refused}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(Lease::take(store, "t", false).await.is_ok(), "taken over once the holder died");
+    }
+
+    fn signal_child(pid: u32, name: &str) {
+        let status = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status();
+        assert!(status.unwrap().success());
     }
 
     #[tokio::test]

@@ -251,6 +251,11 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(Some(rows.first().and_then(|r| r.try_get::<_, String>(0).ok()).unwrap_or_default()))
     }
 
+    async fn lease_holder(&self, thread: &str) -> Result<Option<String>, StoreError> {
+        let row = timed(self.client.query_opt("SELECT holder FROM graph_leases WHERE thread = $1", &[&thread])).await?;
+        Ok(row.map(|r| r.get::<_, String>(0)))
+    }
+
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
         timed(self.client.execute("DELETE FROM graph_leases WHERE thread = $1 AND holder = $2", &[&thread, &holder]))
             .await?;

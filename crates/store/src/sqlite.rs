@@ -297,6 +297,16 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
+    async fn lease_holder(&self, thread: &str) -> Result<Option<String>, StoreError> {
+        let thread = thread.to_string();
+        self.with(move |c| {
+            c.query_row("SELECT holder FROM graph_leases WHERE thread = ?1", params![thread], |r| r.get(0))
+                .optional()
+                .map_err(backend)
+        })
+        .await
+    }
+
     async fn release_lease(&self, thread: &str, holder: &str) -> Result<(), StoreError> {
         let (thread, holder) = (thread.to_string(), holder.to_string());
         self.with(move |c| {

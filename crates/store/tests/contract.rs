@@ -106,7 +106,8 @@ async fn prunes_only_before_the_kept_one(store: &dyn Checkpointer, thread: &str,
     assert_eq!(&store.latest(thread, "inner:1").await.unwrap().unwrap(), sub, "other namespaces stay");
 }
 
-/// One holder at a time; renewal by the holder; release; an expired lease taken over.
+/// One holder at a time; renewal by the holder; release; who holds it; an expired lease
+/// taken over.
 async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
     let long = Duration::from_secs(60);
     assert_eq!(store.take_lease(thread, "one", long).await.unwrap(), None);
@@ -115,7 +116,9 @@ async fn holds_leases(store: &dyn Checkpointer, thread: &str) {
     store.release_lease(thread, "two").await.unwrap();
     assert_eq!(store.take_lease(thread, "two", long).await.unwrap().as_deref(), Some("one"), "not two's to give");
     store.release_lease(thread, "one").await.unwrap();
+    assert_eq!(store.lease_holder(thread).await.unwrap(), None, "released");
     assert_eq!(store.take_lease(thread, "two", Duration::from_millis(50)).await.unwrap(), None);
+    assert_eq!(store.lease_holder(thread).await.unwrap().as_deref(), Some("two"), "who holds it (even once expired)");
     // An expired lease is taken over: "three" gets it once two's 50 ms have passed.
     recursive_testkit::eventually(Duration::from_secs(10), || async {
         store.take_lease(thread, "three", long).await.unwrap().is_none().then_some(())

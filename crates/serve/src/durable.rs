@@ -35,7 +35,7 @@ pub(crate) fn resumable(request: &RunRequest) -> bool {
 
 /// How a durable run is held when it starts.
 pub(crate) enum Hold {
-    /// A new run: its request is kept in this store, then the run is taken.
+    /// A new run (its request kept already, [`keep_request`]): taken in this store.
     Fresh(Arc<dyn Checkpointer>),
     /// A run a stopped server left, taken up already (see [`take_left`]).
     Left(Runner),
@@ -69,12 +69,7 @@ pub(crate) async fn run(
 ) -> JobEnd {
     let taken = match hold {
         Hold::Left(taken) => Ok(taken),
-        Hold::Fresh(journals) => {
-            if let Err(e) = keep_request(journals.as_ref(), id, &request).await {
-                tracing::warn!("keeping the request of run {id}: {e}; it will not resume after a crash");
-            }
-            Runner::take(journals, &DurableKey::served(id)).await.map_err(|e| e.to_string())
-        }
+        Hold::Fresh(journals) => Runner::take(journals, &DurableKey::served(id)).await.map_err(|e| e.to_string()),
     };
     let held = match taken {
         Ok(taken) => taken.open(&scope).await.map_err(|e| e.to_string()),
@@ -126,9 +121,14 @@ pub(crate) async fn take_left(journals: &Arc<dyn Checkpointer>, id: &str, wait: 
     Ok(Left::Taken(Box::new(request), taken))
 }
 
-async fn keep_request(journals: &dyn Checkpointer, id: &str, request: &RunRequest) -> Result<(), String> {
-    let body = serde_json::to_string(request).map_err(|e| e.to_string())?;
-    journals.append_journal(&request_key(id), &body).await.map_err(|e| e.to_string())
+/// Keeps the request of the new durable run `id`, for a server started later to resume it.
+pub(crate) async fn keep_request(
+    journals: Arc<dyn Checkpointer>,
+    id: String,
+    request: RunRequest,
+) -> Result<(), String> {
+    let body = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+    journals.append_journal(&request_key(&id), &body).await.map_err(|e| e.to_string())
 }
 
 /// Deletes what the store keeps of run `id` to resume it (its request, its journal): the run was

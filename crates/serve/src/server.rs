@@ -181,7 +181,12 @@ impl Server {
         self.admit()?;
         let record = self.store.create(kind, title);
         let (id, server) = (record.id.clone(), self.clone());
+        // Kept at once, so a run still waiting for a slot when the server stops resumes too.
+        let kept = tokio::spawn(crate::durable::keep_request(journals.clone(), id.clone(), request.clone()));
         self.spawn_on(record.clone(), move |scope| async move {
+            if let Ok(Err(e)) = kept.await {
+                tracing::warn!("keeping the request of run {id}: {e}; it will not resume after a crash");
+            }
             let hold = crate::durable::Hold::Fresh(journals);
             crate::durable::run(hold, runner, &id, request, scope, &server.stopping).await
         });

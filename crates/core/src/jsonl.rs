@@ -76,6 +76,22 @@ pub trait StoredRecords: Send + Sync + std::fmt::Debug {
     fn records(&self) -> std::io::Result<Vec<String>>;
 }
 
+/// Records kept in memory ([`StoredRecords`] for tests and library use without a store).
+#[derive(Debug, Default)]
+pub struct MemoryRecords(std::sync::Mutex<Vec<String>>);
+
+impl StoredRecords for MemoryRecords {
+    fn append(&self, record: &str) -> std::io::Result<()> {
+        let mut records = self.0.lock().map_err(|_| std::io::Error::other("the records' lock is poisoned"))?;
+        records.push(record.to_string());
+        Ok(())
+    }
+
+    fn records(&self) -> std::io::Result<Vec<String>> {
+        Ok(self.0.lock().map_err(|_| std::io::Error::other("the records' lock is poisoned"))?.clone())
+    }
+}
+
 /// Most bytes of one line [`read_jsonl`] reads.
 pub const MAX_LINE_BYTES: u64 = 64 * 1024 * 1024;
 

@@ -42,7 +42,9 @@ pub use event::{
 };
 pub use inbox::{Inbox, InboxEvent};
 pub use invoke::{ToolInvoker, ToolLimits, ToolOutcome};
-pub use jsonl::{CutRecord, JsonlFile, JsonlReadError, JsonlRecords, StoredRecords, read_jsonl, read_jsonl_records};
+pub use jsonl::{
+    CutRecord, JsonlFile, JsonlReadError, JsonlRecords, MemoryRecords, StoredRecords, read_jsonl, read_jsonl_records,
+};
 pub use message::{Message, Reasoning, Role, ToolCall, ToolSpec, Usage};
 pub use mock::{MockProvider, MockReply};
 pub use provider::{

@@ -334,26 +334,11 @@ mod tests {
         );
     }
 
-    /// Records kept in memory, as a store keeps them.
-    #[derive(Debug, Default)]
-    struct Kept(std::sync::Mutex<Vec<String>>);
-
-    impl StoredRecords for Kept {
-        fn append(&self, record: &str) -> std::io::Result<()> {
-            self.0.lock().unwrap().push(record.to_string());
-            Ok(())
-        }
-
-        fn records(&self) -> std::io::Result<Vec<String>> {
-            Ok(self.0.lock().unwrap().clone())
-        }
-    }
-
     #[test]
     fn a_log_kept_in_a_store_reads_back_from_it_and_exports_every_record() {
         let dir = tempfile::tempdir().unwrap();
         let export = dir.path().join("t.jsonl");
-        let store = Arc::new(Kept::default());
+        let store = Arc::new(crate::jsonl::MemoryRecords::default());
         let mut log = TranscriptLog::kept(store.clone(), Some(&export)).unwrap();
         log.append(&Message::user("one")).unwrap();
         log.append(&Message::assistant("two")).unwrap();

@@ -337,27 +337,12 @@ mod tests {
         assert_eq!(log.finished_count(), 1);
     }
 
-    /// Records kept in memory, as a store keeps them.
-    #[derive(Debug, Default)]
-    struct Kept(std::sync::Mutex<Vec<String>>);
-
-    impl recursive_core::StoredRecords for Kept {
-        fn append(&self, record: &str) -> std::io::Result<()> {
-            self.0.lock().unwrap().push(record.to_string());
-            Ok(())
-        }
-
-        fn records(&self) -> std::io::Result<Vec<String>> {
-            Ok(self.0.lock().unwrap().clone())
-        }
-    }
-
     #[test]
     fn a_log_kept_in_a_store_resumes_from_its_records_and_exports_each_event() {
         use recursive_core::StoredRecords;
         let dir = tempfile::tempdir().unwrap();
         let export = dir.path().join("g.jsonl");
-        let store = std::sync::Arc::new(Kept::default());
+        let store = std::sync::Arc::new(recursive_core::MemoryRecords::default());
         let log = crate::ExecutionLog::kept(store.clone(), &export).unwrap();
         for line in [
             event("1", "objective", GoalEventKind::Started, None, json!({})),

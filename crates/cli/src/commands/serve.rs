@@ -267,7 +267,8 @@ pub async fn execute(args: ServeArgs, exports: &super::Exports) -> anyhow::Resul
         graphs,
         queue,
         items: Some(items),
-        journals: Some(store),
+        // A store kept in this process only outlives no server: its runs are not durable.
+        journals: (address != "memory:").then_some(store),
     };
     let server = Server::observed(Arc::new(runner), serve_config, telemetry);
     let quiet = args.provider.quiet;

@@ -112,3 +112,28 @@ fn a_run_with_client_tools_of_a_killed_server_ends_interrupted() {
     assert_eq!(view["result"]["outcome"], "interrupted", "{view}");
     assert_eq!(hanging.request_count(), 1, "not run again");
 }
+
+#[test]
+fn a_run_retention_lets_go_of_leaves_nothing_of_itself_in_the_store() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let model = runtime.block_on(ModelServer::start());
+    model.respond_with(|_| Some(Reply::text("done")));
+    let mut cmd = env.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--store", common::s(&env.path("runs.db")), "--keep", "1"])
+        .args(["--provider", "openai", "--base-url", &model.openai_url(), "--model", "gpt-4o-mini"])
+        .env("OPENAI_API_KEY", "sk-test");
+    let server = Served::spawn(cmd);
+    let first = post_run(&server, &json!({"kind": "run", "input": "first"}));
+    wait_for("the first run", Duration::from_secs(60), || run_of(&server, &first)["status"] == "finished");
+    let second = post_run(&server, &json!({"kind": "run", "input": "second"}));
+    wait_for("the first run to be let go", Duration::from_secs(60), || {
+        http(&server.addr, "GET", &format!("/v1/runs/{first}"), &[], None).0 == 404
+    });
+    let store = env.path("runs.db");
+    wait_for("its request and journal to go with it", Duration::from_secs(20), || {
+        [format!("request-{first}"), format!("run-{first}")].iter().all(|k| common::store_journal(&store, k).is_empty())
+    });
+    wait_for("the second run", Duration::from_secs(60), || run_of(&server, &second)["status"] == "finished");
+    assert!(!common::store_journal(&store, &format!("request-{second}")).is_empty(), "the kept run keeps its own");
+}

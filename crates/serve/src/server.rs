@@ -158,7 +158,9 @@ impl Server {
         Arc::new(Server {
             runner,
             store: Arc::new(match &config.archive {
-                Some(archive) => RunStore::new(archive.clone(), config.retention),
+                Some(archive) => {
+                    RunStore::new(archive.clone(), config.retention).with_journals(config.journals.clone())
+                }
                 None => RunStore::new(Arc::new(recursive_store::MemoryArchive::default()), config.retention),
             }),
             continuations: Default::default(),
@@ -741,14 +743,7 @@ async fn list_runs(State(server): State<Arc<Server>>, Query(filter): Query<RunFi
         (status = 409, body = ErrorBody, description = "Still running: cancel it first")))]
 async fn delete_run(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
     match server.store.delete(&id).await {
-        Ok(Ok(true)) => match &server.config.journals {
-            // Its kept request and journal (every answer it had) go with it.
-            Some(journals) => match crate::durable::forget(journals.as_ref(), &id).await {
-                Ok(()) => StatusCode::NO_CONTENT.into_response(),
-                Err(e) => store_failed(&e),
-            },
-            None => StatusCode::NO_CONTENT.into_response(),
-        },
+        Ok(Ok(true)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Ok(false)) => not_found(&id),
         Ok(Err(status)) => {
             let message = format!("the run `{id}` is {status:?}; cancel it first").to_lowercase();

@@ -62,6 +62,9 @@ pub struct RunStore {
     /// Checked before every write: whether this process may still write its runs (a worker's
     /// hold on the job; see [`RunStore::fenced`]).
     fence: Option<Fence>,
+    /// Where durable runs keep what resumes them (their request, their journal): deleted with
+    /// the run, by a client or by retention.
+    journals: Option<Arc<dyn recursive_store::Checkpointer>>,
 }
 
 /// Whether the writer may still write, or why not.
@@ -89,7 +92,23 @@ impl RunStore {
             archiver: AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
             fence: None,
+            journals: None,
         }
+    }
+
+    /// This store, deleting with a run what `journals` keeps to resume it.
+    pub fn with_journals(mut self, journals: Option<Arc<dyn recursive_store::Checkpointer>>) -> Self {
+        self.journals = journals;
+        self
+    }
+
+    /// Deletes what the journals keep of the deleted runs `ids`.
+    async fn forget(&self, ids: &[String]) -> Result<(), String> {
+        let Some(journals) = &self.journals else { return Ok(()) };
+        for id in ids {
+            crate::durable::forget(journals.as_ref(), id).await?;
+        }
+        Ok(())
     }
 
     /// This store, writing only while `fence` allows it: a write it refuses is not made and
@@ -247,7 +266,11 @@ impl RunStore {
         {
             return Ok(Err(view.status));
         }
-        self.archive.delete(id).await.map(Ok).map_err(stored)
+        let deleted = self.archive.delete(id).await.map_err(stored)?;
+        if deleted {
+            self.forget(&[id.to_string()]).await?;
+        }
+        Ok(Ok(deleted))
     }
 
     /// Marks the runs a stopped server left unfinished as interrupted — but those with an open
@@ -338,7 +361,8 @@ impl RunStore {
         if self.retention.is_unbounded() {
             return Ok(());
         }
-        self.archive.prune(self.retention.at(unix_ms())).await.map(|_| ()).map_err(stored)
+        let pruned = self.archive.prune(self.retention.at(unix_ms())).await.map_err(stored)?;
+        self.forget(&pruned).await
     }
 
     /// Waits until the run `id` is no longer held here: written to the archive and let go (or

@@ -128,8 +128,8 @@ pub trait RunArchive: Send + Sync {
     async fn list(&self, query: &RunQuery) -> Result<Vec<ArchivedRun>, StoreError>;
     /// Deletes a run with its events; whether it was there.
     async fn delete(&self, id: &str) -> Result<bool, StoreError>;
-    /// Deletes the finished runs retention no longer keeps; how many.
-    async fn prune(&self, retention: Retention) -> Result<u64, StoreError>;
+    /// Deletes the finished runs retention no longer keeps; their ids.
+    async fn prune(&self, retention: Retention) -> Result<Vec<String>, StoreError>;
     /// The runs not finished (left so by a server that stopped).
     async fn unfinished(&self) -> Result<Vec<ArchivedRun>, StoreError>;
 }
@@ -304,7 +304,7 @@ impl RunArchive for SqliteCheckpointer {
         .await
     }
 
-    async fn prune(&self, retention: Retention) -> Result<u64, StoreError> {
+    async fn prune(&self, retention: Retention) -> Result<Vec<String>, StoreError> {
         self.with(move |conn| {
             let tx = conn.unchecked_transaction().map_err(backend)?;
             let doomed: Vec<String> = {
@@ -339,7 +339,7 @@ impl RunArchive for SqliteCheckpointer {
                 tx.execute("DELETE FROM served_runs WHERE id = ?1", params![id]).map_err(backend)?;
             }
             tx.commit().map_err(backend)?;
-            Ok(doomed.len() as u64)
+            Ok(doomed)
         })
         .await
     }
@@ -448,7 +448,7 @@ impl RunArchive for PostgresCheckpointer {
         Ok(timed(self.client.execute("DELETE FROM served_runs WHERE id = $1", &[&id])).await? > 0)
     }
 
-    async fn prune(&self, retention: Retention) -> Result<u64, StoreError> {
+    async fn prune(&self, retention: Retention) -> Result<Vec<String>, StoreError> {
         let keep = retention.count.map(as_i64);
         let before = retention.before_ms;
         let rows = timed(self.client.query(
@@ -464,7 +464,7 @@ impl RunArchive for PostgresCheckpointer {
             &[&FINISHED, &keep, &before],
         ))
         .await?;
-        Ok(rows.len() as u64)
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
     async fn unfinished(&self) -> Result<Vec<ArchivedRun>, StoreError> {
@@ -550,7 +550,7 @@ impl RunArchive for MemoryArchive {
         Ok(inner.runs.remove(id).is_some())
     }
 
-    async fn prune(&self, retention: Retention) -> Result<u64, StoreError> {
+    async fn prune(&self, retention: Retention) -> Result<Vec<String>, StoreError> {
         let mut inner = self.lock();
         let mut finished: Vec<ArchivedRun> = inner.runs.values().filter(|r| r.status == FINISHED).cloned().collect();
         finished.sort_by(newest_first);
@@ -565,7 +565,7 @@ impl RunArchive for MemoryArchive {
             inner.runs.remove(id);
             inner.events.remove(id);
         }
-        Ok(doomed.len() as u64)
+        Ok(doomed)
     }
 
     async fn unfinished(&self) -> Result<Vec<ArchivedRun>, StoreError> {

@@ -95,6 +95,40 @@ fn a_run_of_a_server_stopped_with_sigterm_is_left_for_the_next_server_to_finish(
 }
 
 #[test]
+fn a_run_still_queued_when_the_server_stops_is_resumed_by_the_next_and_a_cancelled_one_is_not() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let hanging = runtime.block_on(ModelServer::start());
+    hanging.respond_with(|_| Some(Reply::hang()));
+    let mut cmd = env.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "-q", "--store", common::s(&env.path("runs.db"))])
+        .args(["--max-concurrent-runs", "1", "--provider", "openai", "--base-url", &hanging.openai_url()])
+        .args(["--model", "gpt-4o-mini"])
+        .env("OPENAI_API_KEY", "sk-test");
+    let mut first = Served::spawn(cmd);
+    let running = post_run(&first, &json!({"kind": "run", "input": "first"}));
+    wait_for("the first run's call", Duration::from_secs(60), || hanging.request_count() == 1);
+    let queued = post_run(&first, &json!({"kind": "run", "input": "second"}));
+    let cancelled = post_run(&first, &json!({"kind": "run", "input": "third"}));
+    let (status, _, body) = http(&first.addr, "POST", &format!("/v1/runs/{cancelled}/cancel"), &[], None);
+    assert_eq!(status, 202, "{body}");
+    signal(first.child.id(), "TERM");
+    let stopped = common::wait_exit(&mut first.child, "serve after SIGTERM");
+    assert_eq!(stopped.and_then(|s| s.code()), Some(0));
+
+    let answering = runtime.block_on(ModelServer::start());
+    answering.respond_with(|r| Some(Reply::text(format!("answer: {}", r.last_user_text().unwrap_or_default()))));
+    let second = serve(&env, &answering);
+    for (id, input) in [(&running, "first"), (&queued, "second")] {
+        wait_for("the left run to finish", Duration::from_secs(60), || run_of(&second, id)["status"] == "finished");
+        assert_eq!(run_of(&second, id)["result"]["text"], format!("answer: {input}"), "{id} resumed");
+    }
+    let view = run_of(&second, &cancelled);
+    assert_eq!(view["result"]["outcome"], "cancelled", "the client's cancel stands: {view}");
+    assert_eq!(answering.request_count(), 2, "the cancelled run is not run");
+}
+
+#[test]
 fn a_run_with_client_tools_of_a_killed_server_ends_interrupted() {
     let env = Env::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -13,15 +13,13 @@
 
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use recursive_core::spend::SpendRecord;
 use recursive_core::{FinishReason, RunScope};
 use recursive_store::LeaseError;
-use recursive_store::durable::{DurableKey, Runner};
+use recursive_store::durable::{DurableKey, HeldRun, Runner};
 use recursive_store::{Checkpointer, StoreLedger};
 
-use crate::runs::{RunOutput, RunRequest};
+use crate::runs::{RunOutput, RunRecord, RunRequest};
 
 /// The journal key the request of run `run` is kept under.
 fn request_key(run: &str) -> String {
@@ -45,28 +43,31 @@ pub(crate) enum Hold {
 pub(crate) enum JobEnd {
     /// The run finished.
     Finished(RunOutput),
-    /// A durable run stopped with the server, left unfinished for the next server to resume;
-    /// what those waiting on it here are told.
-    Left(RunOutput),
+    /// A durable run stopped with the server, left unfinished for the next server to resume:
+    /// what those waiting on it here are told, and the hold to let go of once its last events
+    /// are written.
+    Left(RunOutput, HeldRun),
 }
 
-impl From<RunOutput> for JobEnd {
-    fn from(output: RunOutput) -> Self {
-        JobEnd::Finished(output)
+/// What those waiting on a run left for the next server are told.
+pub(crate) fn left_output() -> RunOutput {
+    RunOutput {
+        outcome: FinishReason::Interrupted,
+        ..RunOutput::failed("the server stopped; the run resumes when a server starts again on its store")
     }
 }
 
-/// Runs `request` as the durable run `id` in `scope`, held and journaled for as long as it runs.
-/// Cancelled because the server is `stopping`, it is left for the next server: its journal
+/// Runs `request` as the durable run `record` in `scope`, held and journaled for as long as it
+/// runs. Stopped by the server ([`RunRecord::stop`]), it is left for the next server: its journal
 /// stays open (what it finished is read back then).
 pub(crate) async fn run(
     hold: Hold,
     runner: Arc<dyn crate::runs::Runner>,
-    id: &str,
+    record: &RunRecord,
     request: RunRequest,
     scope: RunScope,
-    stopping: &AtomicBool,
 ) -> JobEnd {
+    let id = &record.id;
     let taken = match hold {
         Hold::Left(taken) => Ok(taken),
         Hold::Fresh(journals) => Runner::take(journals, &DurableKey::served(id)).await.map_err(|e| e.to_string()),
@@ -80,17 +81,13 @@ pub(crate) async fn run(
         Err(e) => return JobEnd::Finished(RunOutput::failed(format!("the run's journal: {e}"))),
     };
     let output = runner.run(request, held.scope().clone()).await;
-    let left = stopping.load(Ordering::SeqCst) && output.outcome == FinishReason::Cancelled;
-    if let Err(e) = held.close(!left).await {
+    if record.stopped() && output.outcome == FinishReason::Cancelled {
+        return JobEnd::Left(left_output(), held);
+    }
+    if let Err(e) = held.close(true).await {
         tracing::warn!("ending the journal of run {id}: {e}");
     }
-    match left {
-        true => JobEnd::Left(RunOutput {
-            outcome: FinishReason::Interrupted,
-            ..RunOutput::failed("the server stopped; the run resumes when a server starts again on its store")
-        }),
-        false => JobEnd::Finished(output),
-    }
+    JobEnd::Finished(output)
 }
 
 /// What became of a run a stopped server left unfinished.

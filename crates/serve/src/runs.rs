@@ -265,6 +265,8 @@ pub struct RunRecord {
     changed: watch::Sender<u64>,
     /// Cancels the run.
     pub cancel: CancellationToken,
+    /// Cancelled by the server stopping (not by a client).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 struct State {
@@ -294,7 +296,23 @@ impl RunRecord {
             state: Mutex::new(State { status: RunStatus::Queued, base, events: Vec::new(), result: None }),
             changed: watch::Sender::new(0),
             cancel,
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Cancels the run because the server stops — unless a client cancelled it already, which
+    /// stays the reason (a durable run the server stops is left for the next server; one its
+    /// client cancelled is not).
+    pub(crate) fn stop(&self) {
+        if !self.cancel.is_cancelled() {
+            self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.cancel.cancel();
+        }
+    }
+
+    /// Whether the server stopping cancelled it ([`RunRecord::stop`]).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The record of a run accepted elsewhere (a queued run a worker takes up): the same id,

@@ -172,25 +172,31 @@ impl Server {
         })
     }
 
-    /// Starts a run in the background (queued while every slot is taken); durable when the
-    /// server keeps journals (the `durable` module).
+    /// Starts a run in the background (queued while every slot is taken) for a caller that
+    /// waits for it (the OpenAI-compatible endpoints, MCP, LangGraph's assistants): not durable,
+    /// as a caller that got an error when the server stopped would pay for it twice.
     pub(crate) fn start(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
         let (kind, title) = (request.kind, crate::runs::title_of(&request.input));
         let runner = self.runner.clone();
+        self.start_job(kind, title, move |scope| async move { runner.run(request, scope).await })
+    }
+
+    /// Starts a run of the runs API in the background (queued while every slot is taken);
+    /// durable when the server keeps journals (the `durable` module).
+    pub(crate) fn start_run(self: &Arc<Self>, request: RunRequest) -> Result<Arc<RunRecord>, Busy> {
         let Some(journals) = self.config.journals.clone().filter(|_| crate::durable::resumable(&request)) else {
-            return self.start_job(kind, title, move |scope| async move { runner.run(request, scope).await });
+            return self.start(request);
         };
         self.admit()?;
-        let record = self.store.create(kind, title);
-        let (id, server) = (record.id.clone(), self.clone());
+        let record = self.store.create(request.kind, crate::runs::title_of(&request.input));
+        let (id, runner, run) = (record.id.clone(), self.runner.clone(), record.clone());
         // Kept at once, so a run still waiting for a slot when the server stops resumes too.
         let kept = tokio::spawn(crate::durable::keep_request(journals.clone(), id.clone(), request.clone()));
-        self.spawn_on(record.clone(), move |scope| async move {
+        self.spawn_durable(record.clone(), move |scope| async move {
             if let Ok(Err(e)) = kept.await {
                 tracing::warn!("keeping the request of run {id}: {e}; it will not resume after a crash");
             }
-            let hold = crate::durable::Hold::Fresh(journals);
-            crate::durable::run(hold, runner, &id, request, scope, &server.stopping).await
+            crate::durable::run(crate::durable::Hold::Fresh(journals), runner, &run, request, scope).await
         });
         Ok(record)
     }
@@ -203,13 +209,20 @@ impl Server {
         let Some(journals) = self.config.journals.clone() else { return Ok(Vec::new()) };
         let mut taken_up = Vec::new();
         for (view, created_ms) in self.store.left_unfinished(self.config.queue.as_ref().map(|q| &q.queue)).await? {
-            taken_up.push(view.id.clone());
-            match crate::durable::take_left(&journals, &view.id, false).await? {
-                crate::durable::Left::Taken(request, taken) => self.resume(view, created_ms, *request, taken).await?,
-                crate::durable::Left::Elsewhere => self.resume_once_free(journals.clone(), view.id),
-                crate::durable::Left::NotDurable => {
-                    taken_up.pop();
+            let id = view.id.clone();
+            // One run that cannot be taken up is marked interrupted; the others go on.
+            let taken = match crate::durable::take_left(&journals, &id, false).await {
+                Ok(crate::durable::Left::Taken(request, taken)) => self.resume(view, created_ms, *request, taken).await,
+                Ok(crate::durable::Left::Elsewhere) => {
+                    self.resume_once_free(journals.clone(), id.clone());
+                    Ok(())
                 }
+                Ok(crate::durable::Left::NotDurable) => continue,
+                Err(e) => Err(e),
+            };
+            match taken {
+                Ok(()) => taken_up.push(id),
+                Err(e) => tracing::warn!("run {id} a stopped server left cannot resume: {e}"),
             }
         }
         Ok(taken_up)
@@ -221,11 +234,14 @@ impl Server {
         let server = self.clone();
         tokio::spawn(async move {
             let taken_up = async {
-                let crate::durable::Left::Taken(request, taken) =
-                    crate::durable::take_left(&journals, &id, true).await?
-                else {
-                    return Ok(());
+                let (request, taken) = match crate::durable::take_left(&journals, &id, true).await? {
+                    crate::durable::Left::Taken(request, taken) => (request, taken),
+                    _ => return server.store.interrupt_left(&id).await,
                 };
+                if server.stopping.load(Ordering::SeqCst) {
+                    taken.release().await;
+                    return Ok(());
+                }
                 match server.store.archived(&id).await? {
                     Some((view, created_ms)) if view.status != crate::runs::RunStatus::Finished => {
                         server.resume(view, created_ms, *request, taken).await
@@ -256,10 +272,9 @@ impl Server {
         record.note(&json!({"type": "resumed", "first_event": base, "why": why}));
         self.store.register(record.clone());
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        let (runner, id, server) = (self.runner.clone(), record.id.clone(), self.clone());
-        self.spawn_on(record, move |scope| async move {
-            let hold = crate::durable::Hold::Left(taken);
-            crate::durable::run(hold, runner, &id, request, scope, &server.stopping).await
+        let (runner, run) = (self.runner.clone(), record.clone());
+        self.spawn_durable(record, move |scope| async move {
+            crate::durable::run(crate::durable::Hold::Left(taken), runner, &run, request, scope).await
         });
         Ok(())
     }
@@ -292,16 +307,36 @@ impl Server {
     }
 
     /// Runs `job` as the run of `record` once a slot is free (its place in the queue taken).
-    fn spawn_on<F, Fut, E>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
+    fn spawn_on<F, Fut>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
     where
         F: FnOnce(RunScope) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = E> + Send + 'static,
-        E: Into<crate::durable::JobEnd>,
+        Fut: std::future::Future<Output = RunOutput> + Send + 'static,
+    {
+        self.spawn_job(record, false, move |scope| async move { crate::durable::JobEnd::Finished(job(scope).await) });
+    }
+
+    /// [`Server::spawn_on`] for a durable run: one the server stops (queued or running) is left
+    /// unfinished in the store for the next server.
+    fn spawn_durable<F, Fut>(self: &Arc<Self>, record: Arc<RunRecord>, job: F)
+    where
+        F: FnOnce(RunScope) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = crate::durable::JobEnd> + Send + 'static,
+    {
+        self.spawn_job(record, true, job);
+    }
+
+    fn spawn_job<F, Fut>(self: &Arc<Self>, record: Arc<RunRecord>, durable: bool, job: F)
+    where
+        F: FnOnce(RunScope) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = crate::durable::JobEnd> + Send + 'static,
     {
         let (server, run) = (self.clone(), record);
         tokio::spawn(async move {
             let permit = server.slots.clone().acquire_owned().await;
             server.waiting.fetch_sub(1, Ordering::SeqCst);
+            if durable && run.stopped() {
+                return run.leave(crate::durable::left_output());
+            }
             if run.cancel.is_cancelled() || permit.is_err() {
                 run.finish(RunOutput {
                     outcome: recursive_core::FinishReason::Cancelled,
@@ -310,14 +345,21 @@ impl Server {
                 return;
             }
             run.set_running();
-            match job(run_scope(&run, server.observer.clone())).await.into() {
+            match job(run_scope(&run, server.observer.clone())).await {
                 crate::durable::JobEnd::Finished(output) => {
                     run.finish(output);
                     // The slot is free once the run is in the store (see `RunStore::kept`).
                     server.store.kept(&run.id).await;
                 }
-                // Stopped with the server: kept unfinished, for the next server to resume.
-                crate::durable::JobEnd::Left(output) => run.leave(output),
+                // Stopped with the server: kept unfinished, for the next server to resume — its
+                // last events written before its lease is let go.
+                crate::durable::JobEnd::Left(output, held) => {
+                    run.leave(output);
+                    server.store_flush().await;
+                    if let Err(e) = held.close(false).await {
+                        tracing::warn!("letting go of run {}: {e}", run.id);
+                    }
+                }
             }
             drop(permit);
         });
@@ -421,7 +463,7 @@ impl Server {
         self.stopping.store(true, Ordering::SeqCst);
         let runs = self.store.unfinished();
         for run in &runs {
-            run.cancel.cancel();
+            run.stop();
         }
         let all = futures::future::join_all(runs.iter().map(|r| wait_finished(r)));
         let _ = tokio::time::timeout(self.config.shutdown_grace, all).await;
@@ -649,7 +691,7 @@ async fn create_run(State(server): State<Arc<Server>>, request: Request) -> Resp
             Err(e) => store_failed(&e),
         };
     }
-    match server.start(request) {
+    match server.start_run(request) {
         Ok(run) => (StatusCode::ACCEPTED, Json(run.view())).into_response(),
         Err(Busy) => busy(),
     }

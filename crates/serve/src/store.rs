@@ -162,6 +162,17 @@ impl RunStore {
         Ok(Some(view))
     }
 
+    /// Ends run `id`, left unfinished by a stopped server and found finished after all (its
+    /// journal ended before its result reached the store), as interrupted: what it answered is
+    /// not known.
+    pub async fn interrupt_left(&self, id: &str) -> Result<(), String> {
+        let output = RunOutput {
+            outcome: FinishReason::Interrupted,
+            ..RunOutput::failed("the server stopped before the run's result was kept")
+        };
+        self.finish_archived(id, output).await.map(|_| ())
+    }
+
     /// The index the next event of the archived run `id` takes.
     pub async fn next_event(&self, id: &str) -> Result<usize, String> {
         let next = self.archive.next_event(id).await.map_err(stored)?;

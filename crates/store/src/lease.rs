@@ -82,7 +82,7 @@ impl Lease {
         wait: bool,
         ttl: Duration,
     ) -> Result<Lease, LeaseError> {
-        let holder = format!("pid {} ({}){}", std::process::id(), uuid::Uuid::now_v7(), place().unwrap_or_default());
+        let holder = holder_name();
         loop {
             // A holder stopped on this machine (Ctrl-Z) keeps its run, as a lock would, however
             // long it is stopped: it goes on where it was when it is continued.
@@ -154,16 +154,17 @@ fn place() -> Option<String> {
     Some(format!(" in {}/{}", boot.trim(), pidns.display()))
 }
 
-/// Whether `holder` is a process of this place that is gone (or a zombie). Only a process the
-/// kernel says does not exist counts: one this user may not see or signal is alive.
+/// Whether `holder` is a process of this place that is gone (or a zombie, or its PID now
+/// another process's). Only a process the kernel says does not exist counts: one this user may
+/// not see or signal is alive.
 fn died_here(holder: &str) -> bool {
     let Some(pid) = pid_here(holder) else { return false };
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
         Err(nix::errno::Errno::ESRCH) => true,
         Err(_) => false,
-        // It exists: dead all the same if it is a zombie (the state follows the command name).
-        Ok(()) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'))),
+        // It exists: dead all the same if it is a zombie, or another process now has its PID.
+        Ok(()) => process_stat(pid)
+            .is_some_and(|(state, start)| state == 'Z' || since(holder).is_some_and(|s| Some(s) != start.as_deref())),
     }
 }
 
@@ -171,8 +172,9 @@ fn died_here(holder: &str) -> bool {
 /// going on where it was once continued.
 fn stopped_here(holder: &str) -> bool {
     let Some(pid) = pid_here(holder) else { return false };
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't'])))
+    process_stat(pid).is_some_and(|(state, start)| {
+        matches!(state, 'T' | 't') && since(holder).is_none_or(|s| Some(s) == start.as_deref())
+    })
 }
 
 /// The PID of `holder` when it names a process of this place.
@@ -180,6 +182,29 @@ fn pid_here(holder: &str) -> Option<i32> {
     let here = place()?;
     let pid = holder.strip_prefix("pid ")?.split(' ').next()?.parse::<i32>().ok()?;
     (pid > 0 && holder.ends_with(&here)).then_some(pid)
+}
+
+/// When the holder's process started (`since TICKS` in its name), telling it from a later
+/// process that reused its PID.
+fn since(holder: &str) -> Option<&str> {
+    holder.split_once(" since ")?.1.split(' ').next()
+}
+
+/// A process's state letter and start time (clock ticks after boot), from `/proc/PID/stat`:
+/// the fields after the command name, the state third and the start time twenty-second.
+fn process_stat(pid: i32) -> Option<(char, Option<String>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    let state = rest.chars().next()?;
+    Some((state, rest.split(' ').nth(19).map(str::to_string)))
+}
+
+/// This process's holder name: its PID, a unique id, when it started and where it runs.
+fn holder_name() -> String {
+    let pid = std::process::id();
+    let started = i32::try_from(pid).ok().and_then(process_stat).and_then(|(_, start)| start);
+    let since = started.map(|s| format!(" since {s}")).unwrap_or_default();
+    format!("pid {pid} ({}){since}{}", uuid::Uuid::now_v7(), place().unwrap_or_default())
 }
 
 /// A store whose writes are fenced by a lease (see [`Lease::store`]).
@@ -317,6 +342,16 @@ mod tests {
     fn signal_child(pid: u32, name: &str) {
         let status = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status();
         assert!(status.unwrap().success());
+    }
+
+    #[test]
+    fn a_holder_whose_pid_another_process_now_has_is_not_taken_for_it() {
+        let name = holder_name();
+        assert!(since(&name).is_some(), "{name}");
+        assert!(!died_here(&name) && !stopped_here(&name), "this process is alive and running: {name}");
+        let pid = std::process::id();
+        let reused = format!("pid {pid} (x) since 1{}", place().unwrap());
+        assert!(died_here(&reused), "a process that started at another time had the PID");
     }
 
     #[tokio::test]

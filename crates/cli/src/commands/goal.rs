@@ -131,7 +131,7 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
     // runner holds it — taken before the log is read — and its spend and finished calls are
     // journaled there.
     let store = crate::sessions::runs_store()?;
-    if let Some(dir) = log_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    if let Some(dir) = log_path.parent().filter(|d| !d.as_os_str().is_empty() && args.resume.is_none()) {
         // Made now so the pursuit's key resolves it as every later resume will.
         std::fs::create_dir_all(dir).map_err(|e| ConfigError(format!("cannot create {}: {e}", dir.display())))?;
     }

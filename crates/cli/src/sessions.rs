@@ -63,11 +63,19 @@ pub struct Session {
     /// Its transcript: a slot of the run store (what a resume reads), exported as it goes to
     /// `meta.transcript` (JSONL, for people and `trace`).
     records: recursive_store::SqliteRecords,
+    /// Its journal's rows in the run store, written as a local file is (see
+    /// [`recursive_core::RecordsLedger`]).
+    journal: recursive_store::SqliteRecords,
 }
 
 /// The result given, on resume, to a tool call the session ended during.
 const INTERRUPTED_CALL: &str = "interrupted: the session ended before this tool call finished, so its result (and \
 whether it took effect) is unknown; check before relying on it";
+
+/// The key of session `id` in the run store: its lease and its journal.
+fn journal_key(id: &str) -> String {
+    format!("session-{id}")
+}
 
 /// The key of session `id`'s transcript in the run store.
 fn transcript_key(id: &str) -> String {
@@ -150,8 +158,8 @@ impl Session {
             last_outcome: String::new(),
         };
         let store = runs_store()?;
-        let records = store.records(&transcript_key(&meta.id));
-        let session = Session { runner: Some(Self::hold(&store, &meta.id).await?), dir, meta, records };
+        let (records, journal) = (store.records(&transcript_key(&meta.id)), store.records(&journal_key(&meta.id)));
+        let session = Session { runner: Some(Self::hold(&store, &meta.id).await?), dir, meta, records, journal };
         session.save()?;
         Ok(session)
     }
@@ -170,8 +178,8 @@ impl Session {
             Err(e) => return Err(anyhow::anyhow!("session `{id}` is damaged: {e}")),
         };
         let store = runs_store()?;
-        let records = store.records(&transcript_key(id));
-        let session = Session { runner: Some(Self::hold(&store, id).await?), dir, meta, records };
+        let (records, journal) = (store.records(&transcript_key(id)), store.records(&journal_key(id)));
+        let session = Session { runner: Some(Self::hold(&store, id).await?), dir, meta, records, journal };
         session.take_up_export()?;
         Ok(session)
     }
@@ -179,7 +187,7 @@ impl Session {
     /// Takes the session `id` for this process: a second process is refused while one holds it
     /// (so two never interleave one transcript); a holder that was killed is taken over.
     async fn hold(store: &recursive_store::SqliteCheckpointer, id: &str) -> anyhow::Result<recursive_store::Runner> {
-        hold_run(store, &format!("session-{id}"), || {
+        hold_run(store, &journal_key(id), || {
             format!("session `{id}` is in use by another process; wait for it to end, or start a new session")
         })
         .await
@@ -193,7 +201,11 @@ impl Session {
         let runner =
             self.runner.take().ok_or_else(|| anyhow::anyhow!("session {}'s journal is already open", self.meta.id))?;
         import_file_journal(&self.dir.join("journal.jsonl"), &runner).await?;
-        runner.open(scope).await.map_err(|e| anyhow::anyhow!("session {}'s journal: {e}", self.meta.id))
+        let ledger = recursive_core::RecordsLedger::new(std::sync::Arc::new(self.journal.clone()));
+        runner
+            .open_with(scope, std::sync::Arc::new(ledger))
+            .await
+            .map_err(|e| anyhow::anyhow!("session {}'s journal: {e}", self.meta.id))
     }
 
     /// The most recently updated session of `workspace`.

@@ -57,7 +57,7 @@ pub use runnable::{
     run_as, run_child, runnable_spec,
 };
 pub use runtime::{Agent, AgentConfig, AgentError, AgentRuntime, LateTools, RunError, RunLimits, RunResult};
-pub use spend::{JsonlSpendLedger, MemorySpendLedger, SpendLedger, SpendRecord, SpendTotal};
+pub use spend::{JsonlSpendLedger, MemorySpendLedger, RecordsLedger, SpendLedger, SpendRecord, SpendTotal};
 pub use subagent::{SubAgent, SubAgentSession, agent_outcome};
 pub use tool::{
     GateVerdict, PathScreen, Tool, ToolContext, ToolError, ToolGate, ToolOrigin, ToolRegistry, Typed, TypedTool,

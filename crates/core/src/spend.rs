@@ -203,6 +203,28 @@ impl SpendLedger for JsonlSpendLedger {
     }
 }
 
+/// A spend ledger in stored records ([`crate::jsonl::StoredRecords`]: a local store's rows),
+/// each record committed as the call that writes it waits — without giving way to the other
+/// tasks of the run, as a file's write does not, so runs scripted in call order stay in it.
+#[derive(Debug, Clone)]
+pub struct RecordsLedger {
+    records: std::sync::Arc<dyn crate::jsonl::StoredRecords>,
+}
+
+impl RecordsLedger {
+    /// The ledger kept in `records`.
+    pub fn new(records: std::sync::Arc<dyn crate::jsonl::StoredRecords>) -> Self {
+        Self { records }
+    }
+}
+
+#[async_trait::async_trait]
+impl SpendLedger for RecordsLedger {
+    async fn record(&self, record: &SpendRecord) -> std::io::Result<()> {
+        self.records.append(&serde_json::to_string(record).map_err(std::io::Error::other)?)
+    }
+}
+
 /// A spend ledger file read back for a resume.
 #[derive(Debug, Clone, Default)]
 pub struct LedgerRead {
@@ -302,6 +324,18 @@ mod tests {
         assert_eq!((total.settled_calls, total.unsettled_calls), (2, 1));
         assert!((total.usd() - (0.02 + 0.01 + 0.04)).abs() < 1e-12, "{total:?}");
         assert_eq!(total.usage.total(), 17);
+    }
+
+    #[tokio::test]
+    async fn a_records_ledger_keeps_each_record_in_its_stored_records() {
+        use crate::jsonl::StoredRecords;
+        let records = std::sync::Arc::new(crate::jsonl::MemoryRecords::default());
+        let ledger = RecordsLedger::new(records.clone());
+        ledger.record(&SpendRecord::hold("c1", 0.5)).await.unwrap();
+        ledger.record(&SpendRecord::settle("c1", 0.25, Usage::default())).await.unwrap();
+        let read: Vec<SpendRecord> =
+            records.records().unwrap().iter().map(|r| serde_json::from_str(r).unwrap()).collect();
+        assert_eq!(read, [SpendRecord::hold("c1", 0.5), SpendRecord::settle("c1", 0.25, Usage::default())]);
     }
 
     #[tokio::test]

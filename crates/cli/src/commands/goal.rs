@@ -143,6 +143,8 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
     }
     let journal = pursuit_journal(&log_path, &runner, args.resume.is_some()).await?;
     let records = journal.records().await.map_err(|e| anyhow::anyhow!("the pursuit's journal: {e}"))?;
+    // Written as a local file is: the pursuit's concurrent calls keep their order.
+    let journal = recursive_core::RecordsLedger::new(Arc::new(store.records(&key)));
     let kept = store.records(&log_key);
     // A bad log to resume is reported before any model is called.
     let resume = match &args.resume {

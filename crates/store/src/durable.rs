@@ -159,10 +159,13 @@ impl HeldRun {
     }
 
     /// Ends the hold: with `ended` (the run ended whole, not stopped to be taken up again) its
-    /// journal ends too, so a later run of the key starts afresh; the lease is released either
-    /// way. An error ending the journal is returned after the release.
+    /// journal ends too — while this runner still holds the run — so a later run of the key
+    /// starts afresh; the lease is released either way. An error ending the journal is returned
+    /// after the release.
     pub async fn close(self, ended: bool) -> Result<(), String> {
-        let ending = if ended { self.journal.end().await } else { Ok(()) };
+        // A runner that lost the run to another (it stalled past its lease) must not end the
+        // journal its successor goes on writing.
+        let ending = if ended && self.lease.still_held().await { self.journal.end().await } else { Ok(()) };
         self.lease.release().await;
         ending
     }
@@ -191,6 +194,22 @@ mod tests {
     use super::*;
     use crate::checkpoint::MemoryCheckpointer;
     use recursive_core::spend::SpendRecord;
+
+    #[tokio::test]
+    async fn a_runner_that_lost_the_run_does_not_end_its_successors_journal() {
+        let store: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+        let key = DurableKey::own("run-1");
+        let stale = HeldRun::open(store.clone(), &key, &RunScope::detached("a")).await.unwrap();
+        stale.scope().journal().unwrap().ledger().record(&SpendRecord::hold("c1", 0.5)).await.unwrap();
+        // Another runner takes the run over (this one stalled past its lease).
+        let holder = store.lease_holder("run-1").await.unwrap().unwrap();
+        store.release_lease("run-1", &holder).await.unwrap();
+        store.take_lease("run-1", "successor", Duration::from_secs(60)).await.unwrap();
+        stale.close(true).await.unwrap();
+        store.release_lease("run-1", "successor").await.unwrap();
+        let next = HeldRun::open(store, &key, &RunScope::detached("b")).await.unwrap();
+        assert!(next.resumed(), "the journal was not ended by the runner that lost it");
+    }
 
     #[tokio::test]
     async fn a_second_runner_is_refused_while_the_first_holds_the_run() {

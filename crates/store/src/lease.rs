@@ -123,6 +123,12 @@ impl Lease {
         })
     }
 
+    /// Whether this holder still holds the lease (renewing it): false once another runner took
+    /// the run over (this one stalled past its lease) or the store cannot say.
+    pub async fn still_held(&self) -> bool {
+        matches!(self.store.take_lease(&self.thread, &self.holder, self.ttl).await, Ok(None))
+    }
+
     /// Gives the lease up.
     pub async fn release(mut self) {
         self.heartbeat.abort();

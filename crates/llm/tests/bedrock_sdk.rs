@@ -18,8 +18,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::collect;
-use recursive_core::{ChatOptions, ChatProvider, ChatRequest, Message, ToolChoice, ToolSpec};
+use recursive_core::{ChatOptions, ToolChoice};
 use recursive_llm::bedrock::{CredentialProvider, Credentials, credentials::Source};
 use recursive_llm::{BedrockConfig, BedrockProvider};
 use recursive_testkit::{ModelServer, RecordedRequest, Reply};
@@ -56,15 +55,6 @@ fn turn2() -> Reply {
     answer(json!([{"text": "one"}]), "end_turn")
 }
 
-fn echo_spec() -> ToolSpec {
-    ToolSpec {
-        name: "echo".into(),
-        description: "Echo the text back.".into(),
-        parameters: json!({"type": "object", "properties": {"text": {"type": "string", "description": "What to echo."}},
-            "required": ["text"]}),
-    }
-}
-
 /// The same two turns through the Recursive client.
 async fn ours(server: &ModelServer) {
     let credentials = Credentials {
@@ -88,17 +78,7 @@ async fn ours(server: &ModelServer) {
         tool_choice: Some(ToolChoice::Auto),
         ..Default::default()
     };
-    let mut request = ChatRequest {
-        messages: vec![Message::system("You echo."), Message::user("Echo one.")],
-        tools: vec![echo_spec()],
-        options,
-    };
-    let first = collect(provider.stream(request.clone()).await.unwrap()).await.response.unwrap();
-    let call = first.message.tool_calls[0].clone();
-    request.messages.push(first.message);
-    request.messages.push(Message::tool_result(call.id, call.arguments["text"].as_str().unwrap(), false));
-    let second = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
-    assert_eq!(second.message.content, "one");
+    common::echo_loop(&provider, common::echo_tool(false), options).await;
 }
 
 /// The signed header names, less the SDK's invocation bookkeeping.

@@ -16,7 +16,7 @@
 mod common;
 
 use common::collect;
-use recursive_core::{ChatOptions, ChatProvider, ChatRequest, Message, ToolChoice, ToolSpec};
+use recursive_core::{ChatOptions, ChatProvider, ChatRequest, Message, ToolChoice};
 use recursive_llm::gemini::{CacheMode, CacheSettings};
 use recursive_llm::{GeminiConfig, GeminiProvider};
 use recursive_testkit::{ModelServer, RecordedRequest, Reply, Script};
@@ -49,16 +49,6 @@ fn turn2() -> Reply {
     answer(response(json!([{"text": "one"}])))
 }
 
-/// The `echo` tool as the SDK client declares it.
-fn echo_spec() -> ToolSpec {
-    ToolSpec {
-        name: "echo".into(),
-        description: "Echo the text back.".into(),
-        parameters: json!({"type": "object", "properties": {"text": {"type": "string", "description": "What to echo."}},
-            "required": ["text"], "additionalProperties": false}),
-    }
-}
-
 /// The same two turns through the Recursive client.
 async fn ours(server: &ModelServer) {
     let provider = GeminiProvider::new(GeminiConfig {
@@ -75,17 +65,7 @@ async fn ours(server: &ModelServer) {
         tool_choice: Some(ToolChoice::Auto),
         ..Default::default()
     };
-    let mut request = ChatRequest {
-        messages: vec![Message::system("You echo."), Message::user("Echo one.")],
-        tools: vec![echo_spec()],
-        options,
-    };
-    let first = collect(provider.stream(request.clone()).await.unwrap()).await.response.unwrap();
-    let call = first.message.tool_calls[0].clone();
-    request.messages.push(first.message);
-    request.messages.push(Message::tool_result(call.id, call.arguments["text"].as_str().unwrap(), false));
-    let second = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
-    assert_eq!(second.message.content, "one");
+    common::echo_loop(&provider, common::echo_tool(true), options).await;
 }
 
 /// The body with its field names in lowerCamelCase. The API parses requests as protobuf JSON,
@@ -202,7 +182,7 @@ async fn the_official_sdk_makes_the_same_explicit_cache_and_names_it_the_same_wa
     };
     let request = ChatRequest {
         messages: vec![Message::system("You are an RLM. ".repeat(500)), Message::user("Echo one.")],
-        tools: vec![echo_spec()],
+        tools: vec![common::echo_tool(true)],
         options,
     };
     let response = collect(provider.stream(request).await.unwrap()).await.response.unwrap();

@@ -13,8 +13,7 @@
 
 mod common;
 
-use common::collect;
-use recursive_core::{ChatOptions, ChatProvider, ChatRequest, Message, ToolSpec};
+use recursive_core::ChatOptions;
 use recursive_llm::{ResponsesConfig, ResponsesProvider};
 use recursive_testkit::{ModelServer, Reply, Script};
 use serde_json::{Value, json};
@@ -77,15 +76,6 @@ fn turn2() -> Reply {
     ])
 }
 
-fn echo_tool() -> ToolSpec {
-    ToolSpec {
-        name: "echo".into(),
-        description: "Echo the text back.".into(),
-        parameters: json!({"type": "object", "properties": {"text": {"type": "string", "description": "What to echo."}},
-            "required": ["text"], "additionalProperties": false}),
-    }
-}
-
 /// The same two turns through the Recursive client.
 async fn ours(server: &ModelServer) {
     let provider = ResponsesProvider::new(ResponsesConfig {
@@ -101,17 +91,7 @@ async fn ours(server: &ModelServer) {
         prompt_cache_key: Some("tree-1".into()),
         ..Default::default()
     };
-    let mut request = ChatRequest {
-        messages: vec![Message::system("You echo."), Message::user("Echo one.")],
-        tools: vec![echo_tool()],
-        options,
-    };
-    let first = collect(provider.stream(request.clone()).await.unwrap()).await.response.unwrap();
-    let call = first.message.tool_calls[0].clone();
-    request.messages.push(first.message);
-    request.messages.push(Message::tool_result(call.id, call.arguments["text"].as_str().unwrap(), false));
-    let second = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
-    assert_eq!(second.message.content, "one");
+    common::echo_loop(&provider, common::echo_tool(true), options).await;
 }
 
 /// Fields of the request that must agree.

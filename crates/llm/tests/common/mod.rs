@@ -115,3 +115,35 @@ pub fn complete_partial_json(raw: &str) -> Option<Value> {
     }
     serde_json::from_str(&text).ok()
 }
+
+/// The `echo` tool as the SDK clients declare it (with `additionalProperties: false` when
+/// `closed`).
+pub fn echo_tool(closed: bool) -> recursive_core::ToolSpec {
+    let mut parameters = serde_json::json!({"type": "object",
+        "properties": {"text": {"type": "string", "description": "What to echo."}}, "required": ["text"]});
+    if closed {
+        parameters["additionalProperties"] = Value::Bool(false);
+    }
+    recursive_core::ToolSpec { name: "echo".into(), description: "Echo the text back.".into(), parameters }
+}
+
+/// The two turns of an SDK oracle's echo loop through a Recursive provider: the model calls
+/// `echo`, gets its result back and answers `one`.
+pub async fn echo_loop(
+    provider: &dyn recursive_core::ChatProvider,
+    tool: recursive_core::ToolSpec,
+    options: recursive_core::ChatOptions,
+) {
+    use recursive_core::{ChatRequest, Message};
+    let mut request = ChatRequest {
+        messages: vec![Message::system("You echo."), Message::user("Echo one.")],
+        tools: vec![tool],
+        options,
+    };
+    let first = collect(provider.stream(request.clone()).await.unwrap()).await.response.unwrap();
+    let call = first.message.tool_calls[0].clone();
+    request.messages.push(first.message);
+    request.messages.push(Message::tool_result(call.id, call.arguments["text"].as_str().unwrap(), false));
+    let second = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
+    assert_eq!(second.message.content, "one");
+}

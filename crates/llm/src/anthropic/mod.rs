@@ -265,8 +265,9 @@ fn text_block(text: &str) -> Option<wire::RequestBlock> {
 }
 
 /// `tool_use.input` must be an object: objects pass, text holding an object is parsed, and
-/// anything else (arguments the model sent as broken JSON) is wrapped as `{"_raw": ...}`.
-fn input_object(arguments: &Value) -> Value {
+/// anything else (arguments the model sent as broken JSON) is wrapped as `{"_raw": ...}`
+/// (Bedrock's `toolUse.input` follows the same rule).
+pub(crate) fn input_object(arguments: &Value) -> Value {
     match arguments {
         Value::Object(_) => arguments.clone(),
         Value::Null => json!({}),

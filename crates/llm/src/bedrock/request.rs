@@ -11,7 +11,7 @@
 //! take cache points (Claude everywhere; Amazon Nova in the system prompt and messages only).
 
 use recursive_core::{ChatRequest, Message, ProviderError, Reasoning, ResponseFormat, Role, ToolChoice, ToolSpec};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::wire::{self, CachePoint};
 
@@ -160,7 +160,7 @@ fn assistant_blocks(m: &Message) -> Vec<wire::ContentBlock> {
         wire::ContentBlock::ToolUse(wire::ToolUse {
             tool_use_id: c.id.clone(),
             name: c.name.clone(),
-            input: input_object(&c.arguments),
+            input: crate::anthropic::input_object(&c.arguments),
         })
     }));
     blocks
@@ -190,20 +190,6 @@ fn tool_result(m: &Message) -> wire::ContentBlock {
 /// A text block, or none for empty text (the API refuses blank text blocks).
 fn text_block(text: &str) -> Option<wire::ContentBlock> {
     (!text.is_empty()).then(|| wire::ContentBlock::Text(text.to_string()))
-}
-
-/// `toolUse.input` must be an object: objects pass, text holding an object is parsed, anything
-/// else is wrapped as `{"_raw": ...}` (the Anthropic provider's rule).
-fn input_object(arguments: &Value) -> Value {
-    match arguments {
-        Value::Object(_) => arguments.clone(),
-        Value::Null => json!({}),
-        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => json!({ "_raw": raw }),
-        },
-        other => json!({ "_raw": other }),
-    }
 }
 
 /// `toolConfig`: the tools and the choice. Converse has no "no tool" choice: with
@@ -266,6 +252,7 @@ fn mark_cache_points(body: &mut wire::ConverseRequest, family: Family) {
 mod tests {
     use super::*;
     use recursive_core::{ChatOptions, ToolCall};
+    use serde_json::Value;
 
     const CLAUDE: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
 

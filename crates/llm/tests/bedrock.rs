@@ -17,13 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::collect;
-use recursive_core::{
-    Agent, AgentConfig, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ProviderError, StopReason,
-    ToolRegistry,
-};
+use recursive_core::{Agent, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ProviderError, StopReason};
 use recursive_llm::bedrock::{CredentialProvider, Credentials, credentials::Source};
 use recursive_llm::{BedrockConfig, BedrockProvider, PriceTable, PricedProvider, RetryPolicy, RetryProvider};
-use recursive_testkit::{EchoTool, ModelServer};
+use recursive_testkit::ModelServer;
 use serde_json::{Value, json};
 
 const MODEL: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
@@ -116,14 +113,7 @@ fn turn(blocks: &[Out], stop: &str, usage: Value) -> Vec<Vec<u8>> {
 }
 
 fn echo_agent(server: &ModelServer) -> Agent {
-    let mut tools = ToolRegistry::new();
-    tools.register(Arc::new(EchoTool::new()));
-    let config = AgentConfig {
-        system_prompt: Some("You echo.".into()),
-        options: ChatOptions { reasoning_effort: Some("medium".into()), ..Default::default() },
-        ..Default::default()
-    };
-    Agent::new(Arc::new(provider(server, true))).with_tools(tools).with_config(config)
+    common::echo_agent(Arc::new(provider(server, true)))
 }
 
 fn cache_point() -> Value {

@@ -18,12 +18,11 @@ use std::time::Duration;
 
 use common::collect;
 use recursive_core::{
-    Agent, AgentConfig, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ProviderError, StopReason,
-    ToolRegistry, ToolSpec,
+    Agent, ChatOptions, ChatProvider, ChatRequest, FinishReason, Message, ProviderError, StopReason, ToolSpec,
 };
 use recursive_llm::gemini::{CacheMode, CacheSettings};
 use recursive_llm::{GeminiConfig, GeminiProvider, PriceTable, PricedProvider, RetryPolicy, RetryProvider};
-use recursive_testkit::{EchoTool, ModelServer, RecordedRequest, Reply, Script};
+use recursive_testkit::{ModelServer, RecordedRequest, Reply, Script};
 use serde_json::{Value, json};
 
 /// One part of a scripted turn.
@@ -117,14 +116,7 @@ fn ask(text: &str) -> ChatRequest {
 }
 
 fn echo_agent(server: &ModelServer) -> Agent {
-    let mut tools = ToolRegistry::new();
-    tools.register(Arc::new(EchoTool::new()));
-    let config = AgentConfig {
-        system_prompt: Some("You echo.".into()),
-        options: ChatOptions { reasoning_effort: Some("medium".into()), ..Default::default() },
-        ..Default::default()
-    };
-    Agent::new(Arc::new(provider(server, true))).with_tools(tools).with_config(config)
+    common::echo_agent(Arc::new(provider(server, true)))
 }
 
 fn call(text: &str, signature: Option<&str>) -> Value {

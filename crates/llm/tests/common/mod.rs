@@ -147,3 +147,15 @@ pub async fn echo_loop(
     let second = collect(provider.stream(request).await.unwrap()).await.response.unwrap();
     assert_eq!(second.message.content, "one");
 }
+
+/// An agent over `provider` offering the testkit's `echo` tool, asking for medium reasoning.
+pub fn echo_agent(provider: std::sync::Arc<dyn recursive_core::ChatProvider>) -> recursive_core::Agent {
+    let mut tools = recursive_core::ToolRegistry::new();
+    tools.register(std::sync::Arc::new(recursive_testkit::EchoTool::new()));
+    let config = recursive_core::AgentConfig {
+        system_prompt: Some("You echo.".into()),
+        options: recursive_core::ChatOptions { reasoning_effort: Some("medium".into()), ..Default::default() },
+        ..Default::default()
+    };
+    recursive_core::Agent::new(provider).with_tools(tools).with_config(config)
+}

@@ -41,6 +41,18 @@ fn usage_events(path: &std::path::Path) -> Vec<Value> {
     common::events(path).into_iter().filter(|e| e["type"] == "usage").collect()
 }
 
+/// An RLM root's server (a snippet asking `llm_query` once, then submitting) and its
+/// sub-calls' server (answering `forty-two`), each answer with its usage.
+fn root_and_sub(rt: &tokio::runtime::Runtime) -> (ModelServer, ModelServer) {
+    let first = "```python\nr = llm_query('what is six times seven?')\nprint('got', r['result'])\n```";
+    let root = rt.block_on(ModelServer::start_with([
+        Reply::text(first).with_usage(1000, 100),
+        Reply::text("```python\nsubmit('ok')\n```").with_usage(1000, 100),
+    ]));
+    let sub = rt.block_on(ModelServer::start_with([Reply::text("forty-two").with_usage(2000, 200)]));
+    (root, sub)
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-12
 }
@@ -49,12 +61,7 @@ fn close(a: f64, b: f64) -> bool {
 fn an_rlm_root_on_one_provider_sends_its_sub_calls_to_the_named_one() {
     let env = Env::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let first = "```python\nr = llm_query('what is six times seven?')\nprint('got', r['result'])\n```";
-    let root = rt.block_on(ModelServer::start_with([
-        Reply::text(first).with_usage(1000, 100),
-        Reply::text("```python\nsubmit('ok')\n```").with_usage(1000, 100),
-    ]));
-    let sub = rt.block_on(ModelServer::start_with([Reply::text("forty-two").with_usage(2000, 200)]));
+    let (root, sub) = root_and_sub(&rt);
     // The root on one named provider (`cloud`, chosen by --provider), the sub-calls on another.
     let cloud = format!(
         "[providers.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n",
@@ -106,12 +113,7 @@ fn an_rlm_root_on_one_provider_sends_its_sub_calls_to_the_named_one() {
 fn sub_provider_on_the_command_line_sends_the_sub_calls_there() {
     let env = Env::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let first = "```python\nr = llm_query('what is six times seven?')\nprint('got', r['result'])\n```";
-    let root = rt.block_on(ModelServer::start_with([
-        Reply::text(first).with_usage(1000, 100),
-        Reply::text("```python\nsubmit('ok')\n```").with_usage(1000, 100),
-    ]));
-    let sub = rt.block_on(ModelServer::start_with([Reply::text("forty-two").with_usage(2000, 200)]));
+    let (root, sub) = root_and_sub(&rt);
     user_config(&env, &sub, "");
     let out = env
         .cmd()

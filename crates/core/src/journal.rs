@@ -129,8 +129,8 @@ impl RunJournal {
 }
 
 /// A run made durable: its scope journaled, what its killed processes spent restored. The one
-/// way a host opens a durable run's journal, whatever keeps it (a file in the workspace, a
-/// store shared by several machines).
+/// way a host opens a durable run's journal, whatever keeps it (a local store, a store
+/// shared by several machines).
 #[derive(Debug)]
 pub struct DurableRun {
     /// The run's scope: journaled, with what its killed processes spent restored.
@@ -157,28 +157,6 @@ impl DurableRun {
             scope.restore_spend(&restored);
         }
         Self { scope, restored, journal: Some(journal) }
-    }
-
-    /// The run whose journal is the JSONL file `path` (a session's, in its own directory), in
-    /// `scope`: the file read back (a last record a kill cut short skipped with a warning, and
-    /// cut off so appending goes on after whole records), then [`DurableRun::open`]. In a scope
-    /// already journaled, nothing is opened.
-    pub fn in_file(path: &std::path::Path, scope: &crate::RunScope) -> Result<Self, String> {
-        if scope.journal().is_some() {
-            return Ok(Self::nested(scope));
-        }
-        let shown = path.display();
-        let read =
-            crate::spend::read_ledger(path).map_err(|e| format!("cannot read the run's journal {shown}: {e}"))?;
-        if let Some(cut) = &read.cut {
-            eprintln!("warning: {cut}");
-        }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        }
-        let ledger = crate::spend::JsonlSpendLedger::open(path)
-            .map_err(|e| format!("cannot open the run's journal {shown}: {e}"))?;
-        Ok(Self::open(scope, Arc::new(ledger), &read.records))
     }
 
     /// A run inside a journaled scope: recorded in the enclosing run's journal.

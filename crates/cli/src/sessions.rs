@@ -63,9 +63,6 @@ pub struct Session {
     /// Its transcript: a slot of the run store (what a resume reads), exported as it goes to
     /// `meta.transcript` (JSONL, for people and `trace`).
     records: recursive_store::SqliteRecords,
-    /// Its journal's rows in the run store, written as a local file is (see
-    /// [`recursive_core::RecordsLedger`]).
-    journal: recursive_store::SqliteRecords,
 }
 
 /// The result given, on resume, to a tool call the session ended during.
@@ -158,8 +155,8 @@ impl Session {
             last_outcome: String::new(),
         };
         let store = runs_store()?;
-        let (records, journal) = (store.records(&transcript_key(&meta.id)), store.records(&journal_key(&meta.id)));
-        let session = Session { runner: Some(Self::hold(&store, &meta.id).await?), dir, meta, records, journal };
+        let records = store.records(&transcript_key(&meta.id));
+        let session = Session { runner: Some(Self::hold(&store, &meta.id).await?), dir, meta, records };
         session.save()?;
         Ok(session)
     }
@@ -178,8 +175,8 @@ impl Session {
             Err(e) => return Err(anyhow::anyhow!("session `{id}` is damaged: {e}")),
         };
         let store = runs_store()?;
-        let (records, journal) = (store.records(&transcript_key(id)), store.records(&journal_key(id)));
-        let session = Session { runner: Some(Self::hold(&store, id).await?), dir, meta, records, journal };
+        let records = store.records(&transcript_key(id));
+        let session = Session { runner: Some(Self::hold(&store, id).await?), dir, meta, records };
         session.take_up_export()?;
         Ok(session)
     }
@@ -201,11 +198,7 @@ impl Session {
         let runner =
             self.runner.take().ok_or_else(|| anyhow::anyhow!("session {}'s journal is already open", self.meta.id))?;
         import_file_journal(&self.dir.join("journal.jsonl"), &runner).await?;
-        let ledger = recursive_core::RecordsLedger::new(std::sync::Arc::new(self.journal.clone()));
-        runner
-            .open_with(scope, std::sync::Arc::new(ledger))
-            .await
-            .map_err(|e| anyhow::anyhow!("session {}'s journal: {e}", self.meta.id))
+        runner.open(scope).await.map_err(|e| anyhow::anyhow!("session {}'s journal: {e}", self.meta.id))
     }
 
     /// The most recently updated session of `workspace`.

@@ -292,6 +292,12 @@ pub trait Checkpointer: Send + Sync {
     async fn journal(&self, key: &str) -> Result<Vec<String>, StoreError>;
     /// Deletes the journal `key` (a run deleted, a pursuit started afresh under a reused key).
     async fn delete_journal(&self, key: &str) -> Result<(), StoreError>;
+    /// The journal `key` as records appended on the caller's thread, when this store keeps them
+    /// locally (SQLite): a run's journal is then written as a file is, without giving way to the
+    /// run's other tasks, so calls a run makes at once stay in the order they were made.
+    fn local_records(&self, _key: &str) -> Option<std::sync::Arc<dyn recursive_core::StoredRecords>> {
+        None
+    }
 }
 
 /// Checkpoints in memory (tests, library use without durability).

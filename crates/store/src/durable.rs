@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use recursive_core::RunScope;
 use recursive_core::journal::DurableRun;
-use recursive_core::spend::SpendLedger;
 
 use crate::checkpoint::{Checkpointer, StoreError};
 use crate::lease::{LEASE_TTL, Lease, LeaseError};
@@ -99,23 +98,6 @@ impl Runner {
     /// The key its journal is kept under.
     pub fn journal_key(&self) -> &str {
         &self.journal
-    }
-
-    /// [`Runner::open`] with the journal written through `ledger` (the same records, e.g. a local
-    /// store's rows written without giving way to other tasks: `recursive_core::spend::RecordsLedger`).
-    pub async fn open_with(self, scope: &RunScope, ledger: Arc<dyn SpendLedger>) -> Result<HeldRun, StoreError> {
-        let journal = if scope.journal().is_some() {
-            DurableRun::nested(scope)
-        } else {
-            match crate::journal::StoreLedger::new(self.lease.store(), &self.journal).records().await {
-                Ok(records) => DurableRun::open(scope, ledger, &records),
-                Err(e) => {
-                    self.lease.release().await;
-                    return Err(e);
-                }
-            }
-        };
-        Ok(HeldRun { lease: self.lease, journal: Arc::new(journal) })
     }
 
     /// Gives the run up without running it.

@@ -73,9 +73,18 @@ pub async fn durable(store: Arc<dyn Checkpointer>, key: &str, scope: &RunScope) 
     if scope.journal().is_some() {
         return Ok(DurableRun::nested(scope));
     }
-    let ledger = StoreLedger::new(store, key);
-    let records = ledger.records().await?;
-    Ok(DurableRun::open(scope, Arc::new(ledger), &records))
+    let records = StoreLedger::new(store.clone(), key).records().await?;
+    Ok(DurableRun::open(scope, ledger(store, key), &records))
+}
+
+/// The journal `key` of `store` as a spend ledger to write: the store's records written on the
+/// caller's thread where it keeps them locally ([`Checkpointer::local_records`]), else through
+/// the store.
+pub fn ledger(store: Arc<dyn Checkpointer>, key: &str) -> Arc<dyn SpendLedger> {
+    match store.local_records(key) {
+        Some(records) => Arc::new(recursive_core::RecordsLedger::new(records)),
+        None => Arc::new(StoreLedger::new(store, key)),
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +108,17 @@ mod tests {
         assert!(!next.resumed(), "a run that ended whole leaves nothing to resume");
         let other = durable(store, "run-2", &RunScope::detached("r")).await.unwrap();
         assert!(!other.resumed(), "journals are per key");
+    }
+
+    #[tokio::test]
+    async fn a_local_stores_journal_is_written_on_the_callers_thread_into_the_same_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Checkpointer> = Arc::new(crate::SqliteCheckpointer::open(dir.path().join("s.db")).unwrap());
+        assert!(store.local_records("k").is_some(), "SQLite keeps its records locally");
+        ledger(store.clone(), "k").record(&SpendRecord::hold("a", 0.5)).await.unwrap();
+        assert_eq!(StoreLedger::new(store, "k").records().await.unwrap(), [SpendRecord::hold("a", 0.5)]);
+        let memory: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+        assert!(memory.local_records("k").is_none(), "others write through the store");
     }
 
     #[tokio::test]

@@ -304,6 +304,11 @@ impl Checkpointer for Fenced {
         self.hold().await?;
         self.store.delete_journal(key).await
     }
+
+    /// Not fenced, as [`Checkpointer::append_journal`] is not.
+    fn local_records(&self, key: &str) -> Option<Arc<dyn recursive_core::StoredRecords>> {
+        self.store.local_records(key)
+    }
 }
 
 #[cfg(test)]

@@ -336,6 +336,10 @@ impl Checkpointer for SqliteCheckpointer {
         .await
     }
 
+    fn local_records(&self, key: &str) -> Option<Arc<dyn StoredRecords>> {
+        Some(Arc::new(self.records(key)))
+    }
+
     async fn delete_journal(&self, key: &str) -> Result<(), StoreError> {
         let key = key.to_string();
         self.with(move |c| {

@@ -143,8 +143,6 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
     }
     let journal = pursuit_journal(&log_path, &runner, args.resume.is_some()).await?;
     let records = journal.records().await.map_err(|e| anyhow::anyhow!("the pursuit's journal: {e}"))?;
-    // Written as a local file is: the pursuit's concurrent calls keep their order.
-    let journal = recursive_core::RecordsLedger::new(Arc::new(store.records(&key)));
     let kept = store.records(&log_key);
     // A bad log to resume is reported before any model is called.
     let resume = match &args.resume {
@@ -168,7 +166,8 @@ pub async fn execute(args: GoalArgs, exports: &super::Exports) -> anyhow::Result
         }
         pursuer = pursuer.with_embedder(Arc::new(embedder));
     }
-    pursuer = pursuer.with_journal(Arc::new(journal)).with_kept_log(Arc::new(kept), &log_path)?;
+    let journal = recursive_store::journal::ledger(runner.store(), runner.journal_key());
+    pursuer = pursuer.with_journal(journal).with_kept_log(Arc::new(kept), &log_path)?;
     if !args.provider.quiet {
         match &resume {
             Some(r) => eprintln!(

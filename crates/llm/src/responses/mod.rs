@@ -198,6 +198,51 @@ mod tests {
     }
 
     #[test]
+    fn two_messages_of_one_response_stay_two_paragraphs_streamed_and_assembled() {
+        let mut acc = ResponseAccumulator::new();
+        let shown = feed(
+            &mut acc,
+            vec![
+                json!({"type": "response.output_text.delta", "output_index": 0, "delta": "I'll check."}),
+                json!({"type": "response.output_text.delta", "output_index": 1, "delta": "Done"}),
+                json!({"type": "response.output_text.delta", "output_index": 1, "delta": "."}),
+                json!({"type": "response.completed", "response": {"status": "completed"}}),
+            ],
+        );
+        assert_eq!(shown.concat(), "I'll check.\n\nDone.");
+        assert_eq!(acc.finish().message.content, "I'll check.\n\nDone.");
+    }
+
+    #[test]
+    fn raw_reasoning_text_streams_as_reasoning_and_is_kept_where_no_summary_came() {
+        let mut acc = ResponseAccumulator::new();
+        let shown = feed(
+            &mut acc,
+            vec![
+                json!({"type": "response.output_item.added", "output_index": 0,
+                    "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
+                json!({"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0,
+                    "item_id": "rs_1", "delta": "Think "}),
+                json!({"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0,
+                    "item_id": "rs_1", "delta": "hard"}),
+                json!({"type": "response.output_text.delta", "output_index": 1, "delta": "42"}),
+            ],
+        );
+        assert_eq!(shown, ["42"]);
+        assert_eq!(acc.take_reasoning(), ["Think ", "hard"]);
+        let done = json!({"type": "reasoning", "id": "rs_1", "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Think hard"}]});
+        feed(
+            &mut acc,
+            vec![json!({"type": "response.completed", "response": {"model": "gpt-oss", "status": "completed",
+            "output": [done, {"type": "message", "content": [{"type": "output_text", "text": "42"}]}]}})],
+        );
+        let r = acc.finish();
+        assert_eq!(r.message.content, "42");
+        assert_eq!(r.message.reasoning[0].text, "Think hard");
+    }
+
+    #[test]
     fn parallel_calls_assemble_by_output_index_in_output_order() {
         let mut acc = ResponseAccumulator::new();
         let added = |i: u32, call: &str, name: &str| {

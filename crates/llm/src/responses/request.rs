@@ -46,7 +46,8 @@ pub(crate) fn request_body<'a>(
         tool_choice: opts.tool_choice.as_ref().filter(|_| has_tools).map(tool_choice),
         parallel_tool_calls: has_tools.then_some(true),
         temperature: opts.temperature.filter(|_| !reasons),
-        max_output_tokens: opts.max_tokens.or(defaults.max_tokens),
+        // The API refuses a cap under 16 tokens.
+        max_output_tokens: opts.max_tokens.or(defaults.max_tokens).map(|n| n.max(16)),
         reasoning: opts
             .reasoning_effort
             .as_ref()
@@ -54,10 +55,20 @@ pub(crate) fn request_body<'a>(
         text: opts.response_format.as_ref().and_then(text_format),
         store: false,
         include: if reasons { vec!["reasoning.encrypted_content"] } else { Vec::new() },
-        prompt_cache_key: opts.prompt_cache_key.clone().filter(|k| !k.is_empty()),
+        prompt_cache_key: opts.prompt_cache_key.as_deref().filter(|k| !k.is_empty()).map(cache_key),
         stream: defaults.stream.then_some(true),
         model,
     })
+}
+
+/// A prompt cache key as the API takes it: at most 64 characters (a longer one is refused with a
+/// 400), so a longer key goes as its SHA-256 in hex — the same key for the same text.
+fn cache_key(key: &str) -> String {
+    if key.len() <= 64 {
+        return key.to_string();
+    }
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether the model reasons (so it takes no temperature and returns encrypted reasoning): a
@@ -112,16 +123,18 @@ fn is_responses_reasoning(r: &recursive_core::Reasoning) -> bool {
 fn assistant_items<'a>(m: &'a Message, items: &mut Vec<wire::InputItem<'a>>) {
     // Reasoning without an item id is another provider's (Anthropic thinking), and an item
     // without its encrypted content cannot be resolved by a stateless (`store: false`) API.
-    items.extend(m.reasoning.iter().filter(|r| is_responses_reasoning(r) && !r.signature.is_empty()).map(|r| {
-        wire::InputItem::Reasoning {
-            id: &r.id,
-            summary: if r.text.is_empty() {
-                Vec::new()
-            } else {
-                vec![wire::SummaryPart { kind: "summary_text".into(), text: r.text.clone() }]
-            },
-            encrypted_content: Some(r.signature.as_str()),
-        }
+    // Reasoning with nothing after it (a response cut off while the model reasoned) is refused
+    // ("provided without its required following item"): it is left out.
+    let followed = !m.content.is_empty() || !m.tool_calls.is_empty();
+    let carried = m.reasoning.iter().filter(|r| followed && is_responses_reasoning(r) && !r.signature.is_empty());
+    items.extend(carried.map(|r| wire::InputItem::Reasoning {
+        id: &r.id,
+        summary: if r.text.is_empty() {
+            Vec::new()
+        } else {
+            vec![wire::SummaryPart { kind: "summary_text".into(), text: r.text.clone() }]
+        },
+        encrypted_content: Some(r.signature.as_str()),
     }));
     if !m.content.is_empty() {
         items.push(wire::InputItem::Message {
@@ -156,11 +169,49 @@ fn function_tool(spec: &ToolSpec) -> wire::FunctionTool {
     }
 }
 
-/// Whether a JSON Schema meets what strict mode demands: every object lists each of its
-/// properties as required and forbids others (`additionalProperties: false`), all the way
-/// down. A schema that does not is sent non-strict rather than rejected.
+/// Whether a JSON Schema meets what strict mode demands: an object at the root (not a union),
+/// every object listing each of its properties as required and forbidding others
+/// (`additionalProperties: false`), all the way down, and no keyword outside the subset strict
+/// mode supports (`oneOf`, `allOf`, `not`, `default`, string lengths… are refused there with a
+/// 400 that fails every request naming the tool). A schema that does not is sent non-strict
+/// rather than rejected.
 pub(crate) fn strict_compatible(schema: &Value) -> bool {
+    let root_is_object =
+        schema.as_object().is_some_and(|m| m.get("type") == Some(&json!("object")) && !m.contains_key("anyOf"));
+    root_is_object && strict_subschema(schema)
+}
+
+/// The keywords strict mode accepts in a schema (OpenAI's structured-outputs subset).
+const STRICT_KEYWORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "$defs",
+    "definitions",
+    "$ref",
+    "enum",
+    "const",
+    "description",
+    "title",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+];
+
+fn strict_subschema(schema: &Value) -> bool {
     let Some(map) = schema.as_object() else { return schema.is_boolean() };
+    if !map.keys().all(|k| STRICT_KEYWORDS.contains(&k.as_str())) {
+        return false;
+    }
     let is_object =
         map.get("type").is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object"))))
             || map.contains_key("properties");
@@ -175,7 +226,7 @@ pub(crate) fn strict_compatible(schema: &Value) -> bool {
             _ => Vec::new(),
         }
     };
-    ["properties", "items", "anyOf", "$defs", "definitions"].iter().flat_map(|k| nested(k)).all(strict_compatible)
+    ["properties", "items", "anyOf", "$defs", "definitions"].iter().flat_map(|k| nested(k)).all(strict_subschema)
 }
 
 fn object_is_strict(map: &serde_json::Map<String, Value>) -> bool {
@@ -298,6 +349,43 @@ mod tests {
     }
 
     #[test]
+    fn a_long_cache_key_goes_hashed_to_the_sixty_four_characters_the_api_takes_and_a_tiny_cap_goes_as_sixteen() {
+        let long = "k".repeat(200);
+        let options = ChatOptions {
+            model: "gpt-5".into(),
+            prompt_cache_key: Some(long.clone()),
+            max_tokens: Some(5),
+            ..Default::default()
+        };
+        let b = body(&ChatRequest { messages: vec![Message::user("x")], options, ..Default::default() });
+        let key = b["prompt_cache_key"].as_str().unwrap();
+        assert_eq!(key.len(), 64);
+        assert_eq!(key, cache_key(&long), "the same key for the same text");
+        assert_ne!(key, cache_key(&"j".repeat(200)));
+        assert_eq!(b["max_output_tokens"], 16);
+    }
+
+    #[test]
+    fn reasoning_cut_off_with_nothing_after_it_is_not_sent_back() {
+        let mut turn = Message::assistant("");
+        turn.reasoning = vec![Reasoning {
+            id: "rs_1".into(),
+            text: "Thinking".into(),
+            signature: "enc".into(),
+            ..Default::default()
+        }];
+        let request =
+            ChatRequest { messages: vec![Message::user("go"), turn, Message::user("go on")], ..Default::default() };
+        assert_eq!(
+            body(&request)["input"],
+            json!([
+                {"type": "message", "role": "user", "content": "go"},
+                {"type": "message", "role": "user", "content": "go on"}
+            ])
+        );
+    }
+
+    #[test]
     fn a_non_reasoning_model_keeps_its_temperature_and_asks_for_no_encrypted_reasoning() {
         let options = ChatOptions { model: "gpt-4.1".into(), temperature: Some(0.3), ..Default::default() };
         let b = body(&ChatRequest { messages: vec![Message::user("x")], options, ..Default::default() });
@@ -333,6 +421,18 @@ mod tests {
         assert!(!strict_compatible(&open_nested));
         assert!(!strict_compatible(&open_items));
         assert!(!strict_compatible(&json!({"type": "object"})));
+        // Keywords strict mode refuses, anywhere, and a union at the root.
+        let one_of = json!({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+            "required": ["a"], "additionalProperties": false});
+        let defaulted = json!({"type": "object", "properties": {"a": {"type": "string", "default": "x"}},
+            "required": ["a"], "additionalProperties": false});
+        let root_union = json!({"type": "object", "anyOf": [strict.clone()]});
+        for refused in [one_of, defaulted, root_union, json!({"allOf": [strict.clone()]})] {
+            assert!(!strict_compatible(&refused), "{refused}");
+        }
+        let nullable = json!({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+            "required": ["a"], "additionalProperties": false});
+        assert!(strict_compatible(&nullable), "a union below the root is allowed");
         let request = ChatRequest {
             messages: vec![Message::user("x")],
             tools: vec![ToolSpec { name: "f".into(), description: "does f".into(), parameters: strict.clone() }],

@@ -69,7 +69,7 @@ pub(crate) fn api_error(provider: &str, error: &wire::ApiError, origin: &str) ->
 #[derive(Debug, Clone)]
 enum Item {
     Message { text: String, refusal: String },
-    Reasoning { id: String, summary: Vec<String>, encrypted: String },
+    Reasoning { id: String, summary: Vec<String>, encrypted: String, text: Vec<String> },
     Call { call_id: String, name: String, arguments: String },
     Other,
 }
@@ -96,10 +96,11 @@ impl Item {
                 }
                 Item::Message { text, refusal }
             }
-            wire::OutputItem::Reasoning { id, summary, encrypted_content } => Item::Reasoning {
+            wire::OutputItem::Reasoning { id, summary, encrypted_content, content } => Item::Reasoning {
                 id,
                 summary: summary.into_iter().map(|p| p.text).collect(),
                 encrypted: encrypted_content.unwrap_or_default(),
+                text: content.into_iter().map(|p| p.text).collect(),
             },
             wire::OutputItem::FunctionCall { call_id, name, arguments } => Item::Call { call_id, name, arguments },
             wire::OutputItem::Other => Item::Other,
@@ -124,8 +125,11 @@ pub struct ResponseAccumulator {
     end: Option<End>,
     /// Reasoning that arrived since [`ResponseAccumulator::take_reasoning`] was last called.
     reasoning: Vec<String>,
-    /// The reasoning part the last reasoning delta belonged to (parts are shown apart).
-    last_part: Option<(u32, u32)>,
+    /// The reasoning part the last reasoning delta belonged to (item, part, whether a summary
+    /// part): parts are shown apart.
+    last_part: Option<(u32, u32, bool)>,
+    /// The message the last answer text belonged to.
+    last_text: Option<u32>,
 }
 
 impl ResponseAccumulator {
@@ -151,12 +155,19 @@ impl ResponseAccumulator {
                 self.items.insert(output_index, Item::from_wire(item));
             }
             E::OutputTextDelta { output_index, delta } => {
+                // A second message (commentary, then the answer) starts a new paragraph, as
+                // `finish` joins them.
+                let new_message = self.last_text.is_some_and(|last| last != output_index);
+                self.last_text = Some(output_index);
                 self.push_text(output_index, &delta, false);
-                return Ok(vec![delta]);
+                return Ok(vec![if new_message { format!("\n\n{delta}") } else { delta }]);
             }
             E::RefusalDelta { output_index, delta } => self.push_text(output_index, &delta, true),
             E::ReasoningSummaryDelta { output_index, summary_index, delta } => {
-                self.summary_delta(output_index, summary_index, delta)
+                self.reasoning_delta(output_index, summary_index, true, delta)
+            }
+            E::ReasoningTextDelta { output_index, content_index, delta } => {
+                self.reasoning_delta(output_index, content_index, false, delta)
             }
             E::ArgumentsDelta { output_index, delta } => self.push_arguments(output_index, delta, false),
             E::ArgumentsDone { output_index, arguments } => self.push_arguments(output_index, arguments, true),
@@ -220,25 +231,28 @@ impl ResponseAccumulator {
         }
     }
 
-    fn summary_delta(&mut self, index: u32, part: u32, delta: String) {
+    /// Appends a piece of a reasoning item's summary (`is_summary`) or raw text part.
+    fn reasoning_delta(&mut self, index: u32, part: u32, is_summary: bool, delta: String) {
         let item = self.items.entry(index).or_insert_with(|| Item::Reasoning {
             id: String::new(),
             summary: Vec::new(),
             encrypted: String::new(),
+            text: Vec::new(),
         });
-        if let Item::Reasoning { summary, .. } = item {
+        if let Item::Reasoning { summary, text, .. } = item {
+            let parts = if is_summary { summary } else { text };
             let part_index = part as usize;
-            if summary.len() <= part_index {
-                summary.resize(part_index + 1, String::new());
+            if parts.len() <= part_index {
+                parts.resize(part_index + 1, String::new());
             }
-            summary[part_index].push_str(&delta);
+            parts[part_index].push_str(&delta);
         }
-        // A new summary part (or a new reasoning item) is shown as a new paragraph.
+        // A new part (or a new reasoning item) is shown as a new paragraph.
         let shown = match self.last_part {
-            Some(last) if last != (index, part) => format!("\n\n{delta}"),
+            Some(last) if last != (index, part, is_summary) => format!("\n\n{delta}"),
             _ => delta,
         };
-        self.last_part = Some((index, part));
+        self.last_part = Some((index, part, is_summary));
         self.reasoning.push(shown);
     }
 
@@ -260,11 +274,12 @@ impl ResponseAccumulator {
         for (index, item) in &self.items {
             match item {
                 Item::Message { text: t, refusal: r } => {
-                    text.push_str(t);
-                    refusal.push_str(r);
+                    push_paragraph(&mut text, t);
+                    push_paragraph(&mut refusal, r);
                 }
-                Item::Reasoning { id, summary, encrypted } => reasoning.push(Reasoning {
-                    text: summary.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join("\n\n"),
+                Item::Reasoning { id, summary, encrypted, text: raw } => reasoning.push(Reasoning {
+                    // The summary where there is one, else the raw reasoning text.
+                    text: paragraphs(if summary.iter().any(|s| !s.is_empty()) { summary } else { raw }),
                     signature: encrypted.clone(),
                     id: id.clone(),
                     redacted: false,
@@ -283,16 +298,27 @@ impl ResponseAccumulator {
             _ if !calls.is_empty() => StopReason::ToolUse,
             _ => StopReason::EndTurn,
         };
-        if !refusal.is_empty() {
-            if !text.is_empty() {
-                text.push_str("\n\n");
-            }
-            text.push_str(&refusal);
-        }
+        push_paragraph(&mut text, &refusal);
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
         sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
+}
+
+/// Appends `more` to `text` as a paragraph of its own.
+fn push_paragraph(text: &mut String, more: &str) {
+    if more.is_empty() {
+        return;
+    }
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    text.push_str(more);
+}
+
+/// Non-empty parts as paragraphs.
+fn paragraphs(parts: &[String]) -> String {
+    parts.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join("\n\n")
 }
 
 /// Parses a complete (non-streamed) response object.

@@ -251,6 +251,10 @@ pub enum OutputItem {
         /// The encrypted reasoning (complete in `output_item.done` and the final response).
         #[serde(default)]
         encrypted_content: Option<String>,
+        /// The raw reasoning text (`reasoning_text` parts: open-weight models, and servers such
+        /// as vLLM that speak the Responses API), where the model gives it rather than a summary.
+        #[serde(default)]
+        content: Vec<SummaryPart>,
     },
     /// A function call.
     FunctionCall {
@@ -340,6 +344,17 @@ pub enum StreamEvent {
         /// Which summary part.
         #[serde(default)]
         summary_index: u32,
+        /// The piece.
+        delta: String,
+    },
+    /// A piece of raw reasoning text.
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta {
+        /// The reasoning item.
+        output_index: u32,
+        /// Which content part.
+        #[serde(default)]
+        content_index: u32,
         /// The piece.
         delta: String,
     },

@@ -40,7 +40,7 @@ pub fn request_body<'a>(
     let (system, rest) = split_system(&request.messages);
     let has_tools = !request.tools.is_empty();
     let body = wire::GenerateContentRequest {
-        contents: contents(rest),
+        contents: contents(rest, checks_signatures(&model)),
         system_instruction: system.map(|parts| wire::Content { role: None, parts }),
         tools: if has_tools {
             vec![wire::Tool { function_declarations: request.tools.iter().map(declaration).collect() }]
@@ -72,15 +72,31 @@ struct CallRef<'a> {
     id: Option<&'a str>,
 }
 
+/// Whether the model refuses a function call sent back without its thought signature (Gemini 3
+/// and later; 2.5 only warns).
+fn checks_signatures(model: &str) -> bool {
+    let version = model.strip_prefix("gemini-").and_then(|v| v.split(['-', '.']).next());
+    version.and_then(|v| v.parse::<u32>().ok()).is_some_and(|major| major >= 3)
+}
+
+/// What a function call carries back when its signature is not known (a call another model or
+/// the client made, or one whose reasoning was compacted away): the value the API documents for
+/// skipping the signature check, so a model that checks signatures takes the history.
+const NO_SIGNATURE: &str = "skip_thought_signature_validator";
+
 /// The conversation as contents. Consecutive tool results (the answers to one turn's parallel
-/// calls) share one `user` content.
-fn contents(messages: &[Message]) -> Vec<wire::Content<'_>> {
+/// calls) share one `user` content. With `signed`, a turn's first function call always carries
+/// a signature ([`NO_SIGNATURE`] when it has none).
+fn contents(messages: &[Message], signed: bool) -> Vec<wire::Content<'_>> {
     let mut calls: HashMap<&str, CallRef<'_>> = HashMap::new();
     let mut out: Vec<wire::Content<'_>> = Vec::with_capacity(messages.len());
     let mut in_results = false;
     for m in messages {
         let results_before = std::mem::replace(&mut in_results, m.role == Role::Tool);
         match m.role {
+            // An empty text part is refused ("required oneof field 'data'"); an empty message
+            // says nothing.
+            Role::System | Role::User if m.content.is_empty() => {}
             Role::System | Role::User => {
                 out.push(wire::Content { role: Some("user"), parts: vec![text_part(&m.content)] })
             }
@@ -88,7 +104,13 @@ fn contents(messages: &[Message]) -> Vec<wire::Content<'_>> {
                 for c in &m.tool_calls {
                     calls.insert(&c.id, CallRef { name: &c.name, id: api_call_id(&c.id) });
                 }
-                let parts = model_parts(m);
+                let mut parts = model_parts(m);
+                if signed
+                    && let Some(first_call) = parts.iter_mut().find(|p| p.function_call.is_some())
+                    && first_call.thought_signature.is_none()
+                {
+                    first_call.thought_signature = Some(NO_SIGNATURE);
+                }
                 if !parts.is_empty() {
                     out.push(wire::Content { role: Some("model"), parts });
                 }
@@ -171,14 +193,45 @@ fn call_args(arguments: &Value) -> Value {
 fn declaration(spec: &ToolSpec) -> wire::FunctionDeclaration {
     let parameters = gemini_schema(&spec.parameters);
     let has_properties = parameters["properties"].as_object().is_some_and(|p| !p.is_empty());
+    let (parameters, parameters_json_schema) = if says_all(&parameters, true) {
+        // An object without properties is refused; a function without arguments sends none.
+        let kept = (has_properties || parameters["type"] != "OBJECT").then_some(parameters).filter(|p| p != &json!({}));
+        (kept, None)
+    } else {
+        (None, Some(plain_json_schema(&spec.parameters)))
+    };
     wire::FunctionDeclaration {
         name: spec.name.clone(),
         description: spec.description.clone(),
-        // An object without properties is refused; a function without arguments sends none.
-        parameters: (has_properties || parameters["type"] != "OBJECT")
-            .then_some(parameters)
-            .filter(|p| p != &json!({})),
+        parameters,
+        parameters_json_schema,
     }
+}
+
+/// Whether a converted schema is one the subset accepts: below the root, no object without
+/// properties (a free-form object) and no array without `items` — both refused with a 400.
+fn says_all(schema: &Value, root: bool) -> bool {
+    let Some(map) = schema.as_object() else { return true };
+    let empty = |key: &str| map.get(key).and_then(Value::as_object).is_none_or(|m| m.is_empty());
+    match map.get("type").and_then(Value::as_str) {
+        Some("OBJECT") if !root && empty("properties") => return false,
+        Some("ARRAY") if empty("items") => return false,
+        _ => {}
+    }
+    let children = map.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.values());
+    let options = map.get("anyOf").and_then(Value::as_array).into_iter().flatten();
+    children.chain(options).chain(map.get("items")).all(|s| says_all(s, false))
+}
+
+/// A tool's JSON Schema as `parametersJsonSchema` takes it: without the keywords that name the
+/// schema rather than describe the arguments (`$schema`, `$id`).
+fn plain_json_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(map) = schema.as_object_mut() {
+        map.remove("$schema");
+        map.remove("$id");
+    }
+    schema
 }
 
 fn tool_config(choice: &ToolChoice) -> wire::ToolConfig {
@@ -210,17 +263,15 @@ fn generation_config(request: &ChatRequest, default_max: Option<u32>) -> Option<
         Some(ResponseFormat::JsonSchema { schema, .. }) => (Some("application/json"), Some(gemini_schema(schema))),
         _ => (None, None),
     };
+    let budget = opts.reasoning_effort.as_deref().and_then(thinking_budget);
     let config = wire::GenerationConfig {
         stop_sequences: opts.stop.clone(),
+        // As the API takes it (and the official SDK sends it): thinking tokens count against it.
         max_output_tokens: opts.max_tokens.or(default_max),
         temperature: opts.temperature,
         response_mime_type: mime,
         response_schema: schema,
-        thinking_config: opts
-            .reasoning_effort
-            .as_deref()
-            .and_then(thinking_budget)
-            .map(|budget| wire::ThinkingConfig { thinking_budget: budget, include_thoughts: true }),
+        thinking_config: budget.map(|budget| wire::ThinkingConfig { thinking_budget: budget, include_thoughts: true }),
     };
     (config != wire::GenerationConfig::default()).then_some(config)
 }
@@ -279,6 +330,9 @@ fn convert(schema: &Value, defs: &Map<String, Value>, depth: usize) -> Value {
             out.insert((*key).to_string(), v.clone());
         }
     }
+    if !out.get("format").is_some_and(|f| format_accepted(out.get("type"), f)) {
+        out.remove("format");
+    }
     if let Some(values) = map.get("enum").and_then(Value::as_array).filter(|v| v.iter().all(Value::is_string)) {
         out.insert("enum".into(), Value::Array(values.clone()));
     } else if let Some(value @ Value::String(_)) = map.get("const") {
@@ -309,6 +363,18 @@ fn convert(schema: &Value, defs: &Map<String, Value>, depth: usize) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// Whether the API accepts `format` on a schema of type `kind`: for strings only `enum` and
+/// `date-time`, for numbers their widths; any other (`uri`, `email`…) is refused with a 400.
+fn format_accepted(kind: Option<&Value>, format: &Value) -> bool {
+    let accepted: &[&str] = match kind.and_then(Value::as_str) {
+        Some("STRING") => &["enum", "date-time"],
+        Some("INTEGER") => &["int32", "int64"],
+        Some("NUMBER") => &["float", "double"],
+        _ => &[],
+    };
+    format.as_str().is_some_and(|f| accepted.contains(&f))
 }
 
 /// `type` in upper case; a list of types with `null` becomes the other type and `nullable`,
@@ -505,6 +571,65 @@ mod tests {
             parameters: json!({"type": "object", "properties": {}}),
         };
         assert_eq!(declaration(&spec).parameters, None);
+    }
+
+    #[test]
+    fn a_format_the_api_refuses_is_dropped_and_one_it_takes_is_kept() {
+        let schema = json!({"type": "object", "properties": {
+            "url": {"type": "string", "format": "uri"},
+            "at": {"type": "string", "format": "date-time"},
+            "n": {"type": "integer", "format": "int64"},
+            "x": {"type": "number", "format": "int64"}
+        }});
+        assert_eq!(
+            gemini_schema(&schema)["properties"],
+            json!({"url": {"type": "STRING"}, "at": {"type": "STRING", "format": "date-time"},
+                "n": {"type": "INTEGER", "format": "int64"}, "x": {"type": "NUMBER"}})
+        );
+    }
+
+    #[test]
+    fn a_schema_the_subset_cannot_say_goes_as_a_plain_json_schema() {
+        let free_object = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}});
+        let bare_array = json!({"type": "object", "properties": {"rows": {"type": "array"}}});
+        for schema in [free_object, bare_array] {
+            let declared =
+                declaration(&ToolSpec { name: "f".into(), description: "".into(), parameters: schema.clone() });
+            assert_eq!(declared.parameters, None, "{schema}");
+            let mut plain = schema.clone();
+            plain.as_object_mut().unwrap().remove("$schema");
+            assert_eq!(declared.parameters_json_schema, Some(plain));
+        }
+        let sayable = json!({"type": "object", "properties": {"rows": {"type": "array", "items": {"type": "string"}}}});
+        let declared = declaration(&ToolSpec { name: "f".into(), description: "".into(), parameters: sayable });
+        assert!(declared.parameters.is_some() && declared.parameters_json_schema.is_none());
+    }
+
+    #[test]
+    fn an_empty_user_message_sends_no_empty_part() {
+        let request = ChatRequest { messages: vec![Message::user(""), Message::user("hi")], ..Default::default() };
+        assert_eq!(body(&request)["contents"], json!([{"role": "user", "parts": [{"text": "hi"}]}]));
+    }
+
+    #[test]
+    fn a_call_without_its_signature_carries_the_skip_value_for_models_that_check_signatures() {
+        let turn = Message::assistant_with_tools(
+            "",
+            vec![
+                ToolCall { id: "call_a".into(), name: "f".into(), arguments: json!({}) },
+                ToolCall { id: "call_b".into(), name: "f".into(), arguments: json!({}) },
+            ],
+        );
+        let messages = vec![Message::user("go"), turn];
+        let signatures = |model: &str| {
+            let options = ChatOptions { model: model.into(), ..Default::default() };
+            let b = body(&ChatRequest { messages: messages.clone(), options, ..Default::default() });
+            let parts = b["contents"][1]["parts"].as_array().unwrap().clone();
+            parts.iter().map(|p| p.get("thoughtSignature").cloned()).collect::<Vec<_>>()
+        };
+        assert_eq!(signatures("gemini-3-pro-preview"), [Some(json!(NO_SIGNATURE)), None], "the first call only");
+        assert_eq!(signatures("gemini-2.5-flash"), [None, None]);
     }
 
     #[test]

@@ -150,6 +150,10 @@ pub struct FunctionDeclaration {
     /// Arguments in Gemini's schema subset; none for a function without arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
+    /// Arguments as a plain JSON Schema, for a schema the subset cannot say (exclusive with
+    /// `parameters`).
+    #[serde(rename = "parametersJsonSchema", skip_serializing_if = "Option::is_none")]
+    pub parameters_json_schema: Option<Value>,
 }
 
 /// `toolConfig`.
@@ -178,7 +182,7 @@ pub struct GenerationConfig {
     /// Stop sequences.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
-    /// Token cap (thinking tokens not included).
+    /// Token cap (thinking tokens count against it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature.

@@ -141,9 +141,10 @@ impl HttpClient {
         if status.is_success() {
             return Ok(response);
         }
-        let retry_after_secs = retry_after(response.headers());
+        let header_wait = retry_after(response.headers());
         let bytes = self.read_all(response, MAX_ERROR_BYTES).await.unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
+        let retry_after_secs = header_wait.or_else(|| retry_delay_in_body(&text));
         Err(ProviderError::Http {
             provider: self.provider.clone(),
             status: status.as_u16(),
@@ -279,6 +280,16 @@ pub fn retry_after(headers: &HeaderMap) -> Option<f64> {
     parse_retry_after(text("retry-after")?)
 }
 
+/// The wait a Google API names in its error body instead of a header: a `RetryInfo` detail's
+/// `retryDelay` (`{"error": {"details": [{"retryDelay": "37s"}]}}`, a protobuf duration).
+pub fn retry_delay_in_body(body: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let details = v["error"]["details"].as_array()?;
+    let delay = details.iter().find_map(|d| d["retryDelay"].as_str())?;
+    let secs = delay.trim().strip_suffix('s')?.parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0).then_some(secs)
+}
+
 /// Parses a `Retry-After` value: delay seconds (`"2"`, `"1.5"`) or an HTTP date, giving the
 /// seconds from now until then (0 when it is past).
 pub fn parse_retry_after(value: &str) -> Option<f64> {
@@ -345,6 +356,16 @@ mod tests {
         assert_eq!(retry_after(&h), Some(3.0));
         h.insert("retry-after-ms", HeaderValue::from_static("250"));
         assert_eq!(retry_after(&h), Some(0.25));
+    }
+
+    #[test]
+    fn a_google_retry_delay_in_the_error_body_is_the_wait() {
+        let body = r#"{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded",
+            "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37.5s"}]}}"#;
+        assert_eq!(retry_delay_in_body(body), Some(37.5));
+        assert_eq!(retry_delay_in_body(r#"{"error": {"message": "no"}}"#), None);
+        assert_eq!(retry_delay_in_body("not json"), None);
     }
 
     #[test]

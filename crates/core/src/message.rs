@@ -70,6 +70,11 @@ pub struct Message {
     /// For an assistant message: the reasoning that came with it, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasoning: Vec<Reasoning>,
+    /// For an assistant message: the provider's label of what its text is, sent back as it came
+    /// (OpenAI Responses' `phase`: `commentary` before tool calls, `final_answer`), which
+    /// models that give one need again on later turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 impl Message {
@@ -81,6 +86,7 @@ impl Message {
             tool_call_id: None,
             is_error: false,
             reasoning: Vec::new(),
+            phase: None,
         }
     }
 

@@ -214,6 +214,22 @@ mod tests {
     }
 
     #[test]
+    fn a_messages_phase_is_kept() {
+        let mut acc = ResponseAccumulator::new();
+        let message = json!({"type": "message", "phase": "commentary",
+            "content": [{"type": "output_text", "text": "Checking."}]});
+        let call = json!({"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"});
+        feed(
+            &mut acc,
+            vec![json!({"type": "response.completed", "response": {"status": "completed",
+            "output": [message, call]}})],
+        );
+        let turn = acc.finish().message;
+        assert_eq!(turn.phase.as_deref(), Some("commentary"));
+        assert_eq!(turn.content, "Checking.");
+    }
+
+    #[test]
     fn raw_reasoning_text_streams_as_reasoning_and_is_kept_where_no_summary_came() {
         let mut acc = ResponseAccumulator::new();
         let shown = feed(

@@ -109,7 +109,7 @@ fn input_items(messages: &[Message]) -> Vec<wire::InputItem<'_>> {
 }
 
 fn text_message<'a>(role: &'static str, text: &'a str) -> wire::InputItem<'a> {
-    wire::InputItem::Message { role, content: wire::MessageContent::Text(text) }
+    wire::InputItem::Message { role, content: wire::MessageContent::Text(text), phase: None }
 }
 
 /// Whether a reasoning entry is a Responses reasoning item (an `rs_…` id): Anthropic thinking has
@@ -140,6 +140,7 @@ fn assistant_items<'a>(m: &'a Message, items: &mut Vec<wire::InputItem<'a>>) {
         items.push(wire::InputItem::Message {
             role: "assistant",
             content: wire::MessageContent::Parts(vec![wire::OutputText { kind: "output_text", text: &m.content }]),
+            phase: m.phase.as_deref(),
         });
     }
     items.extend(m.tool_calls.iter().map(|c| wire::InputItem::FunctionCall {
@@ -363,6 +364,18 @@ mod tests {
         assert_eq!(key, cache_key(&long), "the same key for the same text");
         assert_ne!(key, cache_key(&"j".repeat(200)));
         assert_eq!(b["max_output_tokens"], 16);
+    }
+
+    #[test]
+    fn an_assistant_messages_phase_goes_back_as_it_came() {
+        let mut turn = Message::assistant("Checking.");
+        turn.phase = Some("commentary".into());
+        let request = ChatRequest { messages: vec![Message::user("go"), turn], ..Default::default() };
+        assert_eq!(
+            body(&request)["input"][1],
+            json!({"type": "message", "role": "assistant", "phase": "commentary",
+                "content": [{"type": "output_text", "text": "Checking."}]})
+        );
     }
 
     #[test]

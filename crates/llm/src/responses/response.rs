@@ -68,7 +68,7 @@ pub(crate) fn api_error(provider: &str, error: &wire::ApiError, origin: &str) ->
 /// One output item as it is being assembled.
 #[derive(Debug, Clone)]
 enum Item {
-    Message { text: String, refusal: String },
+    Message { text: String, refusal: String, phase: Option<String> },
     Reasoning { id: String, summary: Vec<String>, encrypted: String, text: Vec<String> },
     Call { call_id: String, name: String, arguments: String },
     Other,
@@ -76,7 +76,7 @@ enum Item {
 
 impl Item {
     fn empty_message() -> Item {
-        Item::Message { text: String::new(), refusal: String::new() }
+        Item::Message { text: String::new(), refusal: String::new(), phase: None }
     }
 
     fn empty_call() -> Item {
@@ -85,7 +85,7 @@ impl Item {
 
     fn from_wire(item: wire::OutputItem) -> Item {
         match item {
-            wire::OutputItem::Message { content } => {
+            wire::OutputItem::Message { content, phase } => {
                 let (mut text, mut refusal) = (String::new(), String::new());
                 for part in content {
                     match part {
@@ -94,7 +94,7 @@ impl Item {
                         wire::ContentPart::Other => {}
                     }
                 }
-                Item::Message { text, refusal }
+                Item::Message { text, refusal, phase }
             }
             wire::OutputItem::Reasoning { id, summary, encrypted_content, content } => Item::Reasoning {
                 id,
@@ -211,7 +211,7 @@ impl ResponseAccumulator {
         if !matches!(item, Item::Message { .. }) {
             *item = Item::empty_message();
         }
-        if let Item::Message { text, refusal } = item {
+        if let Item::Message { text, refusal, .. } = item {
             if is_refusal { refusal } else { text }.push_str(delta);
         }
     }
@@ -271,11 +271,14 @@ impl ResponseAccumulator {
         let (mut text, mut refusal) = (String::new(), String::new());
         let mut calls = Vec::new();
         let mut reasoning = Vec::new();
+        let mut phase = None;
         for (index, item) in &self.items {
             match item {
-                Item::Message { text: t, refusal: r } => {
+                Item::Message { text: t, refusal: r, phase: p } => {
                     push_paragraph(&mut text, t);
                     push_paragraph(&mut refusal, r);
+                    // The last label given: the answer's, when commentary came before it.
+                    phase = p.clone().or(phase);
                 }
                 Item::Reasoning { id, summary, encrypted, text: raw } => reasoning.push(Reasoning {
                     // The summary where there is one, else the raw reasoning text.
@@ -301,6 +304,7 @@ impl ResponseAccumulator {
         push_paragraph(&mut text, &refusal);
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
+        message.phase = phase;
         sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
 }

@@ -71,6 +71,9 @@ pub enum InputItem<'a> {
         role: &'static str,
         /// The text, or the assistant's output-text parts.
         content: MessageContent<'a>,
+        /// An assistant message's `phase` (`commentary` or `final_answer`), as it came.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        phase: Option<&'a str>,
     },
     /// A reasoning item the model produced, sent back as it came.
     Reasoning {
@@ -239,6 +242,9 @@ pub enum OutputItem {
         /// Its content parts.
         #[serde(default)]
         content: Vec<ContentPart>,
+        /// `commentary` or `final_answer`, for the models that label their messages.
+        #[serde(default)]
+        phase: Option<String>,
     },
     /// A reasoning item.
     Reasoning {

@@ -252,12 +252,13 @@ impl HttpClient {
 }
 
 /// The provider's own message from an error body: `{"error":{"message":..}}` (OpenAI and
-/// Anthropic), `{"error":"..."}` (Ollama), `{"message":..}` or `{"detail":..}`; otherwise the
-/// body itself, clipped, or `fallback` when it is empty.
+/// Anthropic), `{"error":"..."}` (Ollama), `{"message":..}`, `{"Message":..}` (AWS) or
+/// `{"detail":..}`; otherwise the body itself, clipped, or `fallback` when it is empty.
 pub fn error_message(body: &str, fallback: &str) -> String {
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
         let error = &v["error"];
-        let candidates = [&error["message"], error, &v["message"], &v["detail"]];
+        // `Message`: AWS services' spelling.
+        let candidates = [&error["message"], error, &v["message"], &v["Message"], &v["detail"]];
         for c in candidates {
             if let Some(s) = c.as_str().filter(|s| !s.trim().is_empty()) {
                 return s.to_string();
@@ -341,6 +342,10 @@ mod tests {
         let anthropic = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
         assert_eq!(error_message(anthropic, "x"), "invalid x-api-key");
         assert_eq!(error_message(r#"{"error":"model 'x' not found"}"#, "x"), "model 'x' not found");
+        assert_eq!(
+            error_message(r#"{"Message":"The security token is invalid"}"#, "x"),
+            "The security token is invalid"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Facts about known models that callers plan with: the context window, in tokens, and whether
-//! the model is one of OpenAI's reasoning models (which take `max_completion_tokens`). A model id
+//! the model is one of OpenAI's reasoning models (which take `max_completion_tokens`), and the
+//! thinking budget a reasoning effort stands for. A model id
 //! matches an entry exactly or by a dated/versioned suffix (`gpt-4o-2024-08-06` → `gpt-4o`);
 //! an unknown model has no known window.
 
@@ -71,6 +72,19 @@ pub fn is_reasoning_model(model: &str) -> bool {
 /// as `gpt-4o`.
 fn matches_model(id: &str, name: &str) -> bool {
     id.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', ':', '@']))
+}
+
+/// Thinking tokens for a reasoning effort (`None` for an unknown level): one scale for every
+/// provider that takes a thinking budget (Anthropic, Bedrock's Claude, Gemini 2.5 — within each
+/// one's range).
+pub(crate) fn thinking_budget(effort: &str) -> Option<u32> {
+    match effort {
+        "minimal" => Some(1024),
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(24_576),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -130,7 +130,12 @@ impl AnthropicConfig {
             stream: self.stream.then_some(true),
             thinking: None,
         };
-        if let Some(budget) = opts.reasoning_effort.as_deref().and_then(thinking_budget) {
+        // Thinking is refused on a turn whose tool choice forces a tool: the choice wins.
+        let forced =
+            body.tool_choice.as_ref().and_then(|c| c["type"].as_str()).is_some_and(|t| t == "any" || t == "tool");
+        if let Some(budget) =
+            opts.reasoning_effort.as_deref().and_then(crate::models::thinking_budget).filter(|_| !forced)
+        {
             body.thinking = Some(wire::ThinkingConfig { kind: "enabled", budget_tokens: budget });
             // The budget must stay below the token cap, and thinking takes no temperature.
             body.max_tokens = body.max_tokens.max(budget + 4096);
@@ -150,17 +155,6 @@ fn tool_choice(choice: &ToolChoice) -> Value {
         ToolChoice::Required => json!({"type": "any"}),
         ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
         _ => json!({"type": "auto"}),
-    }
-}
-
-/// Thinking tokens for a `reasoning_effort` (`None` for an unknown level).
-fn thinking_budget(effort: &str) -> Option<u32> {
-    match effort {
-        "minimal" => Some(1024),
-        "low" => Some(2048),
-        "medium" => Some(8192),
-        "high" => Some(24_576),
-        _ => None,
     }
 }
 
@@ -854,6 +848,27 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
         assert!(body["max_tokens"].as_u64().unwrap() > 2048);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn a_forced_tool_choice_turns_thinking_off_for_that_turn() {
+        let tool = recursive_core::ToolSpec {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        };
+        for (choice, thinks) in
+            [(ToolChoice::Auto, true), (ToolChoice::Required, false), (ToolChoice::Tool("f".into()), false)]
+        {
+            let options = ChatOptions {
+                reasoning_effort: Some("low".into()),
+                tool_choice: Some(choice.clone()),
+                ..Default::default()
+            };
+            let req = ChatRequest { messages: vec![Message::user("x")], tools: vec![tool.clone()], options };
+            let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+            assert_eq!(body.get("thinking").is_some(), thinks, "{choice:?}: {body}");
+        }
     }
 
     #[test]

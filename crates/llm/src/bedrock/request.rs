@@ -40,15 +40,24 @@ struct Family {
     caches_prompt: bool,
     /// A cache point after the tools.
     caches_tools: bool,
-    /// Claude's extended thinking (`thinking` in `additionalModelRequestFields`).
+    /// Claude's extended thinking (`thinking` in `additionalModelRequestFields`): Claude 3.7
+    /// and later (Claude 3 and 3.5 refuse the field).
     thinks: bool,
+    /// A tool result's `status` (only Claude and Nova take it; other models may refuse it).
+    tool_status: bool,
 }
 
 fn family(model: &str) -> Family {
     let id = model.to_ascii_lowercase();
     let claude = id.contains("anthropic.claude");
     let nova = id.contains("amazon.nova");
-    Family { caches_prompt: claude || nova, caches_tools: claude, thinks: claude }
+    let before_thinking = id.contains("claude-3-") && !id.contains("claude-3-7");
+    Family {
+        caches_prompt: claude || nova,
+        caches_tools: claude,
+        thinks: claude && !before_thinking,
+        tool_status: claude || nova,
+    }
 }
 
 /// The model a request goes to and its wire body.
@@ -65,7 +74,7 @@ pub fn request_body(
         )));
     }
     let family = family(model);
-    let messages = request_messages(&request.messages);
+    let messages = request_messages(&request.messages, family, !request.tools.is_empty());
     let mut body = wire::ConverseRequest {
         system: system_blocks(request),
         tool_config: tool_config(&request.tools, opts.tool_choice.as_ref(), &messages),
@@ -75,11 +84,16 @@ pub fn request_body(
     };
     let mut inference = wire::InferenceConfig {
         max_tokens: opts.max_tokens.or(defaults.max_tokens),
-        temperature: opts.temperature,
+        // Converse's range (an OpenAI-style 2.0 is refused); an empty stop sequence is refused.
+        temperature: opts.temperature.map(|t| t.clamp(0.0, 1.0)),
         top_p: None,
-        stop_sequences: opts.stop.clone(),
+        stop_sequences: opts.stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
     };
-    if let Some(budget) = opts.reasoning_effort.as_deref().and_then(thinking_budget).filter(|_| family.thinks) {
+    // Claude refuses thinking on a turn whose tool choice forces a tool: the choice wins.
+    let forced = matches!(opts.tool_choice, Some(ToolChoice::Required | ToolChoice::Tool(_)));
+    let thinking =
+        opts.reasoning_effort.as_deref().and_then(crate::models::thinking_budget).filter(|_| family.thinks && !forced);
+    if let Some(budget) = thinking {
         body.additional_model_request_fields = Some(json!({"thinking": {"type": "enabled", "budget_tokens": budget}}));
         // The budget must stay below the token cap, and thinking takes no temperature.
         inference.max_tokens = Some(inference.max_tokens.unwrap_or(THINKING_MAX_TOKENS).max(budget + 4096));
@@ -98,7 +112,7 @@ fn system_blocks(request: &ChatRequest) -> Vec<wire::SystemBlock> {
     let mut blocks: Vec<wire::SystemBlock> = request
         .messages
         .iter()
-        .filter(|m| m.role == Role::System && !m.content.is_empty())
+        .filter(|m| m.role == Role::System && !is_blank(&m.content))
         .map(|m| wire::SystemBlock::Text(m.content.clone()))
         .collect();
     if let Some(instruction) = request.options.response_format.as_ref().and_then(format_instruction) {
@@ -117,28 +131,20 @@ fn format_instruction(format: &ResponseFormat) -> Option<String> {
     }
 }
 
-/// Thinking tokens for a reasoning effort (`None` for an unknown level): the Anthropic
-/// provider's levels.
-fn thinking_budget(effort: &str) -> Option<u32> {
-    match effort {
-        "minimal" => Some(1024),
-        "low" => Some(2048),
-        "medium" => Some(8192),
-        "high" => Some(24_576),
-        _ => None,
-    }
-}
-
 /// The non-system messages: user and tool-result messages become user turns, and adjacent
-/// turns of one role are merged (so consecutive tool results share one user message).
-fn request_messages(messages: &[Message]) -> Vec<wire::Message> {
+/// turns of one role are merged (so consecutive tool results share one user message). Without
+/// `tools`, calls and results of earlier turns go as text: the API takes tool blocks only with
+/// a `toolConfig`, and a request offering no tools has none. A conversation starts with the
+/// user, as the API demands.
+fn request_messages(messages: &[Message], family: Family, tools: bool) -> Vec<wire::Message> {
     let mut turns: Vec<wire::Message> = Vec::new();
     for m in messages {
         let (role, content) = match m.role {
             Role::System => continue,
             Role::User => ("user", text_block(&m.content).into_iter().collect::<Vec<_>>()),
-            Role::Tool => ("user", vec![tool_result(m)]),
-            Role::Assistant => ("assistant", assistant_blocks(m)),
+            Role::Tool if !tools => ("user", text_block(&result_as_text(m)).into_iter().collect()),
+            Role::Tool => ("user", vec![tool_result(m, family)]),
+            Role::Assistant => ("assistant", assistant_blocks(m, tools)),
         };
         if content.is_empty() {
             continue;
@@ -148,14 +154,32 @@ fn request_messages(messages: &[Message]) -> Vec<wire::Message> {
             _ => turns.push(wire::Message { role, content }),
         }
     }
+    if turns.first().is_some_and(|t| t.role == "assistant") {
+        turns.insert(0, wire::Message { role: "user", content: vec![wire::ContentBlock::Text("(continue)".into())] });
+    }
     turns
+}
+
+/// A tool result as text, for a request without tools.
+fn result_as_text(m: &Message) -> String {
+    let what = if m.is_error { "failed" } else { "returned" };
+    format!("[tool call {} {what}]\n{}", m.tool_call_id.as_deref().unwrap_or_default(), m.content)
+}
+
+/// A call as text, for a request without tools.
+fn call_as_text(c: &recursive_core::ToolCall) -> String {
+    format!("[tool call {}: {}({})]", c.id, c.name, crate::anthropic::input_object(&c.arguments))
 }
 
 /// An assistant turn: its reasoning (Claude's, as the Anthropic provider keeps it: no item id),
 /// then its text, then its calls.
-fn assistant_blocks(m: &Message) -> Vec<wire::ContentBlock> {
+fn assistant_blocks(m: &Message, tools: bool) -> Vec<wire::ContentBlock> {
     let mut blocks: Vec<_> = m.reasoning.iter().filter(|r| r.id.is_empty()).map(reasoning_block).collect();
     blocks.extend(text_block(&m.content));
+    if !tools {
+        blocks.extend(m.tool_calls.iter().filter_map(|c| text_block(&call_as_text(c))));
+        return blocks;
+    }
     blocks.extend(m.tool_calls.iter().map(|c| {
         wire::ContentBlock::ToolUse(wire::ToolUse {
             tool_use_id: c.id.clone(),
@@ -177,19 +201,25 @@ fn reasoning_block(r: &Reasoning) -> wire::ContentBlock {
     wire::ContentBlock::ReasoningContent(content)
 }
 
-/// A tool result: its output as text, `status: error` when the tool failed.
-fn tool_result(m: &Message) -> wire::ContentBlock {
+/// A tool result: its output as text, `status: error` when the tool failed (for the models
+/// that take a status).
+fn tool_result(m: &Message, family: Family) -> wire::ContentBlock {
     let content = text_block(&m.content).map(|_| wire::ToolResultContent::Text(m.content.clone()));
     wire::ContentBlock::ToolResult(wire::ToolResult {
         tool_use_id: m.tool_call_id.clone().unwrap_or_default(),
         content: content.into_iter().collect(),
-        status: m.is_error.then_some("error"),
+        status: (m.is_error && family.tool_status).then_some("error"),
     })
 }
 
-/// A text block, or none for empty text (the API refuses blank text blocks).
+/// A text block, or none for blank text (the API refuses a blank text block, whitespace
+/// included).
 fn text_block(text: &str) -> Option<wire::ContentBlock> {
-    (!text.is_empty()).then(|| wire::ContentBlock::Text(text.to_string()))
+    (!is_blank(text)).then(|| wire::ContentBlock::Text(text.to_string()))
+}
+
+fn is_blank(text: &str) -> bool {
+    text.trim().is_empty()
 }
 
 /// `toolConfig`: the tools and the choice. Converse has no "no tool" choice: with
@@ -284,6 +314,7 @@ mod tests {
                 Message::tool_result("a", "one", false),
                 Message::tool_result("b", "boom", true),
             ],
+            tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }],
             ..Default::default()
         };
         let b = body(&request, false);
@@ -302,7 +333,7 @@ mod tests {
                     {"toolResult": {"toolUseId": "b", "content": [{"text": "boom"}], "status": "error"}}]}
             ])
         );
-        assert!(b.get("inferenceConfig").is_none() && b.get("toolConfig").is_none(), "{b}");
+        assert!(b.get("inferenceConfig").is_none(), "{b}");
     }
 
     #[test]
@@ -384,6 +415,99 @@ mod tests {
         let n = body(&nova, false);
         assert!(n.get("additionalModelRequestFields").is_none(), "{n}");
         assert_eq!(n["inferenceConfig"], json!({"maxTokens": 1000, "temperature": 0.5}));
+    }
+
+    #[test]
+    fn thinking_gives_way_to_a_forced_tool_choice_and_to_claude_models_before_three_seven() {
+        let tool = ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) };
+        let with = |model: &str, choice: Option<ToolChoice>| {
+            let options = ChatOptions {
+                model: model.into(),
+                reasoning_effort: Some("low".into()),
+                tool_choice: choice,
+                ..Default::default()
+            };
+            let request = ChatRequest { messages: vec![Message::user("x")], tools: vec![tool.clone()], options };
+            body(&request, false).get("additionalModelRequestFields").is_some()
+        };
+        assert!(with(CLAUDE, Some(ToolChoice::Auto)));
+        assert!(!with(CLAUDE, Some(ToolChoice::Required)));
+        assert!(!with(CLAUDE, Some(ToolChoice::Tool("f".into()))));
+        assert!(with("anthropic.claude-3-7-sonnet-20250219-v1:0", None));
+        assert!(!with("anthropic.claude-3-5-haiku-20241022-v1:0", None));
+    }
+
+    #[test]
+    fn blank_text_is_not_sent_and_a_conversation_starts_with_the_user() {
+        let request = ChatRequest {
+            messages: vec![
+                Message::system("  "),
+                Message::assistant("Earlier answer."),
+                Message::user("\n\n"),
+                Message::assistant_with_tools("\n", vec![call("a")]),
+                Message::tool_result("a", " ", false),
+            ],
+            tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }],
+            ..Default::default()
+        };
+        let b = body(&request, false);
+        assert!(b.get("system").is_none_or(|s| s.as_array().is_some_and(Vec::is_empty)), "{b}");
+        assert_eq!(
+            b["messages"],
+            json!([
+                {"role": "user", "content": [{"text": "(continue)"}]},
+                {"role": "assistant", "content": [{"text": "Earlier answer."},
+                    {"toolUse": {"toolUseId": "a", "name": "f", "input": {"x": 1}}}]},
+                {"role": "user", "content": [{"toolResult": {"toolUseId": "a", "content": []}}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn without_tools_earlier_calls_and_results_go_as_text() {
+        let request = ChatRequest {
+            messages: vec![
+                Message::user("go"),
+                Message::assistant_with_tools("", vec![call("a")]),
+                Message::tool_result("a", "one", true),
+                Message::user("and now?"),
+            ],
+            ..Default::default()
+        };
+        let b = body(&request, false);
+        assert!(b.get("toolConfig").is_none());
+        assert_eq!(
+            b["messages"],
+            json!([
+                {"role": "user", "content": [{"text": "go"}]},
+                {"role": "assistant", "content": [{"text": "[tool call a: f({\"x\":1})]"}]},
+                {"role": "user", "content": [{"text": "[tool call a failed]\none"}, {"text": "and now?"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_failed_results_status_goes_only_to_models_that_take_one_and_temperature_stays_in_range() {
+        let messages = vec![
+            Message::user("go"),
+            Message::assistant_with_tools("", vec![call("a")]),
+            Message::tool_result("a", "boom", true),
+        ];
+        let tools = vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        let status = |model: &str| {
+            let options = ChatOptions {
+                model: model.into(),
+                temperature: Some(1.7),
+                stop: vec![String::new()],
+                ..Default::default()
+            };
+            let b = body(&ChatRequest { messages: messages.clone(), tools: tools.clone(), options }, false);
+            assert_eq!(b["inferenceConfig"], json!({"temperature": 1.0}), "{b}");
+            b["messages"][2]["content"][0]["toolResult"].get("status").cloned()
+        };
+        assert_eq!(status(CLAUDE), Some(json!("error")));
+        assert_eq!(status("amazon.nova-pro-v1:0"), Some(json!("error")));
+        assert_eq!(status("writer.palmyra-x5-v1:0"), None);
     }
 
     #[test]

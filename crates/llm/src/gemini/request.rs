@@ -244,18 +244,6 @@ fn tool_config(choice: &ToolChoice) -> wire::ToolConfig {
     wire::ToolConfig { function_calling_config: wire::FunctionCallingConfig { mode, allowed_function_names: allowed } }
 }
 
-/// Thinking tokens for a reasoning effort (`None` for an unknown level); the same levels as
-/// Anthropic's extended thinking, within every Gemini 2.5 model's range.
-fn thinking_budget(effort: &str) -> Option<u32> {
-    match effort {
-        "minimal" => Some(1024),
-        "low" => Some(2048),
-        "medium" => Some(8192),
-        "high" => Some(24_576),
-        _ => None,
-    }
-}
-
 fn generation_config(request: &ChatRequest, default_max: Option<u32>) -> Option<wire::GenerationConfig> {
     let opts = &request.options;
     let (mime, schema) = match &opts.response_format {
@@ -263,7 +251,7 @@ fn generation_config(request: &ChatRequest, default_max: Option<u32>) -> Option<
         Some(ResponseFormat::JsonSchema { schema, .. }) => (Some("application/json"), Some(gemini_schema(schema))),
         _ => (None, None),
     };
-    let budget = opts.reasoning_effort.as_deref().and_then(thinking_budget);
+    let budget = opts.reasoning_effort.as_deref().and_then(crate::models::thinking_budget);
     let config = wire::GenerationConfig {
         stop_sequences: opts.stop.clone(),
         // As the API takes it (and the official SDK sends it): thinking tokens count against it.

@@ -103,7 +103,7 @@ impl AnthropicConfig {
         let mut system: Vec<String> = request
             .messages
             .iter()
-            .filter(|m| m.role == Role::System && !m.content.is_empty())
+            .filter(|m| m.role == Role::System && !m.content.trim().is_empty())
             .map(|m| m.content.clone())
             .collect();
         if let Some(instruction) = opts.response_format.as_ref().and_then(format_instruction) {
@@ -244,7 +244,6 @@ fn request_messages(messages: &[Message]) -> Vec<wire::RequestMessage> {
         .collect()
 }
 
-/// A text block, or none for empty text (the API rejects empty text blocks).
 /// A reasoning block sent back as the API gave it.
 fn reasoning_block(r: &recursive_core::Reasoning) -> wire::RequestBlock {
     if r.redacted {
@@ -254,8 +253,10 @@ fn reasoning_block(r: &recursive_core::Reasoning) -> wire::RequestBlock {
     }
 }
 
+/// A text block, or none for blank text (the API refuses a text block without non-whitespace
+/// text).
 fn text_block(text: &str) -> Option<wire::RequestBlock> {
-    (!text.is_empty()).then(|| wire::RequestBlock::Text { text: text.to_string() })
+    (!text.trim().is_empty()).then(|| wire::RequestBlock::Text { text: text.to_string() })
 }
 
 /// `tool_use.input` must be an object: objects pass, text holding an object is parsed, and
@@ -848,6 +849,26 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
         assert!(body["max_tokens"].as_u64().unwrap() > 2048);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn blank_text_is_not_sent_as_a_block() {
+        let req = ChatRequest {
+            messages: vec![
+                Message::system(" "),
+                Message::user("go"),
+                Message::assistant_with_tools(
+                    "\n\n",
+                    vec![ToolCall { id: "a".into(), name: "f".into(), arguments: json!({}) }],
+                ),
+            ],
+            ..Default::default()
+        };
+        let body = serde_json::to_value(AnthropicConfig::default().request_body(&req).unwrap()).unwrap();
+        assert!(body.get("system").is_none(), "{body}");
+        let blocks = body["messages"][1]["content"].as_array().unwrap();
+        assert_eq!(blocks.len(), 1, "{body}");
+        assert_eq!(blocks[0]["type"], "tool_use");
     }
 
     #[test]

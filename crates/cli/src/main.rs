@@ -194,7 +194,7 @@ async fn command() -> ExitCode {
         Command::Graph(args) => commands::graph::execute(args, &exports).await,
         Command::Worker(args) => commands::worker::execute(args, &exports).await,
         Command::Serve(args) => commands::serve::execute(args, &exports).await,
-        Command::Mcp(args) => commands::serve::execute_mcp(args).await,
+        Command::Mcp(args) => commands::serve::execute_mcp(args, &exports).await,
         Command::Trace(args) => commands::trace::execute(args),
         Command::ApplyPatch(args) => commands::patch::execute(args),
     };

@@ -298,6 +298,53 @@ fn served_runs_are_exported_as_configured_in_the_telemetry_table() {
     });
 }
 
+#[test]
+fn runs_called_over_mcp_stdio_are_exported_too() {
+    use std::io::Write;
+    let env = Env::new();
+    let receiver = Receiver::start(&env);
+    let config = env.path("otel.toml");
+    std::fs::write(
+        &config,
+        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"over-mcp\"\n", receiver.http),
+    )
+    .unwrap();
+    let script = env.script("s.json", json!(["answered over MCP"]));
+    let mut child = env
+        .cmd()
+        .args(["mcp", "--mock-script", s(&script), "--config", s(&config)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let messages = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"goal": "hi"}}}),
+    ];
+    for message in messages {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let answer = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended before answering the call");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 2 {
+            break message;
+        }
+    };
+    assert!(answer.to_string().contains("answered over MCP"), "{answer}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    common::wait_for("the run's span, exported by the MCP server", std::time::Duration::from_secs(20), || {
+        receiver.spans().iter().any(|s| s["name"] == "invoke_agent main" && s["service"] == "over-mcp")
+    });
+}
+
 /// `recursive goal OBJECTIVE` exported to `receiver`, with `--otel-content` when `content`.
 fn exported_goal(env: &Env, receiver: &Receiver, objective: &str, content: bool) -> Vec<Value> {
     let assess = json!({"executable": true, "reasoning": "one step", "action": {"type": "analyze", "target": "", "input": "plan"}});

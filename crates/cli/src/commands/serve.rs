@@ -172,12 +172,14 @@ fn cors_origins(given: &[String]) -> Result<Vec<String>, ConfigError> {
 
 /// `recursive mcp`: the MCP server on stdin/stdout until the client closes them, or until
 /// SIGINT or SIGTERM (which cancel the runs and exit 0).
-pub async fn execute_mcp(args: McpArgs) -> anyhow::Result<u8> {
+pub async fn execute_mcp(args: McpArgs, exports: &super::Exports) -> anyhow::Result<u8> {
     let (answers, approver) = asks_of(args.client_asks);
-    let (runner, _, mcp) =
+    let (runner, harness, mcp) =
         served(&args.provider, args.workspace.as_deref(), args.max_steps, &args.runnables.agents, approver).await?;
     let config = ServeConfig { max_concurrent_runs: args.max_concurrent_runs, answers, ..Default::default() };
-    let server = Server::new(Arc::new(runner), config);
+    // Runs called as MCP tools export their spans as every command's runs do.
+    let telemetry = exports.telemetry_sink(&harness, args.provider.otel_content)?;
+    let server = Server::observed(Arc::new(runner), config, telemetry);
     tokio::select! {
         served = recursive_serve::mcp::serve_stdio(server.clone()) => {
             served.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;

@@ -90,8 +90,13 @@ pub fn root() -> anyhow::Result<PathBuf> {
 pub fn runs_store() -> anyhow::Result<recursive_store::SqliteCheckpointer> {
     let data = dirs::data_dir().ok_or_else(|| anyhow::anyhow!("no data directory for the run store (set HOME)"))?;
     let path = data.join("recursive").join("runs.db");
-    recursive_store::SqliteCheckpointer::open(&path)
-        .map_err(|e| anyhow::anyhow!("the run store {}: {e}", path.display()))
+    recursive_store::SqliteCheckpointer::open(&path).map_err(|e| {
+        anyhow::anyhow!(
+            "the run store {}: {e} (if the file is damaged, move it aside: a new one is made, and sessions and \
+             goal pursuits are read back from their exports when resumed)",
+            path.display()
+        )
+    })
 }
 
 /// Takes the run `key` of the run store `store` for this process; `busy` says what to do when

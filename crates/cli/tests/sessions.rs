@@ -562,3 +562,28 @@ fn a_session_an_earlier_version_kept_in_its_jsonl_file_alone_moves_into_the_run_
     let sent = contents(&server.request(1).body);
     assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?"], "moved in from the file: {sent:?}");
 }
+
+#[test]
+fn a_damaged_run_store_is_a_clear_error_and_moved_aside_the_session_goes_on_from_its_export() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ModelServer::start_with([Reply::text("noted"), Reply::text("41")]));
+    let id = first_turn(&env, &server);
+    let db = env.path(".local/share/recursive/runs.db");
+    for side in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{side}", db.display()));
+    }
+    std::fs::write(&db, "not a database").unwrap();
+
+    let refused = second_turn(&env, &server, &id);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("runs.db") && stderr.contains("move it aside"), "{stderr}");
+    assert_eq!(server.requests().len(), 1, "nothing was sent");
+
+    std::fs::rename(&db, env.path("runs.db.damaged")).unwrap();
+    let second = second_turn(&env, &server, &id);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let sent = contents(&server.request(1).body);
+    assert_eq!(&sent[1..], ["remember the number 41", "noted", "which number?"], "read from the export: {sent:?}");
+}

@@ -208,9 +208,15 @@ const STRICT_KEYWORDS: &[&str] = &[
     "maxItems",
 ];
 
+/// The string formats strict mode accepts (schemars' `uint32`, say, is not one of them).
+const STRICT_FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+
 fn strict_subschema(schema: &Value) -> bool {
     let Some(map) = schema.as_object() else { return schema.is_boolean() };
     if !map.keys().all(|k| STRICT_KEYWORDS.contains(&k.as_str())) {
+        return false;
+    }
+    if map.get("format").is_some_and(|f| !f.as_str().is_some_and(|f| STRICT_FORMATS.contains(&f))) {
         return false;
     }
     let is_object =
@@ -440,7 +446,9 @@ mod tests {
         let defaulted = json!({"type": "object", "properties": {"a": {"type": "string", "default": "x"}},
             "required": ["a"], "additionalProperties": false});
         let root_union = json!({"type": "object", "anyOf": [strict.clone()]});
-        for refused in [one_of, defaulted, root_union, json!({"allOf": [strict.clone()]})] {
+        let uint = json!({"type": "object", "properties": {"n": {"type": "integer", "format": "uint32", "minimum": 0}},
+            "required": ["n"], "additionalProperties": false});
+        for refused in [one_of, defaulted, root_union, uint, json!({"allOf": [strict.clone()]})] {
             assert!(!strict_compatible(&refused), "{refused}");
         }
         let nullable = json!({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "null"}]}},

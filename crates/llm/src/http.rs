@@ -283,12 +283,25 @@ pub fn retry_after(headers: &HeaderMap) -> Option<f64> {
 
 /// The wait a Google API names in its error body instead of a header: a `RetryInfo` detail's
 /// `retryDelay` (`{"error": {"details": [{"retryDelay": "37s"}]}}`, a protobuf duration).
+///
+/// None for a quota that lasts the day (a `QuotaFailure` violation naming a per-day quota): no
+/// wait within a run ends it, so the retries stay within their count.
 pub fn retry_delay_in_body(body: &str) -> Option<f64> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     let details = v["error"]["details"].as_array()?;
+    let per_day = |d: &serde_json::Value| {
+        d["violations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|violation| violation["quotaId"].as_str().is_some_and(|q| q.contains("PerDay")))
+    };
+    if details.iter().any(per_day) {
+        return None;
+    }
     let delay = details.iter().find_map(|d| d["retryDelay"].as_str())?;
     let secs = delay.trim().strip_suffix('s')?.parse::<f64>().ok()?;
-    (secs.is_finite() && secs >= 0.0).then_some(secs)
+    (secs.is_finite() && secs > 0.0).then_some(secs)
 }
 
 /// Parses a `Retry-After` value: delay seconds (`"2"`, `"1.5"`) or an HTTP date, giving the
@@ -370,6 +383,11 @@ mod tests {
                 {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37.5s"}]}}"#;
         assert_eq!(retry_delay_in_body(body), Some(37.5));
         assert_eq!(retry_delay_in_body(r#"{"error": {"message": "no"}}"#), None);
+        let daily = r#"{"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "20s"}]}}"#;
+        assert_eq!(retry_delay_in_body(daily), None, "a spent daily quota is no wait");
+        assert_eq!(retry_delay_in_body(r#"{"error": {"details": [{"retryDelay": "0s"}]}}"#), None);
         assert_eq!(retry_delay_in_body("not json"), None);
     }
 

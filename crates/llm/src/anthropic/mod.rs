@@ -130,11 +130,13 @@ impl AnthropicConfig {
             stream: self.stream.then_some(true),
             thinking: None,
         };
-        // Thinking is refused on a turn whose tool choice forces a tool: the choice wins.
         let forced =
             body.tool_choice.as_ref().and_then(|c| c["type"].as_str()).is_some_and(|t| t == "any" || t == "tool");
-        if let Some(budget) =
-            opts.reasoning_effort.as_deref().and_then(crate::models::thinking_budget).filter(|_| !forced)
+        if let Some(budget) = opts
+            .reasoning_effort
+            .as_deref()
+            .and_then(crate::models::thinking_budget)
+            .filter(|_| thinking_allowed(&request.messages, forced))
         {
             body.thinking = Some(wire::ThinkingConfig { kind: "enabled", budget_tokens: budget });
             // The budget must stay below the token cap, and thinking takes no temperature.
@@ -191,6 +193,18 @@ fn format_instruction(format: &ResponseFormat) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+/// Whether Claude takes thinking on this turn. Not when its tool choice `forced` a tool (the API
+/// refuses both: the choice wins), nor when it continues a tool loop whose last assistant turn
+/// made calls without a thinking block (with thinking on, the API wants that turn to start
+/// with one) — as when an earlier turn was forced, or another provider made the calls.
+pub(crate) fn thinking_allowed(messages: &[Message], forced: bool) -> bool {
+    let Some(last) = messages.iter().rposition(|m| m.role == Role::Assistant) else { return !forced };
+    let turn = &messages[last];
+    let in_loop = !turn.tool_calls.is_empty() && messages[last + 1..].iter().all(|m| m.role == Role::Tool);
+    let thought = turn.reasoning.iter().any(|r| r.id.is_empty());
+    !forced && !(in_loop && !thought)
 }
 
 /// Converts the non-system messages: user and tool-result messages become user turns,
@@ -849,6 +863,25 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
         assert!(body["max_tokens"].as_u64().unwrap() > 2048);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn a_tool_loop_whose_last_calls_came_without_thinking_goes_on_without_it() {
+        let calls = Message::assistant_with_tools(
+            "",
+            vec![ToolCall { id: "a".into(), name: "f".into(), arguments: json!({}) }],
+        );
+        let mut thought = calls.clone();
+        thought.reasoning =
+            vec![recursive_core::Reasoning { text: "t".into(), signature: "s".into(), ..Default::default() }];
+        let loop_of = |turn: Message| vec![Message::user("go"), turn, Message::tool_result("a", "one", false)];
+        assert!(!thinking_allowed(&loop_of(calls.clone()), false));
+        assert!(thinking_allowed(&loop_of(thought), false));
+        let mut next_turn = loop_of(calls);
+        next_turn.push(Message::assistant("done"));
+        next_turn.push(Message::user("again"));
+        assert!(thinking_allowed(&next_turn, false), "a new user turn starts afresh");
+        assert!(!thinking_allowed(&[Message::user("go")], true));
     }
 
     #[test]

@@ -51,7 +51,9 @@ fn family(model: &str) -> Family {
     let id = model.to_ascii_lowercase();
     let claude = id.contains("anthropic.claude");
     let nova = id.contains("amazon.nova");
-    let before_thinking = id.contains("claude-3-") && !id.contains("claude-3-7");
+    let before_thinking = (id.contains("claude-3-") && !id.contains("claude-3-7"))
+        || id.contains("claude-v2")
+        || id.contains("claude-instant");
     Family {
         caches_prompt: claude || nova,
         caches_tools: claude,
@@ -89,10 +91,15 @@ pub fn request_body(
         top_p: None,
         stop_sequences: opts.stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
     };
-    // Claude refuses thinking on a turn whose tool choice forces a tool: the choice wins.
-    let forced = matches!(opts.tool_choice, Some(ToolChoice::Required | ToolChoice::Tool(_)));
-    let thinking =
-        opts.reasoning_effort.as_deref().and_then(crate::models::thinking_budget).filter(|_| family.thinks && !forced);
+    // Claude's rules for thinking are the Anthropic API's (a forced tool choice wins; a tool loop
+    // begun without thinking goes on without it).
+    let forced =
+        !request.tools.is_empty() && matches!(opts.tool_choice, Some(ToolChoice::Required | ToolChoice::Tool(_)));
+    let thinking = opts
+        .reasoning_effort
+        .as_deref()
+        .and_then(crate::models::thinking_budget)
+        .filter(|_| family.thinks && crate::anthropic::thinking_allowed(&request.messages, forced));
     if let Some(budget) = thinking {
         body.additional_model_request_fields = Some(json!({"thinking": {"type": "enabled", "budget_tokens": budget}}));
         // The budget must stay below the token cap, and thinking takes no temperature.
@@ -435,6 +442,14 @@ mod tests {
         assert!(!with(CLAUDE, Some(ToolChoice::Tool("f".into()))));
         assert!(with("anthropic.claude-3-7-sonnet-20250219-v1:0", None));
         assert!(!with("anthropic.claude-3-5-haiku-20241022-v1:0", None));
+        assert!(!with("anthropic.claude-v2:1", None));
+        let options = ChatOptions {
+            reasoning_effort: Some("low".into()),
+            tool_choice: Some(ToolChoice::Required),
+            ..Default::default()
+        };
+        let no_tools = ChatRequest { messages: vec![Message::user("x")], options, ..Default::default() };
+        assert!(body(&no_tools, false).get("additionalModelRequestFields").is_some(), "nothing forced without tools");
     }
 
     #[test]

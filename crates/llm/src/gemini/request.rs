@@ -72,11 +72,13 @@ struct CallRef<'a> {
     id: Option<&'a str>,
 }
 
-/// Whether the model refuses a function call sent back without its thought signature (Gemini 3
-/// and later; 2.5 only warns).
+/// Whether the model may refuse a function call sent back without its thought signature: all
+/// but those known to be older than Gemini 3 (1.x and 2.x only warn) — an alias without a
+/// version (`gemini-pro-latest`) may be a Gemini 3, and the skip value is harmless to the others.
 fn checks_signatures(model: &str) -> bool {
-    let version = model.strip_prefix("gemini-").and_then(|v| v.split(['-', '.']).next());
-    version.and_then(|v| v.parse::<u32>().ok()).is_some_and(|major| major >= 3)
+    let id = model.rsplit('/').next().unwrap_or(model);
+    let version = id.strip_prefix("gemini-").and_then(|v| v.split(['-', '.']).next());
+    version.and_then(|v| v.parse::<u32>().ok()).is_none_or(|major| major >= 3)
 }
 
 /// What a function call carries back when its signature is not known (a call another model or
@@ -618,6 +620,8 @@ mod tests {
         };
         assert_eq!(signatures("gemini-3-pro-preview"), [Some(json!(NO_SIGNATURE)), None], "the first call only");
         assert_eq!(signatures("gemini-2.5-flash"), [None, None]);
+        assert_eq!(signatures("publishers/google/models/gemini-3-flash"), [Some(json!(NO_SIGNATURE)), None]);
+        assert_eq!(signatures("gemini-flash-latest"), [Some(json!(NO_SIGNATURE)), None], "an alias may be a Gemini 3");
     }
 
     #[test]

@@ -227,6 +227,22 @@ mod tests {
         let turn = acc.finish().message;
         assert_eq!(turn.phase.as_deref(), Some("commentary"));
         assert_eq!(turn.content, "Checking.");
+        let mut acc = ResponseAccumulator::new();
+        let commentary =
+            json!({"type": "message", "phase": "commentary", "content": [{"type": "output_text", "text": "A."}]});
+        let answer =
+            json!({"type": "message", "phase": "final_answer", "content": [{"type": "output_text", "text": "B."}]});
+        feed(
+            &mut acc,
+            vec![json!({"type": "response.completed", "response": {"status": "completed",
+            "output": [commentary, answer]}})],
+        );
+        let joined = acc.finish().message;
+        assert_eq!(
+            (joined.content.as_str(), joined.phase),
+            ("A.\n\nB.", None),
+            "two phases joined are labelled neither"
+        );
     }
 
     #[test]

@@ -271,14 +271,13 @@ impl ResponseAccumulator {
         let (mut text, mut refusal) = (String::new(), String::new());
         let mut calls = Vec::new();
         let mut reasoning = Vec::new();
-        let mut phase = None;
+        let mut phases = Vec::new();
         for (index, item) in &self.items {
             match item {
                 Item::Message { text: t, refusal: r, phase: p } => {
                     push_paragraph(&mut text, t);
                     push_paragraph(&mut refusal, r);
-                    // The last label given: the answer's, when commentary came before it.
-                    phase = p.clone().or(phase);
+                    phases.push(p.clone());
                 }
                 Item::Reasoning { id, summary, encrypted, text: raw } => reasoning.push(Reasoning {
                     // The summary where there is one, else the raw reasoning text.
@@ -304,7 +303,9 @@ impl ResponseAccumulator {
         push_paragraph(&mut text, &refusal);
         let mut message = Message::assistant_with_tools(text, calls);
         message.reasoning = reasoning;
-        message.phase = phase;
+        // A label goes back only where it holds for the whole text: messages of one phase (or
+        // one message). Commentary and an answer joined into one text are labelled neither.
+        message.phase = phases.first().cloned().flatten().filter(|p| phases.iter().all(|q| q.as_deref() == Some(p)));
         sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), &self.model)
     }
 }

@@ -873,7 +873,9 @@ async fn run_events(State(server): State<Arc<Server>>, Path(id): Path<String>, h
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map_or(0, |last| last + 1);
     if let Some(run) = server.store.live(&id) {
-        return Sse::new(event_stream(run, from)).keep_alive(KeepAlive::default()).into_response();
+        return Sse::new(event_stream(server.store.clone(), run, from))
+            .keep_alive(KeepAlive::default())
+            .into_response();
     }
     match server.store.view(&id).await {
         Ok(Some(_)) => {
@@ -892,11 +894,23 @@ fn sse_event(index: usize, event: &str) -> Event {
 }
 
 /// Every event of `run` from index `next`, then `end`: read a page at a time, so a reader
-/// that stalls holds one page, never a copy of the run.
-fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Result<Event, Infallible>> {
+/// that stalls holds one page, never a copy of the run. The events of a resumed run's earlier
+/// attempts (before the record's first) are read from `store` first.
+fn event_stream(
+    store: Arc<RunStore>,
+    run: Arc<RunRecord>,
+    mut next: usize,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
         let mut changes = run.watch();
+        if next < run.base() {
+            match send_archived(&store, &run.id, &mut next, &tx).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => return drop(tx.send(stream_failed(e)).await),
+            }
+        }
         loop {
             let (events, finished) = run.events_from(next);
             let read_all = events.len() < crate::runs::EVENT_PAGE;
@@ -922,16 +936,19 @@ fn event_stream(run: Arc<RunRecord>, mut next: usize) -> impl Stream<Item = Resu
     tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
 }
 
+/// The `error` event that ends a stream the store failed.
+fn stream_failed(message: String) -> Event {
+    let body = json!({"error": {"message": message, "type": "server_error"}});
+    Event::default().event("error").data(body.to_string())
+}
+
 /// The events of a run not in flight in this process, read from the store a page at a time and
 /// followed until the run has ended (a worker's run, written as it goes): the store is asked for
 /// new events and the run's status every [`crate::store::FLUSH_EVERY`], then `end` is sent.
 fn archived_stream(store: Arc<RunStore>, id: String, next: usize) -> impl Stream<Item = Result<Event, Infallible>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::spawn(async move {
-        let failed = |message: String| {
-            let body = json!({"error": {"message": message, "type": "server_error"}});
-            Event::default().event("error").data(body.to_string())
-        };
+        let failed = stream_failed;
         let mut next = next;
         loop {
             // The status first: once it says finished, every event was written before it.
@@ -1033,6 +1050,31 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_resumed_runs_stream_begins_with_the_events_its_earlier_attempt_kept() {
+        let archive = Arc::new(recursive_store::MemoryArchive::default());
+        // The first server: two events, written to the store, then gone.
+        let first = Arc::new(RunStore::new(archive.clone(), crate::Retention::default()));
+        let record = first.create(RunKind::Run, "t".into());
+        record.note(&json!({"type": "first"}));
+        record.note(&json!({"type": "second"}));
+        first.flush().await.unwrap();
+        // The next server resumes it after them.
+        let next = Arc::new(RunStore::new(archive, crate::Retention::default()));
+        let base = next.next_event(&record.id).await.unwrap();
+        assert_eq!(base, 2);
+        let resumed = RunRecord::resumed(record.view(), record.created_ms, base, Default::default());
+        resumed.note(&json!({"type": "resumed"}));
+        next.register(resumed.clone());
+        resumed.finish(RunOutput::failed("done"));
+        let events: Vec<String> = event_stream(next, resumed, 0).map(|e| format!("{:?}", e.unwrap())).collect().await;
+        assert_eq!(events.len(), 4, "three events and the end: {events:?}");
+        for (i, kind) in ["first", "second", "resumed"].into_iter().enumerate() {
+            assert!(events[i].contains(&format!("id: {i}")) && events[i].contains(kind), "{events:?}");
+        }
+        assert!(events.last().unwrap().contains("end"), "{events:?}");
+    }
 
     #[test]
     fn a_thread_runs_resume_is_typed_as_any_json_value() {

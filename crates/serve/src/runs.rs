@@ -283,7 +283,9 @@ pub const EVENT_PAGE: usize = 256;
 
 impl RunRecord {
     fn new(kind: RunKind, title: String) -> Self {
-        let (id, now) = (format!("run_{}", uuid::Uuid::new_v4().simple()), unix_ms());
+        // Time-ordered ids (UUID v7, ordered by creation within the process): runs created in
+        // one millisecond still list newest first, as the id breaks the tie.
+        let (id, now) = (format!("run_{}", uuid::Uuid::now_v7().simple()), unix_ms());
         Self::with_id(RunView::queued(id, kind, now, title), now, 0, CancellationToken::new())
     }
 

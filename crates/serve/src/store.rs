@@ -462,6 +462,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn runs_made_in_one_millisecond_list_newest_first() {
+        let archive = Arc::new(MemoryArchive::default());
+        let store = Arc::new(RunStore::new(archive, Retention::default()));
+        let made: Vec<String> = (0..40).map(|_| store.create(RunKind::Run, "t".into()).id.clone()).collect();
+        store.flush().await.unwrap();
+        let filter = RunFilter { limit: Some(100), ..Default::default() };
+        let listed: Vec<String> = store.list(&filter).await.unwrap().runs.into_iter().map(|v| v.id).collect();
+        let newest_first: Vec<String> = made.into_iter().rev().collect();
+        assert_eq!(listed, newest_first);
+    }
+
+    #[tokio::test]
     async fn a_fenced_store_stops_writing_once_its_writer_lost_the_run() {
         let archive = Arc::new(MemoryArchive::default());
         let allowed = Arc::new(AtomicBool::new(true));

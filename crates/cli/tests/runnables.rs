@@ -156,7 +156,8 @@ fn a_snippet_that_loops_forever_ends_at_the_trees_timeout() {
     let (code, said, took) = spin_until_the_timeout(&[]);
     assert_eq!(code, Some(10), "{said}");
     assert!(said.starts_with("\"wall_clock_exceeded\""), "{said}");
-    assert!(took < Duration::from_secs(6), "ended about 2 s in, not at the snippet's own limit: {took:?}");
+    // The snippet's own limit is 60 s: well under it is the tree's 2 s, on a loaded machine too.
+    assert!(took < Duration::from_secs(20), "ended about 2 s in, not at the snippet's own limit: {took:?}");
 }
 
 #[test]
@@ -230,7 +231,7 @@ fn a_cpython_snippet_that_loops_forever_ends_at_the_trees_timeout() {
     let (code, said, took) = spin_until_the_timeout(&["--sandbox", "cpython", "--python", &python]);
     assert_eq!(code, Some(10), "{said}");
     assert!(said.starts_with("\"wall_clock_exceeded\""), "{said}");
-    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert!(took < Duration::from_secs(20), "ended about 2 s in, not at the snippet's own limit (60 s): {took:?}");
 }
 
 const GOOD_BLUEPRINT: &str = "name = \"notes\"\n[state]\ntopic = \"string\"\nnotes = \"string\"\n[[nodes]]\nname = \"draft\"\n\

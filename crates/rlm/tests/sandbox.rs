@@ -168,7 +168,8 @@ async fn exception_comes_back_with_traceback() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn infinite_loop_is_stopped_by_the_timeout() {
-    let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(300), ..Default::default() }).await;
+    // Long enough for the later snippets' round trips on a loaded machine; a loop never ends.
+    let sb = sandbox(SandboxLimits { timeout: Duration::from_millis(1500), ..Default::default() }).await;
     let host = Arc::new(EchoHost::default());
     let o = run(&sb, &host, "n = 0\nwhile True:\n    n += 1").await;
     let e = o.error.unwrap();
@@ -366,7 +367,8 @@ async fn native_big_integer_maths_is_stopped_by_the_timeout() {
     let o = run(&sb, &host, "x = 7 ** (3 ** 17)\nlen(str(x))").await;
     let e = o.error.unwrap();
     assert_eq!(e.kind, SnippetErrorKind::Timeout, "{}", e.message);
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    // The maths alone runs for minutes: well under that is the timeout's doing, on any machine.
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
     assert_eq!(run(&sb, &host, "1 + 1").await.value.as_deref(), Some("2"));
 }
 
@@ -384,7 +386,7 @@ async fn cancellation_stops_native_maths_at_once() {
     let started = std::time::Instant::now();
     let o = sb.execute("mark()\nx = 7 ** (3 ** 17)", host.clone(), &cancel).await;
     assert_eq!(o.error.unwrap().kind, SnippetErrorKind::Cancelled);
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread")]

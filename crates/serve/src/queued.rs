@@ -48,7 +48,7 @@ pub struct RunQueue {
 impl RunQueue {
     /// Records `request` as a queued run in `store`'s archive and queues its job; the run.
     pub async fn enqueue(&self, store: &RunStore, request: RunRequest) -> Result<RunView, String> {
-        let id = format!("run_{}", uuid::Uuid::new_v4().simple());
+        let id = crate::runs::new_run_id();
         let created_ms = unix_ms();
         let view = RunView::queued(id.clone(), request.kind, created_ms, title_of(&request.input));
         let payload = serde_json::to_value(&request).map_err(|e| e.to_string())?;

@@ -281,11 +281,15 @@ struct State {
 /// The most events one read returns (a reader that stalls holds at most this many).
 pub const EVENT_PAGE: usize = 256;
 
+/// A new run's id: time-ordered (UUID v7, ordered by creation within the process), so runs made
+/// in one millisecond still list and are pruned newest first, the id breaking the tie.
+pub(crate) fn new_run_id() -> String {
+    format!("run_{}", uuid::Uuid::now_v7().simple())
+}
+
 impl RunRecord {
     fn new(kind: RunKind, title: String) -> Self {
-        // Time-ordered ids (UUID v7, ordered by creation within the process): runs created in
-        // one millisecond still list newest first, as the id breaks the tie.
-        let (id, now) = (format!("run_{}", uuid::Uuid::now_v7().simple()), unix_ms());
+        let (id, now) = (new_run_id(), unix_ms());
         Self::with_id(RunView::queued(id, kind, now, title), now, 0, CancellationToken::new())
     }
 

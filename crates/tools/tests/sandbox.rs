@@ -49,13 +49,15 @@ async fn writes_land_only_in_the_workspace() {
     let ws = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("pwned");
+    // A name of this test's own in the host's /tmp, which the command must not reach.
+    let scratch = format!("/tmp/recursive-scratch-{}", std::process::id());
     let command =
-        format!("echo in > inside.txt; echo out > {}; echo x > /usr/pwned; echo y > /tmp/scratch", target.display());
+        format!("echo in > inside.txt; echo out > {}; echo x > /usr/pwned; echo y > {scratch}", target.display());
     let out = run(ws.path(), confined(), &command).await.unwrap();
     assert_eq!(std::fs::read_to_string(ws.path().join("inside.txt")).unwrap(), "in\n");
     assert!(!target.exists(), "a file was written outside the workspace: {out}");
     assert!(!std::path::Path::new("/usr/pwned").exists(), "{out}");
-    assert!(!std::path::Path::new("/tmp/scratch").exists(), "/tmp is private: {out}");
+    assert!(!std::path::Path::new(&scratch).exists(), "/tmp is private: {out}");
     assert!(out.contains("Read-only file system"), "{out}");
 }
 

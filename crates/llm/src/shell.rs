@@ -58,11 +58,18 @@ pub trait WireApi: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Extra headers from the configuration.
     fn extra_headers(&self) -> &BTreeMap<String, String>;
 
-    /// Every header of a request: the extra ones, the auth ones, then `accept` when streaming.
+    /// Whether a streamed request asks for SSE with `accept: text/event-stream` — not where the
+    /// URL chooses the stream (Gemini's `alt=sse`) or the stream is framed otherwise (Bedrock).
+    fn accepts_sse(&self) -> bool {
+        self.streams()
+    }
+
+    /// Every header of a request: the extra ones, the auth ones, then `accept` when it asks
+    /// for SSE.
     fn headers(&self) -> Vec<(String, String)> {
         let mut headers = pairs(self.extra_headers());
         headers.extend(self.auth_headers());
-        headers.extend(accept(self.streams()));
+        headers.extend(accept(self.accepts_sse()));
         headers
     }
 

@@ -90,16 +90,7 @@ fn signed_headers(request: &RecordedRequest) -> Vec<String> {
 async fn the_official_sdk_sends_the_same_converse_requests_as_ours() {
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let sdk_server = ModelServer::start_with([turn1(), turn2()]).await;
-    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/bedrock_sdk.py");
-    let url = sdk_server.url().to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python).args([client, &url]).env_remove("AWS_PROFILE").output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = common::sdk_client(python, "bedrock_sdk.py", vec![sdk_server.url().to_string()]).await;
     assert_eq!(seen, json!({"answer": "one", "calls": ["echo"]}));
 
     let our_server = ModelServer::start_with([turn1(), turn2()]).await;

@@ -97,14 +97,7 @@ fn camel_case_keys(value: &Value) -> Value {
 async fn the_official_sdk_sends_the_same_tool_loop_request_with_thought_signatures() {
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let sdk_server = ModelServer::start_with([turn1(), turn2()]).await;
-    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/gemini_sdk.py");
-    let url = sdk_server.url().to_string();
-    let out = tokio::task::spawn_blocking(move || std::process::Command::new(python).args([client, &url]).output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = common::sdk_client(python, "gemini_sdk.py", vec![sdk_server.url().to_string()]).await;
     assert_eq!(seen, json!({"answer": "one", "calls": ["echo"]}));
 
     let our_server = ModelServer::start_with([turn1(), turn2()]).await;
@@ -152,15 +145,7 @@ async fn the_official_sdk_makes_the_same_explicit_cache_and_names_it_the_same_wa
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let sdk_server = ModelServer::start_with([turn2()]).await;
     serve_cache(&sdk_server);
-    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/gemini_sdk.py");
-    let url = sdk_server.url().to_string();
-    let out =
-        tokio::task::spawn_blocking(move || std::process::Command::new(python).args([client, &url, "cache"]).output())
-            .await
-            .unwrap()
-            .unwrap();
-    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = common::sdk_client(python, "gemini_sdk.py", vec![sdk_server.url().to_string(), "cache".into()]).await;
     assert_eq!(seen, json!({"cache": "cachedContents/sdk-1", "answer": "one"}));
 
     let our_server = ModelServer::start_with([turn2()]).await;

@@ -126,14 +126,7 @@ fn assert_same_item(turn: usize, ours: &Value, sdk: &Value) {
 async fn the_official_sdk_sends_the_same_stateless_tool_loop_request() {
     let Some(python) = recursive_testkit::require_env("SERVE_TEST_PYTHON") else { return };
     let sdk_server = ModelServer::start_with([turn1(), turn2()]).await;
-    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/responses_sdk.py");
-    let url = sdk_server.openai_url();
-    let out = tokio::task::spawn_blocking(move || std::process::Command::new(python).args([client, &url]).output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = common::sdk_client(python, "responses_sdk.py", vec![sdk_server.openai_url()]).await;
     assert_eq!(seen, json!({"answer": "one", "calls": ["call_a"]}));
 
     let our_server = ModelServer::start_with([turn1(), turn2()]).await;

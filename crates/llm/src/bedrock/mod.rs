@@ -186,11 +186,9 @@ impl WireApi for BedrockConfig {
         }
     }
 
-    /// The extra headers, then the API key's; the event stream needs no `accept`.
-    fn headers(&self) -> Vec<(String, String)> {
-        let mut headers = shell::pairs(&self.headers);
-        headers.extend(self.auth_headers());
-        headers
+    /// No `accept`: the event stream needs no `accept`.
+    fn accepts_sse(&self) -> bool {
+        false
     }
 
     fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {

@@ -315,11 +315,9 @@ impl WireApi for GeminiConfig {
         key.map(|k| ("x-goog-api-key".to_string(), k.clone())).into_iter().collect()
     }
 
-    /// The extra headers, then the key; the streaming URL asks for SSE itself (`alt=sse`).
-    fn headers(&self) -> Vec<(String, String)> {
-        let mut headers = shell::pairs(&self.headers);
-        headers.extend(self.auth_headers());
-        headers
+    /// No `accept`: the streaming URL asks for SSE itself (`alt=sse`).
+    fn accepts_sse(&self) -> bool {
+        false
     }
 
     fn wire_body<'a>(&'a self, request: &'a ChatRequest) -> Result<(String, Self::Body<'a>), ProviderError> {

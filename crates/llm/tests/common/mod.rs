@@ -159,3 +159,18 @@ pub fn echo_agent(provider: std::sync::Arc<dyn recursive_core::ChatProvider>) ->
     };
     recursive_core::Agent::new(provider).with_tools(tools).with_config(config)
 }
+
+/// Runs the official SDK's client script `script` (under `tests/clients/`) with `python` and
+/// `args`, without `AWS_PROFILE` (so a developer's profile never signs a test's request), and
+/// returns what it printed as JSON; the script failing fails the test with its stderr.
+pub async fn sdk_client(python: String, script: &str, args: Vec<String>) -> Value {
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python).arg(path).args(args).env_remove("AWS_PROFILE").output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "the SDK client failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -273,6 +273,16 @@ fn text_block(text: &str) -> Option<wire::RequestBlock> {
     (!text.trim().is_empty()).then(|| wire::RequestBlock::Text { text: text.to_string() })
 }
 
+/// A call's arguments from its streamed input JSON, or from the input it started with (a
+/// complete answer's) when none streamed; text that is no JSON (cut off by `max_tokens`, say)
+/// is kept as a string for the tool to refuse. Bedrock's `toolUse` follows the same rule.
+pub(crate) fn call_arguments(json_text: &str, start_input: &Value) -> Value {
+    if json_text.trim().is_empty() {
+        return if start_input.is_null() { json!({}) } else { start_input.clone() };
+    }
+    serde_json::from_str(json_text).unwrap_or_else(|_| Value::String(json_text.to_string()))
+}
+
 /// `tool_use.input` must be an object: objects pass, text holding an object is parsed, and
 /// anything else (arguments the model sent as broken JSON) is wrapped as `{"_raw": ...}`
 /// (Bedrock's `toolUse.input` follows the same rule).
@@ -517,18 +527,11 @@ impl MessageAccumulator {
         for (index, block) in &self.blocks {
             match block {
                 Block::Text(t) => text.push_str(t),
-                Block::ToolUse { id, name, json, start_input } => {
-                    let arguments = if json.trim().is_empty() {
-                        if start_input.is_null() { json!({}) } else { start_input.clone() }
-                    } else {
-                        serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.clone()))
-                    };
-                    calls.push(ToolCall {
-                        id: if id.is_empty() { format!("toolu_{index}") } else { id.clone() },
-                        name: name.clone(),
-                        arguments,
-                    });
-                }
+                Block::ToolUse { id, name, json, start_input } => calls.push(ToolCall {
+                    id: if id.is_empty() { format!("toolu_{index}") } else { id.clone() },
+                    name: name.clone(),
+                    arguments: call_arguments(json, start_input),
+                }),
                 Block::Thinking { text, signature } => reasoning.push(recursive_core::Reasoning {
                     text: text.clone(),
                     signature: signature.clone(),

@@ -186,7 +186,7 @@ impl WireApi for BedrockConfig {
         }
     }
 
-    /// No `accept`: the event stream needs no `accept`.
+    /// No `accept`: the answer is an AWS event stream, not SSE.
     fn accepts_sse(&self) -> bool {
         false
     }

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use recursive_core::{ChatResponse, Message, ProviderError, Reasoning, StopReason, ToolCall, Usage};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::wire;
 use crate::eventstream::EventMessage;
@@ -212,9 +212,11 @@ impl ResponseAccumulator {
         for block in self.blocks.values() {
             match block {
                 Block::Text(t) => text.push_str(t),
-                Block::ToolUse { id, name, json, input } => {
-                    calls.push(ToolCall { id: id.clone(), name: name.clone(), arguments: arguments(json, input) })
-                }
+                Block::ToolUse { id, name, json, input } => calls.push(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: crate::anthropic::call_arguments(json, input),
+                }),
                 Block::Reasoning { text, signature } => {
                     reasoning.push(Reasoning { text: text.clone(), signature: signature.clone(), ..Default::default() })
                 }
@@ -232,15 +234,6 @@ impl ResponseAccumulator {
         message.reasoning = reasoning;
         sse::assembled(message, stop_reason, self.usage.as_ref().map(usage).unwrap_or_default(), "")
     }
-}
-
-/// A call's arguments: the streamed JSON text, or the whole input of a complete answer; text
-/// that is no JSON is kept as a string for the tool to refuse.
-fn arguments(json_text: &str, input: &Value) -> Value {
-    if json_text.trim().is_empty() {
-        return if input.is_null() { json!({}) } else { input.clone() };
-    }
-    serde_json::from_str(json_text).unwrap_or_else(|_| Value::String(json_text.to_string()))
 }
 
 /// Parses a complete (`Converse`) answer.
@@ -279,6 +272,7 @@ fn whole_block(block: wire::ResponseBlock) -> Option<Block> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn event(kind: &str, payload: Value) -> EventMessage {
         EventMessage {
